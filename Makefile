@@ -1,0 +1,91 @@
+# obleth — build, test and run.  `make help` lists the targets.
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+CC       ?= cc
+PKGS      = lua5.4 libevent libcurl yaml-0.1 libsystemd
+CFLAGS   ?= -O2 -g
+WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+CPPFLAGS += -std=c11 -D_DEFAULT_SOURCE -DOBLETH_HAVE_SYSTEMD $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+
+SRCS  = $(wildcard host/*.c)
+HDRS  = $(wildcard host/*.h)
+OBJS  = $(SRCS:host/%.c=build/obj/%.o)
+AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
+SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help
+
+all: build/obleth build/obleth-provisioner
+
+help:
+	@echo "make            build build/obleth (runs 'make deps' first if headers are missing)"
+	@echo "make deps       install build and test dependencies from Debian's packages"
+	@echo "make check      every test tier, again under ASan+UBSan, luacheck; ends with 'N passed, N failed'"
+	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
+	@echo "make cluster-up / cluster-down   the harness Slurm cluster (spec/cluster/)"
+	@echo "make bench      benchmarks under spec/bench/"
+	@echo "make install PREFIX=/usr/local"
+
+build/.deps-ok:
+	@mkdir -p build
+	@scripts/deps.sh build
+	@touch $@
+
+deps:
+	@scripts/deps.sh all
+
+build/obj/%.o: host/%.c $(HDRS) | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -c -o $@ $<
+
+build/obleth: $(OBJS)
+	$(CC) $(CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
+
+build/obleth-provisioner: build/obleth
+	ln -sf obleth $@
+
+build/asan/obj/%.o: host/%.c $(HDRS) | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -O1 -g $(SAN) $(WARN) -c -o $@ $<
+
+build/asan/obleth: $(AOBJS)
+	$(CC) -O1 -g $(SAN) -o $@ $(AOBJS) $(LDFLAGS) $(LDLIBS)
+	ln -sf obleth build/asan/obleth-provisioner
+
+asan: build/asan/obleth
+
+lint:
+	luacheck --codes lua spec
+
+check test: all asan
+	@spec/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/obleth
+	install -m 0755 build/obleth $(DESTDIR)$(PREFIX)/bin/obleth
+	ln -sf obleth $(DESTDIR)$(PREFIX)/bin/obleth-provisioner
+	cp -R lua $(DESTDIR)$(PREFIX)/share/obleth/
+	cp -R recipes $(DESTDIR)$(PREFIX)/share/obleth/
+	if [ -d web ]; then cp -R web $(DESTDIR)$(PREFIX)/share/obleth/; fi
+	install -d $(DESTDIR)$(PREFIX)/share/doc/obleth
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/obleth/
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/obleth $(DESTDIR)$(PREFIX)/bin/obleth-provisioner
+	rm -rf $(DESTDIR)$(PREFIX)/share/obleth $(DESTDIR)$(PREFIX)/share/doc/obleth
+
+cluster-up:
+	@spec/cluster/up.sh
+
+cluster-down:
+	@spec/cluster/down.sh
+
+demo: all
+	@scripts/demo.sh
+
+bench: all
+	@spec/bench/run.sh
+
+clean:
+	rm -rf build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok

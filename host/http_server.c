@@ -1,0 +1,467 @@
+/*
+ * http_server.c — HTTP/1.1 server on libevent's evhttp (part of obleth.http).
+ *
+ * Each request runs its handler in its own task, so a handler may sleep,
+ * make HTTP requests or stream a response without blocking other requests.
+ *
+ * Lua API:
+ *   srv = http.server{
+ *     host = "127.0.0.1", port = 8080,   -- port 0 picks a free port
+ *     handler = function(req, res) ... end,
+ *     body_limit = 1048576,              -- bytes; larger bodies get 413
+ *     timeout = 300,                     -- seconds of connection inactivity
+ *   }                                    -> server | nil, err
+ *   srv:port() -> the bound port;  srv:close()
+ *
+ *   req = {method=, target= (raw request target), path= (raw, before '?'),
+ *          query = {name = value} (decoded), headers = {["lower-name"] = v},
+ *          body = "bytes", remote_addr = "127.0.0.1", remote_port = n}
+ *
+ *   The handler either returns {status=, headers=, body=} (or status,
+ *   headers, body), or answers through res:
+ *     res:send(status, headers, body)
+ *     res:start(status, headers)   -- chunked transfer (SSE: text/event-stream)
+ *     res:write(chunk)             -- waits until the chunk is handed to the
+ *                                     socket; true | nil, "closed"
+ *     res:finish()
+ *     res:sent(), res:closed()
+ *   A handler that raises gets a 500 with a JSON error body; the error and
+ *   traceback are logged, never sent to the client.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "host.h"
+
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <stdio.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define SERVER_MT "obleth.http.server"
+#define RES_MT "obleth.http.res"
+
+typedef struct {
+    struct evhttp *http;
+    int handler_ref;
+    int self_ref;
+    int port;
+} server;
+
+typedef struct {
+    struct evhttp_request *req; /* NULL once answered or the connection is gone */
+    int state;                  /* 0 new, 1 streaming, 2 done */
+    int closed;
+    int writing;
+    obleth_waiter w;
+} response;
+
+static const char *reason(int status) {
+    switch (status) {
+    case 200: return "OK"; case 201: return "Created"; case 202: return "Accepted";
+    case 204: return "No Content"; case 301: return "Moved Permanently"; case 302: return "Found";
+    case 304: return "Not Modified"; case 400: return "Bad Request"; case 401: return "Unauthorized";
+    case 403: return "Forbidden"; case 404: return "Not Found"; case 405: return "Method Not Allowed";
+    case 409: return "Conflict"; case 413: return "Payload Too Large"; case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests"; case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway"; case 503: return "Service Unavailable"; case 504: return "Gateway Timeout";
+    default: return "";
+    }
+}
+
+static const char *method_name(enum evhttp_cmd_type c) {
+    switch (c) {
+    case EVHTTP_REQ_GET: return "GET"; case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD"; case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE"; case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE"; case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return "UNKNOWN";
+    }
+}
+
+/* ---- response object --------------------------------------------------------- */
+
+static response *check_res(lua_State *L) { return luaL_checkudata(L, 1, RES_MT); }
+
+static void conn_close_cb(struct evhttp_connection *evcon, void *arg) {
+    (void)evcon;
+    response *r = arg;
+    r->req = NULL;
+    r->closed = 1;
+    if (r->writing) {
+        r->writing = 0;
+        lua_State *co = r->w.co;
+        if (co) {
+            lua_pushnil(co);
+            lua_pushliteral(co, "closed");
+            obleth_wait_resume(&r->w, 2);
+        }
+    }
+}
+
+static void detach_close_cb(response *r) {
+    if (!r->req) return;
+    struct evhttp_connection *c = evhttp_request_get_connection(r->req);
+    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+}
+
+static int add_headers(lua_State *L, int idx, struct evhttp_request *req) {
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    if (lua_isnoneornil(L, idx)) return 0;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) == LUA_TSTRING && lua_isstring(L, -1)) {
+            const char *k = lua_tostring(L, -2), *v = lua_tostring(L, -1);
+            if (strpbrk(k, "\r\n:") || strpbrk(v, "\r\n")) {
+                lua_pop(L, 2);
+                return luaL_error(L, "response header '%s' contains CR, LF or ':'", k);
+            }
+            evhttp_remove_header(out, k);
+            evhttp_add_header(out, k, v);
+        }
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
+static int res_send(lua_State *L) {
+    response *r = check_res(L);
+    int status = (int)luaL_checkinteger(L, 2);
+    size_t n = 0;
+    const char *body = luaL_optlstring(L, 4, "", &n);
+    if (r->state != 0) return luaL_error(L, "response already sent");
+    r->state = 2;
+    if (!r->req) { lua_pushnil(L); lua_pushliteral(L, "closed"); return 2; }
+    add_headers(L, 3, r->req);
+    struct evbuffer *b = evbuffer_new();
+    if (!b) return luaL_error(L, "out of memory");
+    evbuffer_add(b, body, n);
+    detach_close_cb(r);
+    evhttp_send_reply(r->req, status, reason(status), b);
+    evbuffer_free(b);
+    r->req = NULL;
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int res_start(lua_State *L) {
+    response *r = check_res(L);
+    int status = (int)luaL_checkinteger(L, 2);
+    if (r->state != 0) return luaL_error(L, "response already started");
+    r->state = 1;
+    if (!r->req) { lua_pushnil(L); lua_pushliteral(L, "closed"); return 2; }
+    add_headers(L, 3, r->req);
+    evhttp_send_reply_start(r->req, status, reason(status));
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static void chunk_sent_cb(struct evhttp_connection *evcon, void *arg) {
+    (void)evcon;
+    response *r = arg;
+    if (!r->writing) return;
+    r->writing = 0;
+    lua_pushboolean(r->w.co, 1);
+    obleth_wait_resume(&r->w, 1);
+}
+
+static int res_write(lua_State *L) {
+    response *r = check_res(L);
+    size_t n;
+    const char *s = luaL_checklstring(L, 2, &n);
+    if (r->state != 1) return luaL_error(L, "write: call res:start first");
+    if (!r->req) { lua_pushnil(L); lua_pushliteral(L, "closed"); return 2; }
+    if (n == 0) { lua_pushboolean(L, 1); return 1; }
+    struct evbuffer *b = evbuffer_new();
+    if (!b) return luaL_error(L, "out of memory");
+    evbuffer_add(b, s, n);
+    if (lua_isyieldable(L)) {
+        evhttp_send_reply_chunk_with_cb(r->req, b, chunk_sent_cb, r);
+        evbuffer_free(b);
+        r->writing = 1;
+        obleth_wait_begin(L, &r->w, "res:write");
+        return lua_yield(L, 0);
+    }
+    evhttp_send_reply_chunk(r->req, b);
+    evbuffer_free(b);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int res_finish(lua_State *L) {
+    response *r = check_res(L);
+    if (r->state == 2) return 0;
+    if (r->state != 1) return luaL_error(L, "finish: call res:start first");
+    r->state = 2;
+    if (r->req) {
+        detach_close_cb(r);
+        evhttp_send_reply_end(r->req);
+        r->req = NULL;
+    }
+    return 0;
+}
+
+static int res_sent(lua_State *L) {
+    response *r = check_res(L);
+    lua_pushboolean(L, r->state != 0);
+    return 1;
+}
+
+static int res_closed(lua_State *L) {
+    response *r = check_res(L);
+    lua_pushboolean(L, r->closed);
+    return 1;
+}
+
+static int res_gc(lua_State *L) {
+    response *r = check_res(L);
+    if (r->req) {
+        /* a handler task that vanished without answering (shutdown) */
+        detach_close_cb(r);
+        if (r->state == 1) evhttp_send_reply_end(r->req);
+        else evhttp_send_error(r->req, 500, "Internal Server Error");
+        r->req = NULL;
+    }
+    obleth_wait_drop(L, &r->w);
+    return 0;
+}
+
+/* ---- per-request dispatch ------------------------------------------------------ */
+
+static const char trampoline_src[] =
+    "local handler, req, res, log = ...\n"
+    "local ok, a, b, c = xpcall(handler, debug.traceback, req, res)\n"
+    "if not ok then\n"
+    "  log.error('http_handler_error', {method = req.method, path = req.path, error = tostring(a)})\n"
+    "  if not res:sent() then\n"
+    "    res:send(500, {['Content-Type'] = 'application/json'},\n"
+    "      '{\"error\":{\"code\":\"internal\",\"message\":\"internal server error\"}}')\n"
+    "  elseif not res:closed() then res:finish() end\n"
+    "  return\n"
+    "end\n"
+    "if res:sent() then return end\n"
+    "if type(a) == 'table' then res:send(a.status or 200, a.headers, a.body or '')\n"
+    "elseif type(a) == 'number' then res:send(a, b, c or '')\n"
+    "else\n"
+    "  log.error('http_handler_error', {method = req.method, path = req.path, error = 'handler returned no response'})\n"
+    "  res:send(500, {['Content-Type'] = 'application/json'},\n"
+    "    '{\"error\":{\"code\":\"internal\",\"message\":\"handler returned no response\"}}')\n"
+    "end\n";
+
+static void push_request(lua_State *L, struct evhttp_request *req) {
+    lua_createtable(L, 0, 9);
+    lua_pushstring(L, method_name(evhttp_request_get_command(req)));
+    lua_setfield(L, -2, "method");
+    const char *target = evhttp_request_get_uri(req);
+    lua_pushstring(L, target ? target : "/");
+    lua_setfield(L, -2, "target");
+    const char *q = target ? strchr(target, '?') : NULL;
+    if (q) lua_pushlstring(L, target, (size_t)(q - target));
+    else lua_pushstring(L, target ? target : "/");
+    lua_setfield(L, -2, "path");
+    lua_newtable(L);
+    if (q) {
+        struct evkeyvalq params;
+        if (evhttp_parse_query_str(q + 1, &params) == 0) {
+            for (struct evkeyval *kv = params.tqh_first; kv; kv = kv->next.tqe_next) {
+                lua_pushstring(L, kv->value);
+                lua_setfield(L, -2, kv->key);
+            }
+        }
+        evhttp_clear_headers(&params);
+    }
+    lua_setfield(L, -2, "query");
+    lua_newtable(L);
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+        luaL_Buffer lb;
+        luaL_buffinit(L, &lb);
+        for (const char *p = kv->key; *p; p++) {
+            char c = *p;
+            luaL_addchar(&lb, (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c);
+        }
+        luaL_pushresult(&lb);
+        lua_pushvalue(L, -1);
+        if (lua_rawget(L, -3) == LUA_TSTRING) {
+            lua_pushliteral(L, ", ");
+            lua_pushstring(L, kv->value);
+            lua_concat(L, 3);
+        } else {
+            lua_pop(L, 1);
+            lua_pushstring(L, kv->value);
+        }
+        lua_rawset(L, -3);
+    }
+    lua_setfield(L, -2, "headers");
+    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(body);
+    if (n) {
+        unsigned char *p = evbuffer_pullup(body, (ev_ssize_t)n);
+        lua_pushlstring(L, (const char *)p, n);
+    } else {
+        lua_pushliteral(L, "");
+    }
+    lua_setfield(L, -2, "body");
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) {
+        char *addr = NULL;
+        ev_uint16_t port = 0;
+        evhttp_connection_get_peer(c, &addr, &port);
+        if (addr) { lua_pushstring(L, addr); lua_setfield(L, -2, "remote_addr"); }
+        lua_pushinteger(L, port);
+        lua_setfield(L, -2, "remote_port");
+    }
+}
+
+static void gen_cb(struct evhttp_request *req, void *arg) {
+    server *s = arg;
+    lua_State *L = obleth_main_state();
+    int top = lua_gettop(L);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline") != LUA_TFUNCTION) {
+        lua_settop(L, top);
+        evhttp_send_error(req, 500, "Internal Server Error");
+        return;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->handler_ref);
+    push_request(L, req);
+    response *r = lua_newuserdatauv(L, sizeof *r, 0);
+    memset(r, 0, sizeof *r);
+    r->w.ref = LUA_NOREF;
+    r->req = req;
+    luaL_setmetatable(L, RES_MT);
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_closecb(c, conn_close_cb, r);
+    lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.log");
+    obleth_task_spawn(L, 4);
+    lua_settop(L, top);
+}
+
+/* ---- server object --------------------------------------------------------------- */
+
+static server *check_server(lua_State *L) {
+    server *s = luaL_checkudata(L, 1, SERVER_MT);
+    return s;
+}
+
+static void server_free(lua_State *L, server *s) {
+    if (s->http) { evhttp_free(s->http); s->http = NULL; }
+    if (s->handler_ref != LUA_NOREF) { luaL_unref(L, LUA_REGISTRYINDEX, s->handler_ref); s->handler_ref = LUA_NOREF; }
+    if (s->self_ref != LUA_NOREF) { luaL_unref(L, LUA_REGISTRYINDEX, s->self_ref); s->self_ref = LUA_NOREF; }
+}
+
+static int server_close(lua_State *L) { server_free(L, check_server(L)); return 0; }
+static int server_gc(lua_State *L) { server_free(L, check_server(L)); return 0; }
+
+static int server_port(lua_State *L) {
+    server *s = check_server(L);
+    lua_pushinteger(L, s->port);
+    return 1;
+}
+
+static int l_server(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_getfield(L, 1, "host");
+    const char *host = luaL_optstring(L, -1, "127.0.0.1");
+    lua_getfield(L, 1, "port");
+    lua_Integer port = luaL_optinteger(L, -1, 0);
+    lua_getfield(L, 1, "body_limit");
+    lua_Integer limit = luaL_optinteger(L, -1, 1 << 20);
+    lua_getfield(L, 1, "timeout");
+    lua_Integer timeout = luaL_optinteger(L, -1, 300);
+    lua_getfield(L, 1, "handler");
+    luaL_argcheck(L, lua_isfunction(L, -1), 1, "'handler' must be a function");
+    luaL_argcheck(L, port >= 0 && port <= 65535, 1, "'port' must be 0..65535");
+    luaL_argcheck(L, limit > 0, 1, "'body_limit' must be > 0");
+
+    server *s = lua_newuserdatauv(L, sizeof *s, 0);
+    s->http = NULL; s->handler_ref = LUA_NOREF; s->self_ref = LUA_NOREF; s->port = 0;
+    luaL_setmetatable(L, SERVER_MT);
+    s->http = evhttp_new(obleth_base());
+    if (!s->http) return luaL_error(L, "out of memory");
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)limit);
+    evhttp_set_max_headers_size(s->http, 64 * 1024);
+    evhttp_set_timeout(s->http, (int)timeout);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                            EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(s->http, gen_cb, s);
+    /* our own listener: evhttp's default backlog (128) drops SYNs under bursts */
+    struct evutil_addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICHOST;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", (int)port);
+    struct evconnlistener *lst = NULL;
+    if (evutil_getaddrinfo(host, portstr, &hints, &ai) == 0 && ai) {
+        lst = evconnlistener_new_bind(obleth_base(), NULL, NULL,
+                                      LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                                      4096, ai->ai_addr, (int)ai->ai_addrlen);
+        evutil_freeaddrinfo(ai);
+    }
+    struct evhttp_bound_socket *h = lst ? evhttp_bind_listener(s->http, lst) : NULL;
+    if (!h) {
+        if (lst) evconnlistener_free(lst);
+        server_free(L, s);
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot listen on %s:%d (address in use, or not a numeric address)", host, (int)port);
+        return 2;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(evhttp_bound_socket_get_fd(h), (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    lua_pushvalue(L, -2); /* handler */
+    s->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, -1);
+    s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 1;
+}
+
+void obleth_http_server_open(lua_State *L) {
+    /* stack: module table */
+    static const luaL_Reg server_m[] = {{"port", server_port}, {"close", server_close}, {NULL, NULL}};
+    static const luaL_Reg res_m[] = {{"send", res_send}, {"start", res_start}, {"write", res_write},
+                                     {"finish", res_finish}, {"sent", res_sent}, {"closed", res_closed},
+                                     {NULL, NULL}};
+    luaL_newmetatable(L, SERVER_MT);
+    luaL_newlib(L, server_m);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, server_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, server_close);
+    lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, RES_MT);
+    luaL_newlib(L, res_m);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, res_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    if (luaL_loadbuffer(L, trampoline_src, sizeof trampoline_src - 1, "=http.trampoline") != LUA_OK)
+        lua_error(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline");
+    luaL_requiref(L, "obleth.log", luaopen_obleth_log, 0);
+    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.log");
+    lua_pushcfunction(L, l_server);
+    lua_setfield(L, -2, "server");
+}
+
+void obleth_http_client_open(lua_State *L);
+
+int luaopen_obleth_http(lua_State *L) {
+    lua_newtable(L);
+    obleth_http_client_open(L);
+    obleth_http_server_open(L);
+    return 1;
+}

@@ -1,0 +1,318 @@
+/*
+ * log.c — structured logging to stderr with secret redaction (obleth.log).
+ *
+ * One line per event in logfmt: `ts=... level=info event=name k=v ...`.
+ * Under systemd (JOURNAL_STREAM set) the timestamp is left to journald and
+ * each line starts with a syslog priority prefix (<3> error ... <7> debug),
+ * which journald turns into the entry's priority.
+ *
+ * Redaction: every string registered with add_secret (4 bytes or longer)
+ * is replaced by "[redacted]" wherever it appears in a line, and values of
+ * fields whose key names a credential (token, secret, password,
+ * authorization, api_key, jwt) are always printed as "[redacted]".
+ *
+ * Lua API (require "obleth.log"):
+ *   debug|info|warn|error(event, fields?)  fields: table of scalars
+ *   set_level(name)   "debug" | "info" | "warn" | "error"; level()
+ *   add_secret(s)     register a secret string (ignored if shorter than 4)
+ *   redact(s)         s with every registered secret replaced
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "host.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+enum { LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR };
+static const char *lvnames[] = {"debug", "info", "warn", "error"};
+static const int lvprio[] = {7, 6, 4, 3};
+
+static int g_level = LV_INFO;
+static int g_level_init;
+static char **g_secrets;
+static size_t g_nsecrets, g_capsecrets;
+
+static int level_of(const char *name) {
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, lvnames[i]) == 0) return i;
+    if (strcmp(name, "warning") == 0) return LV_WARN;
+    return -1;
+}
+
+static void init_level(void) {
+    if (g_level_init) return;
+    g_level_init = 1;
+    const char *e = getenv("OBLETH_LOG_LEVEL");
+    if (e) {
+        int l = level_of(e);
+        if (l >= 0) g_level = l;
+    }
+}
+
+/* A growable buffer; all memory freed by buf_free. */
+typedef struct { char *p; size_t n, cap; } buf;
+
+static void buf_add(buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { fputs("obleth: out of memory\n", stderr); abort(); }
+        b->p = p; b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void buf_adds(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+static void buf_free(buf *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
+
+/* Replace every registered secret in b (in place, into a new buffer). */
+static void redact(buf *b) {
+    for (size_t i = 0; i < g_nsecrets; i++) {
+        const char *sec = g_secrets[i];
+        size_t sl = strlen(sec);
+        if (!b->p || !strstr(b->p, sec)) continue;
+        buf out = {0};
+        const char *p = b->p, *hit;
+        while ((hit = strstr(p, sec)) != NULL) {
+            buf_add(&out, p, (size_t)(hit - p));
+            buf_adds(&out, "[redacted]");
+            p = hit + sl;
+        }
+        buf_adds(&out, p);
+        buf_free(b);
+        *b = out;
+    }
+}
+
+static int needs_quote(const char *s, size_t n) {
+    if (n == 0) return 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c >= 0x7f) return 1;
+    }
+    return 0;
+}
+
+static void add_value(buf *b, const char *s, size_t n) {
+    if (!needs_quote(s, n)) { buf_add(b, s, n); return; }
+    buf_adds(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char tmp[8];
+        switch (c) {
+        case '"': buf_adds(b, "\\\""); break;
+        case '\\': buf_adds(b, "\\\\"); break;
+        case '\n': buf_adds(b, "\\n"); break;
+        case '\r': buf_adds(b, "\\r"); break;
+        case '\t': buf_adds(b, "\\t"); break;
+        default:
+            if (c < 0x20 || c == 0x7f) { snprintf(tmp, sizeof tmp, "\\x%02x", c); buf_adds(b, tmp); }
+            else buf_add(b, (const char *)&s[i], 1);
+        }
+    }
+    buf_adds(b, "\"");
+}
+
+static int is_secret_key(const char *k) {
+    static const char *words[] = {"token", "secret", "password", "passwd", "authorization",
+                                  "api_key", "apikey", "jwt", "cookie", NULL};
+    char low[128];
+    size_t i;
+    for (i = 0; k[i] && i < sizeof low - 1; i++) low[i] = (char)tolower((unsigned char)k[i]);
+    low[i] = 0;
+    for (int j = 0; words[j]; j++)
+        if (strstr(low, words[j])) return 1;
+    return 0;
+}
+
+static void line_start(buf *b, int lv, const char *event) {
+    if (getenv("JOURNAL_STREAM")) {
+        char pre[8];
+        snprintf(pre, sizeof pre, "<%d>", lvprio[lv]);
+        buf_adds(b, pre);
+    } else {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        struct tm tm;
+        gmtime_r(&tv.tv_sec, &tm);
+        char ts[64];
+        snprintf(ts, sizeof ts, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
+        buf_adds(b, ts);
+    }
+    buf_adds(b, "level=");
+    buf_adds(b, lvnames[lv]);
+    buf_adds(b, " event=");
+    add_value(b, event, strlen(event));
+}
+
+static void line_emit(buf *b) {
+    redact(b);
+    buf_adds(b, "\n");
+    fwrite(b->p, 1, b->n, stderr);
+    fflush(stderr);
+}
+
+void obleth_log(const char *level, const char *event, const char *fmt, ...) {
+    init_level();
+    int lv = level_of(level);
+    if (lv < 0) lv = LV_INFO;
+    if (lv < g_level) return;
+    buf b = {0};
+    line_start(&b, lv, event);
+    if (fmt && *fmt) {
+        char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(NULL, 0, fmt, ap);
+        va_end(ap);
+        if (n > 0) {
+            msg = malloc((size_t)n + 1);
+            if (msg) {
+                va_start(ap, fmt);
+                vsnprintf(msg, (size_t)n + 1, fmt, ap);
+                va_end(ap);
+                buf_adds(&b, " ");
+                /* fmt is "k=v" pairs written by C code; keep it on one line */
+                for (char *p = msg; *p; p++) if (*p == '\n') *p = ' ';
+                buf_adds(&b, msg);
+                free(msg);
+            }
+        }
+    }
+    line_emit(&b);
+    buf_free(&b);
+}
+
+/* ---- Lua API ---------------------------------------------------------------- */
+
+typedef struct { const char *k; size_t kl; } keyref;
+
+static int cmp_keys(const void *a, const void *b) {
+    const keyref *x = a, *y = b;
+    return strcmp(x->k, y->k);
+}
+
+static int log_at(lua_State *L, int lv) {
+    init_level();
+    const char *event = luaL_checkstring(L, 1);
+    if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+    if (lv < g_level) return 0;
+    /* collect string keys, sorted for stable output; the strings stay
+       referenced by the table on the stack, so pointers remain valid */
+    keyref keys[64];
+    int nk = 0;
+    if (lua_istable(L, 2)) {
+        lua_pushnil(L);
+        while (lua_next(L, 2) != 0 && nk < 64) {
+            lua_pop(L, 1);
+            if (lua_type(L, -1) == LUA_TSTRING) {
+                keys[nk].k = lua_tolstring(L, -1, &keys[nk].kl);
+                nk++;
+            }
+        }
+        lua_settop(L, 2);
+        qsort(keys, (size_t)nk, sizeof keys[0], cmp_keys);
+    }
+    buf b = {0};
+    line_start(&b, lv, event);
+    for (int i = 0; i < nk; i++) {
+        lua_getfield(L, 2, keys[i].k);
+        size_t vl = 0;
+        const char *v;
+        if (is_secret_key(keys[i].k) && !lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN) {
+            v = "[redacted]"; vl = strlen(v);
+        } else {
+            v = luaL_tolstring(L, -1, &vl); /* pushes */
+        }
+        buf_adds(&b, " ");
+        buf_add(&b, keys[i].k, keys[i].kl);
+        buf_adds(&b, "=");
+        add_value(&b, v, vl);
+        lua_settop(L, 2);
+    }
+    line_emit(&b);
+    buf_free(&b);
+    return 0;
+}
+
+static int l_debug(lua_State *L) { return log_at(L, LV_DEBUG); }
+static int l_info(lua_State *L) { return log_at(L, LV_INFO); }
+static int l_warn(lua_State *L) { return log_at(L, LV_WARN); }
+static int l_error(lua_State *L) { return log_at(L, LV_ERROR); }
+
+static int l_set_level(lua_State *L) {
+    init_level();
+    int lv = level_of(luaL_checkstring(L, 1));
+    luaL_argcheck(L, lv >= 0, 1, "level must be debug, info, warn or error");
+    g_level = lv;
+    return 0;
+}
+
+static int l_level(lua_State *L) {
+    init_level();
+    lua_pushstring(L, lvnames[g_level]);
+    return 1;
+}
+
+static int l_add_secret(lua_State *L) {
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    if (n < 4 || strlen(s) != n) return 0;
+    for (size_t i = 0; i < g_nsecrets; i++)
+        if (strcmp(g_secrets[i], s) == 0) return 0;
+    if (g_nsecrets == g_capsecrets) {
+        size_t cap = g_capsecrets ? g_capsecrets * 2 : 8;
+        char **p = realloc(g_secrets, cap * sizeof *p);
+        if (!p) return luaL_error(L, "out of memory");
+        g_secrets = p; g_capsecrets = cap;
+    }
+    char *copy = strdup(s);
+    if (!copy) return luaL_error(L, "out of memory");
+    g_secrets[g_nsecrets++] = copy;
+    return 0;
+}
+
+static int l_redact(lua_State *L) {
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    buf b = {0};
+    buf_add(&b, s, n);
+    redact(&b);
+    lua_pushlstring(L, b.p, b.n);
+    buf_free(&b);
+    return 1;
+}
+
+/* Frees the secret list when the Lua state closes. */
+static int secrets_gc(lua_State *L) {
+    (void)L;
+    for (size_t i = 0; i < g_nsecrets; i++) free(g_secrets[i]);
+    free(g_secrets);
+    g_secrets = NULL;
+    g_nsecrets = g_capsecrets = 0;
+    return 0;
+}
+
+int luaopen_obleth_log(lua_State *L) {
+    static const luaL_Reg funcs[] = {
+        {"debug", l_debug}, {"info", l_info},           {"warn", l_warn},
+        {"error", l_error}, {"set_level", l_set_level}, {"level", l_level},
+        {"add_secret", l_add_secret}, {"redact", l_redact}, {NULL, NULL}};
+    luaL_newlib(L, funcs);
+    /* a sentinel whose __gc releases the secrets at lua_close */
+    lua_newuserdatauv(L, 1, 0);
+    lua_newtable(L);
+    lua_pushcfunction(L, secrets_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.log.sentinel");
+    return 1;
+}

@@ -1,0 +1,15 @@
+/* modules.c — registers the host's C modules in package.preload. */
+#include "host.h"
+
+void obleth_open_modules(lua_State *L) {
+    static const luaL_Reg mods[] = {
+        {"obleth.loop", luaopen_obleth_loop}, {"obleth.http", luaopen_obleth_http},
+        {"obleth.log", luaopen_obleth_log},   {"obleth.yaml", luaopen_obleth_yaml},
+        {"obleth.sys", luaopen_obleth_sys},   {NULL, NULL}};
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    for (const luaL_Reg *m = mods; m->name; m++) {
+        lua_pushcfunction(L, m->func);
+        lua_setfield(L, -2, m->name);
+    }
+    lua_pop(L, 1);
+}

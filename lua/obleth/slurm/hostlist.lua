@@ -1,0 +1,137 @@
+--- Slurm hostlist expressions: "n[0-2,5],gpu01" <-> {"n0","n1","n2","n5","gpu01"}.
+--
+-- Grammar handled (the subset slurmctld emits and accepts):
+--   list    := item ("," item)*            commas inside [] do not split
+--   item    := text ("[" ranges "]" text)*  several bracket groups multiply out
+--   ranges  := range ("," range)*
+--   range   := N | N "-" M                  the width of N is kept ("01-03" -> 01,02,03)
+-- Pure functions, no I/O.
+local M = {}
+
+--- Largest expansion we agree to produce; a larger one is refused as input error.
+M.MAX_HOSTS = 1000000
+
+local function _split_top(s, open, close)
+  local parts, depth, start = {}, 0, 1
+  for i = 1, #s do
+    local c = s:sub(i, i)
+    if c == open then
+      depth = depth + 1
+    elseif c == close then
+      depth = depth - 1
+    elseif c == "," and depth == 0 then
+      parts[#parts + 1] = s:sub(start, i - 1)
+      start = i + 1
+    end
+  end
+  parts[#parts + 1] = s:sub(start)
+  return parts
+end
+
+-- Expands one item (may hold several bracket groups) into `out`.
+local function _expand_item(item, out, budget)
+  local pre, body, rest = item:match("^([^%[]*)%[([^%]]*)%](.*)$")
+  if not pre then
+    if item:find("[%[%]]") then return nil, "unbalanced brackets in " .. item end
+    if item ~= "" then
+      if #out >= budget then return nil, "hostlist too large" end
+      out[#out + 1] = item
+    end
+    return true
+  end
+  local tails = {}
+  local ok, err = _expand_item(rest, tails, budget)
+  if not ok then return nil, err end
+  if rest == "" then tails = { "" } end
+  for _, r in ipairs(_split_top(body, "[", "]")) do
+    local lo, hi = r:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
+    if not lo then
+      lo = r:match("^%s*(%d+)%s*$")
+      hi = lo
+    end
+    if not lo then return nil, "bad range '" .. r .. "' in " .. item end
+    local a, b, width = tonumber(lo), tonumber(hi), #lo
+    if b < a then return nil, "descending range '" .. r .. "' in " .. item end
+    if (b - a + 1) * #tails + #out > budget then return nil, "hostlist too large" end
+    for n = a, b do
+      local num = string.format("%0" .. width .. "d", n)
+      for _, t in ipairs(tails) do
+        out[#out + 1] = pre .. num .. t
+      end
+    end
+  end
+  return true
+end
+
+--- Expand a hostlist expression.
+---@param expr string|nil hostlist such as "n[0-2,5],gpu01"; nil/"" give {}
+---@return string[]|nil names in order, duplicates kept
+---@return string|nil err  message for a malformed expression
+function M.expand(expr)
+  if expr == nil or type(expr) ~= "string" then return {} end
+  if expr == "None assigned" then return {} end
+  expr = expr:gsub("%s+", "")
+  if expr == "" or expr == "(null)" then return {} end
+  local out = {}
+  for _, item in ipairs(_split_top(expr, "[", "]")) do
+    local ok, err = _expand_item(item, out, M.MAX_HOSTS)
+    if not ok then return nil, err end
+  end
+  return out
+end
+
+--- Compress a list of host names into a hostlist expression.
+-- Names sharing a prefix and a numeric suffix of the same width are merged
+-- ("n01","n02","n03" -> "n[01-03]"); groups keep the order in which their
+-- prefix first appears; numbers inside a group are sorted, duplicates dropped.
+---@param list string[]
+---@return string expression ("" for an empty list)
+function M.compress(list)
+  local groups, order = {}, {}
+  for _, name in ipairs(list or {}) do
+    local pre, num = name:match("^(.-)(%d+)$")
+    local key = pre and (pre .. "\0" .. #num) or ("\1" .. name)
+    local g = groups[key]
+    if not g then
+      g = { pre = pre, width = num and #num, nums = {}, seen = {}, plain = not pre and name }
+      groups[key] = g
+      order[#order + 1] = key
+    end
+    if pre then
+      local n = tonumber(num)
+      if not g.seen[n] then
+        g.seen[n] = true
+        g.nums[#g.nums + 1] = n
+      end
+    end
+  end
+  local parts = {}
+  for _, key in ipairs(order) do
+    local g = groups[key]
+    if g.plain then
+      parts[#parts + 1] = g.plain
+    else
+      table.sort(g.nums)
+      local fmt = "%0" .. g.width .. "d"
+      local ranges, i = {}, 1
+      while i <= #g.nums do
+        local j = i
+        while j < #g.nums and g.nums[j + 1] == g.nums[j] + 1 do j = j + 1 end
+        if j == i then
+          ranges[#ranges + 1] = fmt:format(g.nums[i])
+        else
+          ranges[#ranges + 1] = fmt:format(g.nums[i]) .. "-" .. fmt:format(g.nums[j])
+        end
+        i = j + 1
+      end
+      if #g.nums == 1 then
+        parts[#parts + 1] = g.pre .. ranges[1]
+      else
+        parts[#parts + 1] = g.pre .. "[" .. table.concat(ranges, ",") .. "]"
+      end
+    end
+  end
+  return table.concat(parts, ",")
+end
+
+return M

@@ -1,0 +1,778 @@
+--- Normalizer for slurmrestd responses, v0.0.38 to v0.0.44.
+--
+-- Every function takes a response already decoded by cjson (cjson.null, a
+-- userdata, is read as nil) and the API version string ("v0.0.38"...), and
+-- returns one shape whatever the version. Pure functions, no I/O.
+--
+-- Numbers. slurmrestd writes "no value"/"unlimited" in several ways:
+--   * NV objects {set, infinite, number} (v0.0.39+): infinite=true -> math.huge
+--     (checked first: Slurm sends {set=false, infinite=true} for unlimited);
+--     set=false -> nil; otherwise number.
+--   * raw sentinels: NO_VAL 4294967294 (uint32), NO_VAL16 65534, NO_VAL64
+--     18446744073709551614 and -2 mean "unknown" -> nil; INFINITE 4294967295
+--     (and -1 where v0.0.38 prints limits signed) means unlimited -> math.huge
+--     only for limits (time_limit, max_time, max_nodes); for plain counters
+--     (cpus, memory) it is nil.
+--   * null: nil, except a job `time_limit` of null, which v0.0.38 prints for
+--     UNLIMITED (a job always has a resolved limit: slurmctld copies the
+--     partition's, which is INFINITE when the partition has none).
+-- Times are epoch seconds; 0 means "not happened" and becomes nil.
+-- Time limits are minutes. Memory is MiB.
+local hostlist = require "obleth.slurm.hostlist"
+local gres = require "obleth.slurm.gres"
+
+local M = {}
+
+local HUGE = math.huge
+local NO_VAL = 4294967294
+local INFINITE = 4294967295
+
+---------------------------------------------------------------------------
+-- primitive readers
+---------------------------------------------------------------------------
+
+local function _v(x)
+  if type(x) == "userdata" then return nil end
+  return x
+end
+
+local function _str(x)
+  x = _v(x)
+  if type(x) ~= "string" or x == "" then return nil end
+  return x
+end
+
+local function _int(n)
+  return math.tointeger(n) or n
+end
+
+--- Read a count: NV, number or nil; unknown sentinels and negatives give nil.
+---@param x any
+---@return number|nil
+function M.count(x)
+  x = _v(x)
+  if type(x) == "table" then
+    if x.infinite == true then return nil end
+    if x.set == false then return nil end
+    x = _v(x.number)
+  end
+  if type(x) ~= "number" then return nil end
+  if x < 0 or x >= NO_VAL then return nil end
+  if x == 65534 then return nil end
+  return _int(x)
+end
+
+--- Read a limit: like `count` but unlimited (infinite NV, 4294967295, -1) is math.huge.
+---@param x any
+---@param null_is_unlimited boolean|nil treat null/absent as unlimited
+---@return number|nil
+function M.limit(x, null_is_unlimited)
+  x = _v(x)
+  if x == nil then return null_is_unlimited and HUGE or nil end
+  if type(x) == "table" then
+    if x.infinite == true then return HUGE end
+    if x.set == false then return nil end
+    x = _v(x.number)
+  end
+  if type(x) ~= "number" then return nil end
+  if x == INFINITE or x == -1 or x == 65535 then return HUGE end
+  if x < 0 or x == NO_VAL or x >= 18446744073709551614 or x == 65534 then return nil end
+  return _int(x)
+end
+
+--- Read an epoch time: NV or number; 0, unset and sentinels give nil.
+---@param x any
+---@return integer|nil seconds since the epoch
+function M.time(x)
+  local n = M.count(x)
+  if n == nil or n == 0 then return nil end
+  return n
+end
+
+local function _vnum(version)
+  local n = type(version) == "string" and tonumber(version:match("^v?0%.0%.(%d+)$"))
+  if not n then error("unknown slurmrestd API version: " .. tostring(version), 3) end
+  return n
+end
+
+local function _set_of(x)
+  x = _v(x)
+  local set = {}
+  if type(x) == "string" then
+    for item in x:gmatch("[^,]+") do
+      item = item:match("^%s*(.-)%s*$")
+      if item ~= "" then set[item] = true end
+    end
+  elseif type(x) == "table" then
+    for _, item in ipairs(x) do
+      if type(item) == "string" and item ~= "" then set[item] = true end
+    end
+  end
+  return set
+end
+
+local function _array_of(x)
+  x = _v(x)
+  local out = {}
+  if type(x) == "string" then
+    for item in x:gmatch("[^,]+") do out[#out + 1] = item end
+  elseif type(x) == "table" then
+    for _, item in ipairs(x) do out[#out + 1] = item end
+  end
+  return out
+end
+
+-- Access-list of a partition: nil means "no restriction" ("" or "ALL").
+local function _acl(x)
+  x = _v(x)
+  if x == nil or x == "" or x == "ALL" then return nil end
+  local s = _set_of(x)
+  if s.ALL or next(s) == nil then return nil end
+  return s
+end
+
+---------------------------------------------------------------------------
+-- states
+---------------------------------------------------------------------------
+
+-- Suffixes sinfo-style node state strings may carry.
+local NODE_SUFFIX = {
+  ["*"] = "NOT_RESPONDING", ["~"] = "POWERED_DOWN", ["#"] = "POWERING_UP",
+  ["%"] = "POWERING_DOWN", ["!"] = "POWER_DOWN", ["$"] = "MAINTENANCE",
+  ["@"] = "REBOOT_REQUESTED", ["^"] = "REBOOT_ISSUED", ["-"] = "PLANNED",
+}
+
+-- Base job states; job_state strings that name a flag (v0.0.38/39 print
+-- job_state_string(), which returns e.g. "COMPLETING" or "REQUEUED" when that
+-- flag is set) are kept as the base and also set as a flag.
+local JOB_FLAG_NAMES = {
+  COMPLETING = true, CONFIGURING = true, REQUEUED = true, RESIZING = true,
+  STAGE_OUT = true, SIGNALING = true, STOPPED = true, REQUEUE_FED = true,
+  REQUEUE_HOLD = true, SPECIAL_EXIT = true, REVOKED = true, UPDATE_DB = true,
+  RECONFIG_FAIL = true, POWER_UP_NODE = true, LAUNCH_FAILED = true,
+}
+
+--- Normalize a state value: a string ("IDLE", "idle", "MIXED+DRAIN", "idle*"),
+-- or a list (["IDLE","DRAIN"]), plus an optional separate flag list.
+---@param state any
+---@param extra_flags any optional list of flag names (v0.0.38 `state_flags`)
+---@param kind "node"|"job"|nil
+---@return {base: string|nil, flags: table<string, boolean>}
+function M.state(state, extra_flags, kind)
+  state = _v(state)
+  local out = { flags = {} }
+  local words = {}
+  if type(state) == "string" then
+    for w in state:gmatch("[^+]+") do words[#words + 1] = w end
+  elseif type(state) == "table" then
+    for _, w in ipairs(state) do
+      if type(w) == "string" then words[#words + 1] = w end
+    end
+  end
+  for i, w in ipairs(words) do
+    w = w:upper()
+    if kind ~= "job" then
+      local last = w:sub(-1)
+      while NODE_SUFFIX[last] and #w > 1 do
+        out.flags[NODE_SUFFIX[last]] = true
+        w = w:sub(1, -2)
+        last = w:sub(-1)
+      end
+    end
+    if i == 1 then out.base = w else out.flags[w] = true end
+    if kind == "job" and i == 1 and JOB_FLAG_NAMES[w] then out.flags[w] = true end
+  end
+  if kind == "node" then
+    if out.base == "DRAINED" or out.base == "DRAINING" then out.flags.DRAIN = true end
+    if out.base == "COMPLETING" then out.flags.COMPLETING = true end
+  end
+  if type(_v(extra_flags)) == "table" then
+    for _, f in ipairs(extra_flags) do
+      if type(f) == "string" then out.flags[f:upper()] = true end
+    end
+  end
+  return out
+end
+
+--- Flags that stop a node from counting as idle, whatever its base state.
+M.NOT_IDLE_FLAGS = {
+  DRAIN = true, DRAINING = true, DRAINED = true, DOWN = true, NOT_RESPONDING = true,
+  POWERED_DOWN = true, POWERING_DOWN = true, POWERING_UP = true, POWER_DOWN = true,
+  FAIL = true, FAILING = true, MAINTENANCE = true, RESERVED = true,
+  REBOOT_REQUESTED = true, REBOOT_ISSUED = true, PLANNED = true, COMPLETING = true,
+  INVALID_REG = true, POWER_DRAIN = true,
+}
+
+--- True when a normalized node state is plain IDLE without any blocking flag.
+---@param st {base: string|nil, flags: table<string, boolean>}
+---@return boolean
+function M.is_idle(st)
+  if not st or st.base ~= "IDLE" then return false end
+  for f in pairs(st.flags) do
+    if M.NOT_IDLE_FLAGS[f] then return false end
+  end
+  return true
+end
+
+---------------------------------------------------------------------------
+-- errors
+---------------------------------------------------------------------------
+
+--- Error entries of a response.
+-- v0.0.38 writes {error_code, error}; later {error_number, error, description, source};
+-- a v0.0.38 parse failure mixes both.
+---@param doc table|nil decoded response
+---@return {code: integer|nil, message: string|nil, description: string|nil, source: string|nil}[]
+function M.errors(doc)
+  local out = {}
+  local errs = type(doc) == "table" and _v(doc.errors)
+  if type(errs) ~= "table" then return out end
+  for _, e in ipairs(errs) do
+    if type(e) == "table" then
+      out[#out + 1] = {
+        code = _int(_v(e.error_number) or _v(e.error_code)),
+        message = _str(e.error),
+        description = _str(e.description),
+        source = _str(e.source),
+      }
+    elseif type(e) == "string" then
+      out[#out + 1] = { message = e }
+    end
+  end
+  return out
+end
+
+--- Warning entries (v0.0.39+): {description, source}.
+---@param doc table|nil
+---@return {message: string|nil, source: string|nil}[]
+function M.warnings(doc)
+  local out = {}
+  local ws = type(doc) == "table" and _v(doc.warnings)
+  if type(ws) ~= "table" then return out end
+  for _, w in ipairs(ws) do
+    if type(w) == "table" then
+      out[#out + 1] = { message = _str(w.description), source = _str(w.source) }
+    end
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- jobs
+---------------------------------------------------------------------------
+
+--- Decode a job exit code.
+-- v0.0.38/v0.0.39 job info: the raw wait(2) status (exit 1 -> 256; low 7 bits
+-- = terminating signal; 4294967294 = none yet). v0.0.39 accounting (early) and
+-- v0.0.40+: {status, return_code, signal={id|signal_id, name}}.
+---@param x any
+---@return {code: integer, signal: integer|nil}|nil
+function M.exit_code(x)
+  x = _v(x)
+  if type(x) == "number" then
+    if x < 0 or x >= NO_VAL then return nil end
+    local sig = x & 0x7f
+    local code = (x >> 8) & 0xff
+    return { code = code, signal = sig ~= 0 and sig or nil }
+  elseif type(x) == "table" then
+    local status = _v(x.status)
+    if type(status) == "table" then status = status[1] end
+    if status == "PENDING" or status == "INVALID" then return nil end
+    local code = M.count(x.return_code) or 0
+    local sig
+    local s = _v(x.signal)
+    if type(s) == "table" then sig = M.count(s.id) or M.count(s.signal_id) end
+    if sig == 0 then sig = nil end
+    return { code = code, signal = sig }
+  end
+  return nil
+end
+
+local function _gpu_request(tres_per_node)
+  local g = gres.parse(tres_per_node).gpu
+  if not g then return nil, nil end
+  local gtype
+  for t, n in pairs(g.by_type) do
+    if t ~= gres.UNTYPED and n > 0 then gtype = t end
+  end
+  return g.total, gtype
+end
+
+local function _job_common(out)
+  out.gpus_per_node, out.gpu_type = _gpu_request(out.tres_per_node)
+  if out.tres_per_job then
+    local n, t = _gpu_request(out.tres_per_job)
+    out.gpus = out.gpus or n
+    out.gpu_type = out.gpu_type or t
+  end
+  out.node_list = hostlist.expand(out.nodes) or {}
+  out.estimated = out.state.base == "PENDING" or nil
+  if out.state.base == "PENDING" then out.exit_code = nil end
+  return out
+end
+
+--- Normalize one slurmctld job record (an element of `jobs[]`).
+-- Shape: {id, name, comment, user, account, partition, qos,
+--   state={base, flags}, reason (nil for "None"), nodes (hostlist), node_list,
+--   submit_time, start_time, end_time (epoch s; for PENDING jobs start/end are
+--   Slurm's estimates and `estimated` is true), time_limit (minutes, math.huge
+--   for UNLIMITED), exit_code ({code, signal}; nil while pending),
+--   tres_per_node, tres_per_job (raw), gpus_per_node, gpus (per job, from
+--   tres_per_job), gpu_type, cpus, memory_per_node (MiB),
+--   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr}
+---@param j table
+---@param version string
+---@return table
+function M.job_record(j, version)
+  _vnum(version)
+  local out = {
+    id = M.count(j.job_id),
+    name = _str(j.name),
+    comment = _str(j.comment),
+    user = _str(j.user_name),
+    account = _str(j.account),
+    partition = _str(j.partition),
+    qos = _str(j.qos),
+    state = M.state(j.job_state, nil, "job"),
+    reason = _str(j.state_reason),
+    description = _str(j.state_description),
+    nodes = _str(j.nodes),
+    submit_time = M.time(j.submit_time),
+    start_time = M.time(j.start_time),
+    end_time = M.time(j.end_time),
+    time_limit = M.limit(j.time_limit, true),
+    exit_code = M.exit_code(j.exit_code),
+    tres_per_node = _str(j.tres_per_node),
+    tres_per_job = _str(j.tres_per_job),
+    cpus = M.count(j.cpus),
+    memory_per_node = M.count(j.memory_per_node),
+    memory_per_cpu = M.count(j.memory_per_cpu),
+    batch_host = _str(j.batch_host),
+    working_directory = _str(j.current_working_directory),
+    stdout = _str(j.standard_output),
+    stderr = _str(j.standard_error),
+  }
+  if out.reason == "None" then out.reason = nil end
+  return _job_common(out)
+end
+
+local function _list(doc, key)
+  local l = type(doc) == "table" and _v(doc[key])
+  if type(l) ~= "table" then return {} end
+  return l
+end
+
+--- All jobs of a `GET /slurm/vX/jobs` response.
+---@param doc table
+---@param version string
+---@return table[] jobs in the shape of `job_record`
+function M.jobs(doc, version)
+  local out = {}
+  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version) end
+  return out
+end
+
+local function _first(list, doc, what)
+  if list[1] then return list[1] end
+  local errs = M.errors(doc)
+  local e = errs[1] or {}
+  return nil, { kind = "not_found", code = e.code, message = e.message or (what .. " not found"),
+    description = e.description }
+end
+
+--- The job of a `GET /slurm/vX/job/{id}` response.
+---@param doc table
+---@param version string
+---@return table|nil job
+---@return table|nil err {kind="not_found", code, message} when the job is gone (MinJobAge)
+function M.job(doc, version)
+  return _first(M.jobs(doc, version), doc, "job")
+end
+
+--- Normalize one accounting job record (`/slurmdb/vX/job/{id}`, `/jobs`).
+-- Same shape as `job_record`; fields the database does not keep
+-- (tres_per_node, batch_host) are nil; `gpus` is the total GPU count the job
+-- was allocated (or requested, before it ran) across all its nodes.
+---@param j table
+---@param version string
+---@return table
+function M.db_job_record(j, version)
+  local v = _vnum(version)
+  local t = type(_v(j.time)) == "table" and j.time or {}
+  local st = type(_v(j.state)) == "table" and j.state or {}
+  local comment = _v(j.comment)
+  if type(comment) == "table" then comment = comment.job end
+  local req = type(_v(j.required)) == "table" and j.required or {}
+  local nodes = _str(j.nodes)
+  if nodes == "None assigned" then nodes = nil end
+  local user = _v(j.user)
+  if type(user) == "table" then user = user.name end
+  local out = {
+    id = M.count(j.job_id),
+    name = _str(j.name),
+    comment = _str(comment),
+    user = _str(user),
+    account = _str(j.account),
+    partition = _str(j.partition),
+    qos = _str(j.qos),
+    state = M.state(st.current, nil, "job"),
+    reason = _str(st.reason),
+    nodes = nodes,
+    submit_time = M.time(t.submission),
+    start_time = M.time(t.start),
+    end_time = M.time(t["end"]),
+    time_limit = M.limit(t.limit, v == 38),
+    exit_code = M.exit_code(j.exit_code),
+    cpus = M.count(req.CPUs),
+    memory_per_node = M.count(req.memory_per_node) or M.count(req.memory),
+    memory_per_cpu = M.count(req.memory_per_cpu),
+    working_directory = _str(j.working_directory),
+    stdout = _str(j.stdout_expanded) or _str(j.stdout),
+    stderr = _str(j.stderr_expanded) or _str(j.stderr),
+  }
+  if out.reason == "None" then out.reason = nil end
+  local tres = type(_v(j.tres)) == "table" and j.tres or {}
+  for _, key in ipairs({ "allocated", "requested" }) do
+    for _, r in ipairs(type(_v(tres[key])) == "table" and tres[key] or {}) do
+      if r.type == "gres" and type(r.name) == "string" and r.name:match("^gpu") then
+        out.gpus = (out.gpus or 0) + (M.count(r.count) or 0)
+      end
+    end
+    if out.gpus then break end
+  end
+  return _job_common(out)
+end
+
+--- All jobs of a `GET /slurmdb/vX/jobs` response.
+---@param doc table
+---@param version string
+---@return table[]
+function M.db_jobs(doc, version)
+  local out = {}
+  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.db_job_record(j, version) end
+  return out
+end
+
+--- The job of a `GET /slurmdb/vX/job/{id}` response, in the `job_record` shape.
+---@param doc table
+---@param version string
+---@return table|nil job
+---@return table|nil err {kind="not_found", ...}
+function M.db_job(doc, version)
+  return _first(M.db_jobs(doc, version), doc, "job")
+end
+
+---------------------------------------------------------------------------
+-- nodes
+---------------------------------------------------------------------------
+
+--- Normalize one node record.
+-- Shape: {name, address, hostname, state={base, flags}, idle, reason,
+--   cpus, alloc_cpus, memory (real_memory, MiB), alloc_memory (MiB),
+--   free_memory (MiB, nil when unknown: -2, NO_VAL, unset), features (set),
+--   active_features (set), partitions (array), gres, gres_used, gres_free
+--   (parsed by obleth.slurm.gres), gpus (configured total), gpus_free}
+---@param n table
+---@param version string
+---@return table
+function M.node_record(n, version)
+  _vnum(version)
+  local st = M.state(n.state, n.state_flags, "node")
+  local g = gres.parse(_str(n.gres))
+  local gu = gres.parse(_str(n.gres_used))
+  local free = gres.free(g, gu)
+  local out = {
+    name = _str(n.name),
+    address = _str(n.address),
+    hostname = _str(n.hostname),
+    state = st,
+    idle = M.is_idle(st),
+    reason = _str(n.reason),
+    cpus = M.count(n.cpus),
+    alloc_cpus = M.count(n.alloc_cpus),
+    memory = M.count(n.real_memory),
+    alloc_memory = M.count(n.alloc_memory),
+    free_memory = M.count(_v(n.free_mem) or _v(n.free_memory)),
+    features = _set_of(n.features),
+    active_features = _set_of(n.active_features),
+    partitions = _array_of(n.partitions),
+    gres = g,
+    gres_used = gu,
+    gres_free = free,
+    gpus = g.gpu and g.gpu.total or 0,
+    gpus_free = free.gpu and free.gpu.total or 0,
+  }
+  return out
+end
+
+--- All nodes of a `GET /slurm/vX/nodes` (or `/node/{name}`) response.
+---@param doc table
+---@param version string
+---@return table[]
+function M.nodes(doc, version)
+  local out = {}
+  for _, n in ipairs(_list(doc, "nodes")) do out[#out + 1] = M.node_record(n, version) end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- partitions
+---------------------------------------------------------------------------
+
+--- Normalize one partition record.
+-- Shape: {name, nodes (hostlist), node_list, default (bool on v0.0.38; nil on
+--   v0.0.39+, whose data_parser skips partition flags), state ("UP", ...; nil
+--   on v0.0.39, which does not report it), max_time (minutes, math.huge when
+--   unlimited), default_time (minutes|nil), max_nodes (math.huge when
+--   unlimited), allowed_accounts, denied_accounts, allowed_qos, denied_qos
+--   (sets; nil = no restriction), total_cpus, total_nodes}
+---@param p table
+---@param version string
+---@return table
+function M.partition_record(p, version)
+  local v = _vnum(version)
+  local out
+  if v == 38 or type(_v(p.nodes)) == "string" then
+    local flags = _set_of(p.flags)
+    out = {
+      name = _str(p.name),
+      nodes = _str(p.nodes),
+      default = flags.default == true or flags.DEFAULT == true,
+      state = _str(p.state) and p.state:upper(),
+      max_time = M.limit(p.max_time_limit, true),
+      default_time = M.limit(p.default_time_limit),
+      max_nodes = M.limit(p.maximum_nodes_per_job, true),
+      allowed_accounts = _acl(p.allowed_accounts),
+      denied_accounts = _acl(p.denied_accounts),
+      allowed_qos = _acl(p.allowed_qos),
+      denied_qos = _acl(p.denied_qos),
+      total_cpus = M.count(p.total_cpus),
+      total_nodes = M.count(p.total_nodes),
+    }
+  else
+    local nodes = type(_v(p.nodes)) == "table" and p.nodes or {}
+    local acc = type(_v(p.accounts)) == "table" and p.accounts or {}
+    local qos = type(_v(p.qos)) == "table" and p.qos or {}
+    local max = type(_v(p.maximums)) == "table" and p.maximums or {}
+    local def = type(_v(p.defaults)) == "table" and p.defaults or {}
+    local part = type(_v(p.partition)) == "table" and p.partition or {}
+    local cpus = type(_v(p.cpus)) == "table" and p.cpus or {}
+    local state = _v(part.state)
+    if type(state) == "table" then state = state[1] end
+    out = {
+      name = _str(p.name),
+      nodes = _str(nodes.configured),
+      default = nil,
+      state = _str(state),
+      max_time = M.limit(max.time, true),
+      default_time = M.limit(def.time),
+      max_nodes = M.limit(max.nodes, true),
+      allowed_accounts = _acl(acc.allowed),
+      denied_accounts = _acl(acc.deny),
+      allowed_qos = _acl(qos.allowed),
+      denied_qos = _acl(qos.deny),
+      total_cpus = M.count(cpus.total),
+      total_nodes = M.count(nodes.total),
+    }
+  end
+  out.node_list = hostlist.expand(out.nodes) or {}
+  return out
+end
+
+--- All partitions of a `GET /slurm/vX/partitions` response.
+---@param doc table
+---@param version string
+---@return table[]
+function M.partitions(doc, version)
+  local out = {}
+  for _, p in ipairs(_list(doc, "partitions")) do out[#out + 1] = M.partition_record(p, version) end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- accounting: accounts, associations, QoS
+---------------------------------------------------------------------------
+
+--- Accounts of `GET /slurmdb/vX/accounts`: {name, description, organization}.
+---@param doc table
+---@param version string
+---@return table[]
+function M.accounts(doc, version)
+  _vnum(version)
+  local out = {}
+  for _, a in ipairs(_list(doc, "accounts")) do
+    out[#out + 1] = { name = _str(a.name), description = _str(a.description),
+      organization = _str(a.organization) }
+  end
+  return out
+end
+
+--- Associations of `GET /slurmdb/vX/associations`:
+-- {account, user (nil for the account's own row), partition|nil, qos (set),
+--  default_qos|nil, is_default (bool)}.
+---@param doc table
+---@param version string
+---@return table[]
+function M.associations(doc, version)
+  _vnum(version)
+  local out = {}
+  for _, a in ipairs(_list(doc, "associations")) do
+    local def = type(_v(a.default)) == "table" and a.default or {}
+    local isdef = _v(a.is_default)
+    out[#out + 1] = {
+      account = _str(a.account),
+      user = _str(a.user),
+      partition = _str(a.partition),
+      qos = _set_of(a.qos),
+      default_qos = _str(def.qos),
+      is_default = isdef == true or isdef == 1,
+    }
+  end
+  return out
+end
+
+--- QoS of `GET /slurmdb/vX/qos` (key "QOS" on v0.0.38, "qos" later):
+-- {name, max_wall (minutes per job; nil = no limit), priority}.
+---@param doc table
+---@param version string
+---@return table[]
+function M.qos(doc, version)
+  _vnum(version)
+  local list = _list(doc, "qos")
+  if #list == 0 then list = _list(doc, "QOS") end
+  local out = {}
+  for _, q in ipairs(list) do
+    local wall
+    local l = _v(q.limits)
+    local mx = type(l) == "table" and _v(l.max)
+    local wc = type(mx) == "table" and _v(mx.wall_clock)
+    local per = type(wc) == "table" and _v(wc.per)
+    if type(per) == "table" then
+      wall = M.limit(per.job)
+      if wall == HUGE then wall = nil end
+    end
+    out[#out + 1] = { name = _str(q.name), max_wall = wall, priority = M.count(q.priority) }
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- ping, diag
+---------------------------------------------------------------------------
+
+local function _meta_release(doc)
+  local meta = type(doc) == "table" and _v(doc.meta)
+  if type(meta) ~= "table" then return nil end
+  local s = _v(meta.slurm) or _v(meta.Slurm)
+  if type(s) ~= "table" then return nil end
+  return _str(s.release)
+end
+
+--- Ping (`GET /slurm/vX/ping`).
+-- ok is true only when the primary controller answered: `ping`/`pinged` is
+-- "UP" and `responding` (v0.0.42+) is not false, and the response has no
+-- errors. A bad token on 24.11 still gives HTTP 200 with pinged="DOWN".
+---@param doc table
+---@param version string
+---@return {ok: boolean, version: string, release: string|nil, hostname: string|nil,
+---  mode: string|nil, latency: number|nil}
+function M.ping(doc, version)
+  _vnum(version)
+  local pings = _list(doc, "pings")
+  local p = pings[1] or {}
+  for _, q in ipairs(pings) do
+    if q.mode == "primary" or q.primary == true then p = q break end
+  end
+  local pinged = _str(p.pinged) or _str(p.ping)
+  local responding = _v(p.responding)
+  local ok = pinged ~= nil and pinged:upper() == "UP" and responding ~= false
+    and #M.errors(doc) == 0
+  return {
+    ok = ok,
+    version = version,
+    release = _meta_release(doc),
+    hostname = _str(p.hostname),
+    mode = _str(p.mode),
+    latency = M.count(p.latency),
+  }
+end
+
+--- A few fields of `GET /slurm/vX/diag`: {jobs_submitted, jobs_started,
+-- jobs_completed, jobs_canceled, jobs_failed, jobs_pending, jobs_running,
+-- server_thread_count, agent_queue_size, schedule_cycle_last (us),
+-- schedule_queue_length, bf_active, req_time (epoch s)}.
+---@param doc table
+---@param version string
+---@return table
+function M.diag(doc, version)
+  _vnum(version)
+  local s = type(doc) == "table" and _v(doc.statistics) or {}
+  if type(s) ~= "table" then s = {} end
+  local out = {}
+  for _, k in ipairs({ "jobs_submitted", "jobs_started", "jobs_completed", "jobs_canceled",
+    "jobs_failed", "jobs_pending", "jobs_running", "server_thread_count", "agent_queue_size",
+    "schedule_cycle_last", "schedule_queue_length" }) do
+    out[k] = M.count(s[k])
+  end
+  out.bf_active = _v(s.bf_active) == true
+  out.req_time = M.time(s.req_time)
+  return out
+end
+
+---------------------------------------------------------------------------
+-- submit
+---------------------------------------------------------------------------
+
+--- Interpret a `POST /slurm/vX/job/submit` response.
+-- A job id means success even when errors[] is not empty: v0.0.38 accepts a
+-- job the partition will never run (error 2015 "Requested partition
+-- configuration not available now") — those entries come back as warnings.
+---@param doc table|nil decoded body (nil when it was not JSON)
+---@param version string
+---@param http_status integer|nil
+---@return integer|nil job_id
+---@return table warnings_or_err on success: array of {code, message}; on
+---  failure: {kind="refused"|"http", code, message, description, errors, http_status}
+function M.submit_response(doc, version, http_status)
+  _vnum(version)
+  local job_id
+  if type(doc) == "table" then
+    job_id = M.count(doc.job_id)
+    local r = _v(doc.result)
+    if not job_id and type(r) == "table" then job_id = M.count(r.job_id) end
+  end
+  local errs = M.errors(doc)
+  if job_id and job_id > 0 then
+    local warnings = {}
+    for _, e in ipairs(errs) do
+      warnings[#warnings + 1] = { code = e.code, message = e.message or e.description }
+    end
+    for _, w in ipairs(M.warnings(doc)) do
+      warnings[#warnings + 1] = { message = w.message }
+    end
+    local umsg = type(doc) == "table" and _str(doc.job_submit_user_msg)
+    if umsg then warnings[#warnings + 1] = { message = umsg } end
+    return job_id, warnings
+  end
+  -- pick the most specific error: a Slurm errno (>= 2000) over generic ones
+  local main = errs[1]
+  for _, e in ipairs(errs) do
+    if e.code and e.code >= 1000 and (not main or not main.code or main.code < 1000) then
+      main = e
+    end
+  end
+  if not main then
+    local msg = "no job id in submit response"
+    if http_status then msg = msg .. " (HTTP " .. http_status .. ")" end
+    return nil, { kind = "http", http_status = http_status, errors = errs, message = msg }
+  end
+  local key
+  for _, e in ipairs(errs) do
+    local k = e.description and e.description:match('^Disabled key: "([^"]+)"')
+    if k then key = k end
+  end
+  return nil, { kind = "refused", code = main.code, message = main.message,
+    description = main.description, errors = errs, http_status = http_status, key = key }
+end
+
+return M

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs every test tier and ends with one line "N passed, N failed".
+#   1. pure-Lua unit specs under Debian's lua5.4 (spec/unit)
+#   2. unit + host specs inside the obleth runtime (spec/unit, spec/host)
+#   3. the same again under the AddressSanitizer + UBSan build
+#   4. integration specs against the harness Slurm cluster (spec/integration)
+#   5. luacheck over lua/ and spec/
+# Compiler warnings already fail the build (-Werror). Exit status is non-zero
+# on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+counts=$(mktemp)
+export OBLETH_SPEC_COUNTS=$counts
+export OBLETH_SHARED=${OBLETH_SHARED:-$root/../shared}
+out="-o $root/spec/support/obleth_output.lua"
+lpath="--lpath=$root/lua/?.lua;$root/lua/?/init.lua;$root/?.lua"
+busted=/usr/bin/busted
+tier_fail=0
+
+tier() { echo; echo "== $1"; }
+missing_tier() { # a tier that could not run counts as one failure, with the reason
+  echo "  FAIL  $1"; echo "0 1 0" >>"$counts"; tier_fail=1
+}
+
+tier "unit specs (lua5.4)"
+lua5.4 $busted $out "$lpath" spec/unit || tier_fail=1
+
+tier "unit + host specs (obleth runtime)"
+build/obleth lua $busted $out "$lpath" spec/unit spec/host || tier_fail=1
+
+tier "unit + host specs (ASan + UBSan)"
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+  build/asan/obleth lua $busted $out "$lpath" spec/unit spec/host || tier_fail=1
+
+tier "integration specs (harness Slurm cluster)"
+if [ "${OBLETH_SKIP_CLUSTER:-}" = 1 ]; then
+  missing_tier "integration tier skipped by OBLETH_SKIP_CLUSTER=1"
+elif spec/cluster/up.sh >build/cluster-up.log 2>&1; then
+  set -a; . build/cluster/env; set +a
+  build/obleth lua $busted $out "$lpath" spec/integration || tier_fail=1
+else
+  tail -30 build/cluster-up.log
+  missing_tier "the harness cluster did not start (build/cluster-up.log)"
+fi
+
+tier "luacheck"
+if luacheck --codes lua spec >build/luacheck.log 2>&1; then
+  echo "  ok    luacheck lua spec"; echo "1 0 0" >>"$counts"
+else
+  cat build/luacheck.log; echo "  FAIL  luacheck lua spec"; echo "0 1 0" >>"$counts"
+fi
+
+read -r passed failed skipped < <(awk '{p+=$1; f+=$2; s+=$3} END {print p+0, f+0, s+0}' "$counts")
+rm -f "$counts"
+echo
+echo "skipped: $skipped"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$tier_fail" -eq 0 ]
