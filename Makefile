@@ -32,8 +32,12 @@ build/.deps-ok:
 	@scripts/deps.sh build
 	@touch $@
 
-deps:
+build/.deps-all-ok:
+	@mkdir -p build
 	@scripts/deps.sh all
+	@touch $@
+
+deps: build/.deps-all-ok
 
 build/obj/%.o: host/%.c $(HDRS) | build/.deps-ok
 	@mkdir -p $(dir $@)
@@ -58,7 +62,7 @@ asan: build/asan/obleth
 lint:
 	luacheck --codes lua spec
 
-check test: all asan
+check test: build/.deps-all-ok all asan
 	@spec/run.sh
 
 install: all
@@ -66,7 +70,7 @@ install: all
 	install -m 0755 build/obleth $(DESTDIR)$(PREFIX)/bin/obleth
 	ln -sf obleth $(DESTDIR)$(PREFIX)/bin/obleth-provisioner
 	cp -R lua $(DESTDIR)$(PREFIX)/share/obleth/
-	cp -R recipes $(DESTDIR)$(PREFIX)/share/obleth/
+	if [ -d recipes ]; then cp -R recipes $(DESTDIR)$(PREFIX)/share/obleth/; fi
 	if [ -d web ]; then cp -R web $(DESTDIR)$(PREFIX)/share/obleth/; fi
 	install -d $(DESTDIR)$(PREFIX)/share/doc/obleth
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/obleth/
@@ -81,11 +85,11 @@ cluster-up:
 cluster-down:
 	@spec/cluster/down.sh
 
-demo: all
+demo: build/.deps-all-ok all
 	@scripts/demo.sh
 
 bench: all
 	@spec/bench/run.sh
 
 clean:
-	rm -rf build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok
+	rm -rf build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

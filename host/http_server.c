@@ -92,8 +92,14 @@ static response *check_res(lua_State *L) { return luaL_checkudata(L, 1, RES_MT);
 static void conn_close_cb(struct evhttp_connection *evcon, void *arg) {
     (void)evcon;
     response *r = arg;
-    r->req = NULL;
     r->closed = 1;
+    if (r->req) {
+        /* On EOF libevent detaches a request the user has not finished
+           (evcon == NULL) and leaves it to us to free; a request still
+           attached is freed by libevent with its connection. */
+        if (evhttp_request_get_connection(r->req) == NULL) evhttp_request_free(r->req);
+        r->req = NULL;
+    }
     if (r->writing) {
         r->writing = 0;
         lua_State *co = r->w.co;

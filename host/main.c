@@ -81,11 +81,16 @@ static void setup_paths(lua_State *L, char *exe_buf, size_t exe_len) {
     if (env && *env) {
         pathf(lua_dir, sizeof lua_dir, "%s", env);
     } else {
-        pathf(probe, sizeof probe, "%s/../lua/obleth/cli.lua", bindir);
-        if (is_file(probe)) {
-            pathf(lua_dir, sizeof lua_dir, "%s/../lua", bindir);
-            pathf(share_dir, sizeof share_dir, "%s/..", bindir);
-        } else {
+        /* build/obleth and build/asan/obleth in a source tree */
+        static const char *up[] = {"..", "../..", NULL};
+        for (int i = 0; up[i] && !lua_dir[0]; i++) {
+            pathf(probe, sizeof probe, "%s/%s/lua/obleth/cli.lua", bindir, up[i]);
+            if (is_file(probe)) {
+                pathf(lua_dir, sizeof lua_dir, "%s/%s/lua", bindir, up[i]);
+                pathf(share_dir, sizeof share_dir, "%s/%s", bindir, up[i]);
+            }
+        }
+        if (!lua_dir[0]) {
             pathf(lua_dir, sizeof lua_dir, "%s/../share/obleth/lua", bindir);
             pathf(share_dir, sizeof share_dir, "%s/../share/obleth", bindir);
         }

@@ -299,6 +299,9 @@ local function _gpu_request(tres_per_node)
 end
 
 local function _job_common(out)
+  -- 0 minutes never reaches a real job (sbatch --time=0 becomes INFINITE);
+  -- accounting rows of jobs that never ran carry it as "unknown".
+  if out.time_limit == 0 then out.time_limit = nil end
   out.gpus_per_node, out.gpu_type = _gpu_request(out.tres_per_node)
   if out.tres_per_job then
     local n, t = _gpu_request(out.tres_per_job)

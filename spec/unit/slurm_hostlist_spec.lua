@@ -1,0 +1,75 @@
+-- luacheck: std lua54+busted
+local hostlist = require "obleth.slurm.hostlist"
+
+describe("obleth.slurm.hostlist", function()
+  describe("expand", function()
+    it("expands ranges and single names in order", function()
+      assert.same({ "n0", "n1", "n2", "n5", "gpu01" }, hostlist.expand("n[0-2,5],gpu01"))
+    end)
+
+    it("keeps zero padding of ranges", function()
+      assert.same({ "node01", "node02", "node03" }, hostlist.expand("node[01-03]"))
+      assert.same({ "cn004", "cn005", "cn006" }, hostlist.expand("cn[004-006]"))
+    end)
+
+    it("multiplies several bracket groups", function()
+      assert.same({ "r1n1", "r1n2", "r2n1", "r2n2" }, hostlist.expand("r[1-2]n[1-2]"))
+    end)
+
+    it("expands the 512-node partition of the 24.05 capture", function()
+      local l = hostlist.expand("cn[001-080,101-532]")
+      assert.equal(512, #l)
+      assert.equal("cn001", l[1])
+      assert.equal("cn080", l[80])
+      assert.equal("cn101", l[81])
+      assert.equal("cn532", l[512])
+    end)
+
+    it("treats empty, nil and Slurm's placeholders as no hosts", function()
+      assert.same({}, hostlist.expand(nil))
+      assert.same({}, hostlist.expand(""))
+      assert.same({}, hostlist.expand("None assigned"))
+      assert.same({}, hostlist.expand("(null)"))
+    end)
+
+    it("refuses malformed expressions with nil, err", function()
+      local l, err = hostlist.expand("n[3-1]")
+      assert.is_nil(l)
+      assert.matches("descending", err)
+      l, err = hostlist.expand("n[1-2")
+      assert.is_nil(l)
+      assert.is_string(err)
+      l, err = hostlist.expand("n[a-b]")
+      assert.is_nil(l)
+      assert.is_string(err)
+    end)
+
+    it("refuses an expansion larger than MAX_HOSTS", function()
+      local l, err = hostlist.expand("n[0-99999999]")
+      assert.is_nil(l)
+      assert.matches("too large", err)
+    end)
+  end)
+
+  describe("compress", function()
+    it("merges consecutive numbers of one prefix and width", function()
+      assert.equal("n[0-2,5],gpu01", hostlist.compress({ "n0", "n1", "n2", "n5", "gpu01" }))
+      assert.equal("node[01-03]", hostlist.compress({ "node03", "node01", "node02" }))
+    end)
+
+    it("keeps a lone host without brackets and plain names as they are", function()
+      assert.equal("gpu01", hostlist.compress({ "gpu01" }))
+      assert.equal("localhost", hostlist.compress({ "localhost" }))
+      assert.equal("", hostlist.compress({}))
+    end)
+
+    it("does not merge different paddings", function()
+      assert.equal("n[1-2],n[01-02]", hostlist.compress({ "n1", "n2", "n01", "n02" }))
+    end)
+
+    it("round-trips with expand", function()
+      local expr = "cn[001-080,101-532],gpu[1-2],login"
+      assert.equal(expr, hostlist.compress(hostlist.expand(expr)))
+    end)
+  end)
+end)
