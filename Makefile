@@ -2,11 +2,11 @@
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc
-PKGS      = lua5.4 libevent libcurl yaml-0.1 libsystemd
+PKGS      = lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3
 CFLAGS   ?= -O2 -g
 WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CPPFLAGS += -std=c11 -D_DEFAULT_SOURCE -DOBLETH_HAVE_SYSTEMD $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lreadline -lm
 
 SRCS  = $(wildcard host/*.c)
 HDRS  = $(wildcard host/*.h)

@@ -77,6 +77,9 @@ int luaopen_obleth_http(lua_State *L);
 int luaopen_obleth_log(lua_State *L);
 int luaopen_obleth_yaml(lua_State *L);
 int luaopen_obleth_sys(lua_State *L);
+int luaopen_obleth_sqlite(lua_State *L);
+int luaopen_obleth_slurm_rest(lua_State *L);
+int luaopen_obleth_readline(lua_State *L);
 
 void obleth_open_modules(lua_State *L);
 

@@ -10,7 +10,8 @@
  *     handler = function(req, res) ... end,
  *     body_limit = 1048576,              -- bytes; larger bodies get 413
  *     timeout = 300,                     -- seconds of connection inactivity
- *   }                                    -> server | nil, err
+ *   }                                    -> server | nil, message, code
+ *   code: "addr_in_use" | "permission" | "addr_not_available" | "bad_address" | "error"
  *   srv:port() -> the bound port;  srv:close()
  *
  *   req = {method=, target= (raw request target), path= (raw, before '?'),
@@ -32,6 +33,7 @@
 #include "host.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -148,7 +150,15 @@ static int res_send(lua_State *L) {
     add_headers(L, 3, r->req);
     struct evbuffer *b = evbuffer_new();
     if (!b) return luaL_error(L, "out of memory");
-    evbuffer_add(b, body, n);
+    if (evhttp_request_get_command(r->req) == EVHTTP_REQ_HEAD) {
+        /* a HEAD answer has headers only; announce the length a GET would get */
+        char cl[32];
+        snprintf(cl, sizeof cl, "%zu", n);
+        struct evkeyvalq *out = evhttp_request_get_output_headers(r->req);
+        if (!evhttp_find_header(out, "Content-Length")) evhttp_add_header(out, "Content-Length", cl);
+    } else {
+        evbuffer_add(b, body, n);
+    }
     detach_close_cb(r);
     evhttp_send_reply(r->req, status, reason(status), b);
     evbuffer_free(b);
@@ -407,19 +417,33 @@ static int l_server(lua_State *L) {
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", (int)port);
     struct evconnlistener *lst = NULL;
+    int bind_errno = 0, bad_addr = 1;
     if (evutil_getaddrinfo(host, portstr, &hints, &ai) == 0 && ai) {
+        bad_addr = 0;
+        errno = 0;
         lst = evconnlistener_new_bind(obleth_base(), NULL, NULL,
                                       LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
                                       4096, ai->ai_addr, (int)ai->ai_addrlen);
+        bind_errno = errno;
         evutil_freeaddrinfo(ai);
     }
     struct evhttp_bound_socket *h = lst ? evhttp_bind_listener(s->http, lst) : NULL;
     if (!h) {
         if (lst) evconnlistener_free(lst);
         server_free(L, s);
+        /* nil, message, code: code is "addr_in_use" | "permission" |
+           "addr_not_available" | "bad_address" | "error" */
+        const char *code = bad_addr ? "bad_address"
+                         : bind_errno == EADDRINUSE ? "addr_in_use"
+                         : (bind_errno == EACCES || bind_errno == EPERM) ? "permission"
+                         : bind_errno == EADDRNOTAVAIL ? "addr_not_available" : "error";
         lua_pushnil(L);
-        lua_pushfstring(L, "cannot listen on %s:%d (address in use, or not a numeric address)", host, (int)port);
-        return 2;
+        if (bad_addr)
+            lua_pushfstring(L, "cannot listen on %s:%d: not a numeric IP address", host, (int)port);
+        else
+            lua_pushfstring(L, "cannot listen on %s:%d: %s", host, (int)port, strerror(bind_errno));
+        lua_pushstring(L, code);
+        return 3;
     }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;

@@ -5,7 +5,10 @@ void obleth_open_modules(lua_State *L) {
     static const luaL_Reg mods[] = {
         {"obleth.loop", luaopen_obleth_loop}, {"obleth.http", luaopen_obleth_http},
         {"obleth.log", luaopen_obleth_log},   {"obleth.yaml", luaopen_obleth_yaml},
-        {"obleth.sys", luaopen_obleth_sys},   {NULL, NULL}};
+        {"obleth.sys", luaopen_obleth_sys},
+        {"obleth.sqlite", luaopen_obleth_sqlite},
+        {"obleth.slurm.rest", luaopen_obleth_slurm_rest},
+        {"obleth.readline", luaopen_obleth_readline},   {NULL, NULL}};
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     for (const luaL_Reg *m = mods; m->name; m++) {
         lua_pushcfunction(L, m->func);

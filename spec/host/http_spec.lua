@@ -160,10 +160,25 @@ describe("obleth.http", function()
 
   it("reports a port already in use", function()
     local srv = assert(http.server { port = 0, handler = function() end })
-    local again, err = http.server { port = srv:port(), handler = function() end }
+    local again, err, code = http.server { port = srv:port(), handler = function() end }
     srv:close()
     assert.is_nil(again)
     assert.matches("cannot listen", err)
+    assert.equal("addr_in_use", code)
+    local _, err2, code2 = http.server { host = "localhost", port = 0, handler = function() end }
+    assert.equal("bad_address", code2)
+    assert.matches("not a numeric IP address", err2)
+  end)
+
+  it("answers HEAD with headers only", function()
+    local srv, base = serve(function() return { status = 200, body = "hello" } end)
+    local r = assert(http.request { url = base .. "/", method = "HEAD", timeout = 3 })
+    local r2 = assert(http.request { url = base .. "/", timeout = 3 })
+    srv:close()
+    assert.equal(200, r.status)
+    assert.equal("", r.body)
+    assert.equal("5", r.headers["content-length"])
+    assert.equal("hello", r2.body)
   end)
 
   it("must be called inside a task", function()

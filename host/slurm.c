@@ -1,0 +1,662 @@
+/*
+ * slurm.c — the slurmrestd transport (obleth.slurm.rest): JWT auth, HTTP(S)
+ * or unix socket, API version negotiation, error kinds. The per-version
+ * response shapes are mapped by lua/obleth/slurm/normalize.lua; the calls
+ * users make (ping, jobs, submit, ...) are in lua/obleth/slurm/init.lua.
+ *
+ *   rest.connect{url = "http://host:6820" | socket = "/run/slurmrestd.sock",
+ *                user = "name", token = "JWT", version = "auto" | "v0.0.38",
+ *                timeout = 10 (seconds), ca_file = path, verify = true}
+ *     -> conn | nil, err        (yields: discovers the server's versions)
+ *   conn:call(method, path, body?)   path may hold "{v}" for the version
+ *     -> status, doc|nil, raw_body | nil, err
+ *        doc is the decoded JSON body (nil when the body is not JSON)
+ *   conn:version()  -> "v0.0.38";  conn:versions() -> array the server serves
+ *   conn:has_slurmdb() -> boolean (accounting paths are served)
+ *   conn:set_token(jwt); conn:info() -> {url=, socket=, user=, version=}
+ *   rest.known_versions -> {"v0.0.44", ..., "v0.0.38"} (newest first)
+ *
+ * err = {kind = "unreachable"|"timeout"|"auth"|"bad_response"|"unsupported",
+ *        message = "...", http_status = n?, expired = true?}
+ * A token is never part of a message. Discovery: GET /openapi/v3 and read
+ * the /slurm/vX/ paths (Slurm's rest_api.shtml); if that document is not
+ * served, probe GET /slurm/vX/ping newest first. A call whose versioned path
+ * answers 404 triggers one new discovery (the site upgraded) and one retry.
+ * Auth: X-SLURM-USER-NAME / X-SLURM-USER-TOKEN headers (rest_auth/jwt).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "host.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CONN_MT "obleth.slurm.conn"
+
+static const char *known[] = {"v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41",
+                              "v0.0.40", "v0.0.39", "v0.0.38", NULL};
+
+typedef struct {
+    int closed;
+    double timeout;
+    int verify;
+    char version[16];
+    int has_slurmdb;
+} conn;
+
+/* uservalue 1: table {url=, socket=, user=, token=, ca_file=, versions={}} */
+
+static conn *check_conn(lua_State *L, int i) {
+    conn *c = luaL_checkudata(L, i, CONN_MT);
+    if (c->closed) luaL_error(L, "slurm connection is closed");
+    return c;
+}
+
+static void push_err(lua_State *L, const char *kind, const char *msg, int http_status) {
+    lua_pushnil(L);
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, kind);
+    lua_setfield(L, -2, "kind");
+    lua_pushstring(L, msg);
+    lua_setfield(L, -2, "message");
+    if (http_status) {
+        lua_pushinteger(L, http_status);
+        lua_setfield(L, -2, "http_status");
+    }
+}
+
+/* ---- JWT expiry (no verification): the "exp" claim of the payload ---------- */
+
+static int b64url_val(int ch) {
+    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+    if (ch == '-' || ch == '+') return 62;
+    if (ch == '_' || ch == '/') return 63;
+    return -1;
+}
+
+/* Returns exp (epoch seconds) or -1 when the token has none / is not a JWT. */
+static long long jwt_exp(const char *tok) {
+    const char *p = strchr(tok, '.');
+    if (!p) return -1;
+    p++;
+    const char *e = strchr(p, '.');
+    if (!e) return -1;
+    size_t n = (size_t)(e - p);
+    if (n > 8192) return -1;
+    char out[6200];
+    size_t o = 0;
+    unsigned int acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64url_val((unsigned char)p[i]);
+        if (v < 0) { if (p[i] == '=') break; return -1; }
+        acc = (acc << 6) | (unsigned int)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o < sizeof out - 1) out[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    out[o] = 0;
+    const char *x = strstr(out, "\"exp\"");
+    if (!x) return -1;
+    x += 5;
+    while (*x == ' ' || *x == ':') x++;
+    char *end;
+    long long v = strtoll(x, &end, 10);
+    return end == x ? -1 : v;
+}
+
+/* ---- the request through obleth.http ------------------------------------------ */
+
+/* Push http.request and its options table for method/path/body. */
+static void push_request(lua_State *L, int conn_idx, const char *method, const char *path,
+                         const char *body, size_t bodylen) {
+    conn *c = lua_touserdata(L, conn_idx);
+    lua_getfield(L, LUA_REGISTRYINDEX, "obleth.slurm.http_request");
+    lua_getiuservalue(L, conn_idx, 1);
+    int uv = lua_gettop(L);
+    lua_createtable(L, 0, 8);
+    /* url = base .. path with {v} replaced */
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    lua_getfield(L, uv, "url");
+    luaL_addvalue(&b);
+    const char *v = strstr(path, "{v}");
+    if (v) {
+        luaL_addlstring(&b, path, (size_t)(v - path));
+        luaL_addstring(&b, c->version);
+        luaL_addstring(&b, v + 3);
+    } else {
+        luaL_addstring(&b, path);
+    }
+    luaL_pushresult(&b);
+    lua_setfield(L, -2, "url");
+    lua_pushstring(L, method);
+    lua_setfield(L, -2, "method");
+    lua_pushnumber(L, c->timeout);
+    lua_setfield(L, -2, "timeout");
+    lua_pushnumber(L, c->timeout < 5 ? c->timeout : 5);
+    lua_setfield(L, -2, "connect_timeout");
+    lua_pushboolean(L, c->verify);
+    lua_setfield(L, -2, "verify");
+    lua_getfield(L, uv, "socket");
+    lua_setfield(L, -2, "unix_socket");
+    lua_getfield(L, uv, "ca_file");
+    lua_setfield(L, -2, "ca_file");
+    if (body) {
+        lua_pushlstring(L, body, bodylen);
+        lua_setfield(L, -2, "body");
+    }
+    lua_createtable(L, 0, 4);
+    lua_getfield(L, uv, "user");
+    if (!lua_isnil(L, -1)) lua_setfield(L, -2, "X-SLURM-USER-NAME"); else lua_pop(L, 1);
+    lua_getfield(L, uv, "token");
+    if (!lua_isnil(L, -1)) lua_setfield(L, -2, "X-SLURM-USER-TOKEN"); else lua_pop(L, 1);
+    lua_pushliteral(L, "application/json");
+    lua_setfield(L, -2, "Accept");
+    if (body) {
+        lua_pushliteral(L, "application/json");
+        lua_setfield(L, -2, "Content-Type");
+    }
+    lua_setfield(L, -2, "headers");
+    lua_remove(L, uv);
+    /* stack: http.request, opts */
+}
+
+/* Decode JSON with cjson (registry "obleth.slurm.json_decode"); pushes the
+   value or nil. */
+static void push_json(lua_State *L, int raw_idx) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "obleth.slurm.json_decode");
+    lua_pushvalue(L, raw_idx);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
+}
+
+/* After http.request returned (r, err) at the top: on success leaves
+   status, raw and returns status; on failure pushes nil, err and returns -1. */
+static int transport_result(lua_State *L) {
+    if (lua_isnil(L, -2)) {
+        /* err = {code, message} from obleth.http */
+        lua_getfield(L, -1, "code");
+        const char *code = lua_tostring(L, -1);
+        lua_getfield(L, -2, "message");
+        const char *m = lua_tostring(L, -1);
+        const char *kind = (code && strcmp(code, "timeout") == 0) ? "timeout" : "unreachable";
+        char msg[600];
+        snprintf(msg, sizeof msg, "slurmrestd %s: %s", strcmp(kind, "timeout") == 0 ? "did not answer in time" : "is unreachable",
+                 m ? m : "?");
+        lua_pop(L, 4);
+        push_err(L, kind, msg, 0);
+        return -1;
+    }
+    lua_pop(L, 1); /* the nil err */
+    lua_getfield(L, -1, "status");
+    int status = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "body");
+    lua_remove(L, -2);
+    lua_pushinteger(L, status);
+    lua_insert(L, -2);
+    /* stack: status, raw */
+    return status;
+}
+
+static int is_auth_status(int status) { return status == 401 || status == 403 || status == 511; }
+
+/* ---- discovery ------------------------------------------------------------------ */
+
+/* Record the versions named by an OpenAPI document's /slurm/vX/ paths.
+   Returns the number of known versions found. */
+static int versions_from_openapi(lua_State *L, int conn_idx, int doc_idx) {
+    conn *c = lua_touserdata(L, conn_idx);
+    int found[16] = {0};
+    int has_db = 0;
+    lua_getfield(L, doc_idx, "paths");
+    if (lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            lua_pop(L, 1);
+            if (lua_type(L, -1) != LUA_TSTRING) continue;
+            const char *k = lua_tostring(L, -1);
+            for (int i = 0; known[i]; i++) {
+                char pre[32], predb[32];
+                snprintf(pre, sizeof pre, "/slurm/%s/", known[i]);
+                snprintf(predb, sizeof predb, "/slurmdb/%s/", known[i]);
+                if (strncmp(k, pre, strlen(pre)) == 0) found[i] = 1;
+                if (strncmp(k, predb, strlen(predb)) == 0) has_db = 1;
+            }
+        }
+    }
+    lua_pop(L, 1);
+    lua_getiuservalue(L, conn_idx, 1);
+    lua_newtable(L);
+    int n = 0;
+    for (int i = 0; known[i]; i++) {
+        if (!found[i]) continue;
+        lua_pushstring(L, known[i]);
+        lua_rawseti(L, -2, ++n);
+    }
+    lua_setfield(L, -2, "versions");
+    lua_pop(L, 1);
+    c->has_slurmdb = has_db;
+    return n;
+}
+
+/* Choose the newest version both sides know (versions[1]); with a pinned
+   version, check it is served. Returns 1 on success. */
+static int choose_version(lua_State *L, int conn_idx) {
+    conn *c = lua_touserdata(L, conn_idx);
+    lua_getiuservalue(L, conn_idx, 1);
+    lua_getfield(L, -1, "pinned");
+    const char *pinned = lua_tostring(L, -1);
+    lua_getfield(L, -2, "versions");
+    int ok = 0;
+    lua_Integer n = luaL_len(L, -1);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, i);
+        const char *v = lua_tostring(L, -1);
+        if (v && (!pinned || strcmp(pinned, v) == 0)) {
+            snprintf(c->version, sizeof c->version, "%s", v);
+            ok = 1;
+            lua_pop(L, 1);
+            break;
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 3);
+    return ok;
+}
+
+/*
+ * discover(conn) runs inside a C function with continuations; the state
+ * lives in the ctx: phase in the low byte, probe index above it.
+ *   D_OPENAPI: GET /openapi/v3
+ *   D_PROBE:   GET /slurm/<known[i]>/ping
+ */
+enum { D_OPENAPI = 1, D_PROBE = 2 };
+
+static int discover_k(lua_State *L, int status, lua_KContext ctx);
+
+static int discover_probe(lua_State *L, int idx) {
+    char path[64];
+    for (; known[idx]; idx++) {
+        /* probe only versions this side knows */
+        snprintf(path, sizeof path, "/slurm/%s/ping", known[idx]);
+        push_request(L, 1, "GET", path, NULL, 0);
+        lua_callk(L, 1, 2, (lua_KContext)(D_PROBE | (idx << 8)), discover_k);
+        return discover_k(L, LUA_OK, (lua_KContext)(D_PROBE | (idx << 8)));
+    }
+    push_err(L, "unsupported", "slurmrestd serves none of the API versions v0.0.38-v0.0.44", 0);
+    return 2;
+}
+
+/* discovery result convention: returns 1 with true pushed on success, or 2
+   with nil, err pushed. */
+static int discover_k(lua_State *L, int st, lua_KContext ctx) {
+    (void)st;
+    int phase = (int)(ctx & 0xff);
+    int idx = (int)(ctx >> 8);
+    int status = transport_result(L);
+    if (status < 0) return 2;
+    int raw = lua_gettop(L);
+    if (is_auth_status(status)) {
+        lua_pop(L, 2);
+        push_err(L, "auth", "slurmrestd refused the credentials (check the user name and JWT)", status);
+        return 2;
+    }
+    if (phase == D_OPENAPI) {
+        if (status == 200) {
+            push_json(L, raw);
+            if (lua_istable(L, -1) && versions_from_openapi(L, 1, lua_gettop(L)) > 0) {
+                lua_pop(L, 3);
+                lua_pushboolean(L, 1);
+                return 1;
+            }
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 2);
+        return discover_probe(L, 0);
+    }
+    /* D_PROBE */
+    if (status == 200) {
+        lua_pop(L, 2);
+        lua_getiuservalue(L, 1, 1);
+        lua_newtable(L);
+        int n = 0;
+        for (int i = idx; known[i]; i++) { /* assume older versions are served too */
+            lua_pushstring(L, known[i]);
+            lua_rawseti(L, -2, ++n);
+        }
+        lua_setfield(L, -2, "versions");
+        lua_pop(L, 1);
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    lua_pop(L, 2);
+    return discover_probe(L, idx + 1);
+}
+
+static int discover(lua_State *L) {
+    push_request(L, 1, "GET", "/openapi/v3", NULL, 0);
+    lua_callk(L, 1, 2, D_OPENAPI, discover_k);
+    return discover_k(L, LUA_OK, D_OPENAPI);
+}
+
+/* ---- connect ------------------------------------------------------------------- */
+
+static int connect_k(lua_State *L, int st, lua_KContext ctx);
+
+static int connect_finish(lua_State *L, int nres) {
+    /* results of discover at the top: true | nil, err */
+    if (nres == 2) return 2;
+    lua_pop(L, 1);
+    if (!choose_version(L, 1)) {
+        lua_getiuservalue(L, 1, 1);
+        lua_getfield(L, -1, "pinned");
+        char msg[200];
+        snprintf(msg, sizeof msg, "slurmrestd does not serve the requested API version %s",
+                 lua_tostring(L, -1) ? lua_tostring(L, -1) : "?");
+        lua_pop(L, 2);
+        push_err(L, "unsupported", msg, 0);
+        return 2;
+    }
+    lua_pushvalue(L, 1);
+    return 1;
+}
+
+static int connect_k(lua_State *L, int st, lua_KContext ctx) {
+    (void)st;
+    int base = (int)ctx;
+    return connect_finish(L, lua_gettop(L) - base);
+}
+
+static int opt_str(lua_State *L, int t, const char *k, int uv, const char *as) {
+    lua_getfield(L, t, k);
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); return 0; }
+    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "slurm.connect: '%s' must be a string", k);
+    lua_setfield(L, uv, as ? as : k);
+    return 1;
+}
+
+static int l_connect(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int opts = 1;
+    conn *c = lua_newuserdatauv(L, sizeof *c, 1);
+    memset(c, 0, sizeof *c);
+    c->timeout = 10;
+    c->verify = 1;
+    luaL_setmetatable(L, CONN_MT);
+    lua_newtable(L);
+    int uv = lua_gettop(L);
+    int has_url = opt_str(L, opts, "url", uv, NULL);
+    int has_sock = opt_str(L, opts, "socket", uv, NULL);
+    opt_str(L, opts, "user", uv, NULL);
+    opt_str(L, opts, "token", uv, NULL);
+    opt_str(L, opts, "ca_file", uv, NULL);
+    lua_getfield(L, opts, "timeout");
+    if (!lua_isnil(L, -1)) {
+        c->timeout = lua_tonumber(L, -1);
+        if (!(c->timeout > 0)) return luaL_error(L, "slurm.connect: 'timeout' must be a number of seconds > 0");
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, opts, "verify");
+    if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) c->verify = 0;
+    lua_pop(L, 1);
+    lua_getfield(L, opts, "version");
+    const char *ver = lua_tostring(L, -1);
+    if (ver && strcmp(ver, "auto") != 0) {
+        int ok = 0;
+        for (int i = 0; known[i]; i++) if (strcmp(known[i], ver) == 0) ok = 1;
+        if (!ok) {
+            lua_pop(L, 3);
+            push_err(L, "unsupported", "unknown API version (known: v0.0.38 to v0.0.44, or \"auto\")", 0);
+            return 2;
+        }
+        lua_setfield(L, uv, "pinned");
+    } else {
+        lua_pop(L, 1);
+    }
+    if (has_url == has_sock) {
+        lua_pop(L, 2);
+        push_err(L, "unreachable", "slurm.connect needs exactly one of 'url' or 'socket'", 0);
+        return 2;
+    }
+    if (has_sock) {
+        lua_pushliteral(L, "http://localhost");
+        lua_setfield(L, uv, "url");
+    } else {
+        lua_getfield(L, uv, "url");
+        size_t n;
+        const char *u = lua_tolstring(L, -1, &n);
+        if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) {
+            lua_pop(L, 3);
+            push_err(L, "unreachable", "the slurmrestd URL must start with http:// or https://", 0);
+            return 2;
+        }
+        while (n > 0 && u[n - 1] == '/') n--; /* no trailing slash */
+        lua_pushlstring(L, u, n);
+        lua_setfield(L, uv, "url");
+        lua_pop(L, 1);
+    }
+    lua_setiuservalue(L, -2, 1);
+    /* stack: opts, conn */
+    lua_replace(L, 1);
+    lua_settop(L, 1);
+    lua_getiuservalue(L, 1, 1);
+    lua_getfield(L, -1, "token");
+    const char *tok = lua_tostring(L, -1);
+    if (tok) {
+        long long exp = jwt_exp(tok);
+        if (exp > 0 && exp <= (long long)time(NULL)) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the JWT expired %lld s ago; mint a new one (scontrol token)",
+                     (long long)time(NULL) - exp);
+            lua_settop(L, 1);
+            push_err(L, "auth", msg, 0);
+            lua_pushboolean(L, 1);
+            lua_setfield(L, -2, "expired");
+            return 2;
+        }
+    }
+    lua_settop(L, 1);
+    if (!lua_isyieldable(L))
+        return luaL_error(L, "slurm.connect must be called inside a task (loop.spawn)");
+    int base = lua_gettop(L);
+    lua_pushcfunction(L, discover);
+    lua_pushvalue(L, 1);
+    /* run discovery as a nested call so its stack frame starts with the conn */
+    lua_callk(L, 1, LUA_MULTRET, (lua_KContext)base, connect_k);
+    return connect_k(L, LUA_OK, (lua_KContext)base);
+}
+
+/* ---- call ------------------------------------------------------------------------ */
+
+enum { C_FIRST = 1, C_REDISCOVER = 2, C_RETRY = 3 };
+
+static int call_k(lua_State *L, int st, lua_KContext ctx);
+
+static int call_send(lua_State *L, int phase) {
+    size_t bl = 0;
+    const char *body = lua_isnoneornil(L, 4) ? NULL : lua_tolstring(L, 4, &bl);
+    push_request(L, 1, lua_tostring(L, 2), lua_tostring(L, 3), body, bl);
+    lua_callk(L, 1, 2, phase, call_k);
+    return call_k(L, LUA_OK, phase);
+}
+
+static int call_k(lua_State *L, int st, lua_KContext ctx) {
+    (void)st;
+    conn *c = lua_touserdata(L, 1);
+    int phase = (int)ctx;
+    if (phase == C_REDISCOVER) {
+        /* discover returned true | nil, err; then retry with the new version */
+        int ok = lua_toboolean(L, 5);
+        lua_settop(L, 4);
+        char before[16];
+        snprintf(before, sizeof before, "%s", c->version);
+        if (ok && choose_version(L, 1) && strcmp(before, c->version) != 0) {
+            obleth_log("info", "slurm_version_renegotiated", "from=%s to=%s", before, c->version);
+            return call_send(L, C_RETRY);
+        }
+        snprintf(c->version, sizeof c->version, "%s", before);
+        push_err(L, "unsupported", "slurmrestd answered 404 for a versioned path and no other API version is served", 404);
+        return 2;
+    }
+    int status = transport_result(L);
+    if (status < 0) return 2;
+    int raw = lua_gettop(L);
+    if (is_auth_status(status)) {
+        lua_settop(L, 4);
+        push_err(L, "auth", "slurmrestd refused the credentials (check the user name and JWT)", status);
+        return 2;
+    }
+    if (status == 404 && phase == C_FIRST && strstr(lua_tostring(L, 3), "{v}")) {
+        /* a 404 with Slurm's JSON errors is an answer (job not found); a bare
+           404 means the versioned path itself is gone */
+        push_json(L, raw);
+        int json = lua_istable(L, -1);
+        lua_pop(L, 1);
+        if (!json) {
+            lua_settop(L, 4);
+            lua_pushcfunction(L, discover);
+            lua_pushvalue(L, 1);
+            lua_callk(L, 1, 1, C_REDISCOVER, call_k);
+            return call_k(L, LUA_OK, C_REDISCOVER);
+        }
+    }
+    push_json(L, raw);
+    if (lua_isnil(L, -1) && status >= 200 && status < 300) {
+        lua_settop(L, 4);
+        char msg[120];
+        snprintf(msg, sizeof msg, "slurmrestd answered HTTP %d with a body that is not JSON", status);
+        push_err(L, "bad_response", msg, status);
+        return 2;
+    }
+    /* status, raw, doc -> status, doc, raw */
+    lua_insert(L, raw);
+    return 3;
+}
+
+static int conn_call(lua_State *L) {
+    check_conn(L, 1);
+    luaL_checkstring(L, 2);
+    luaL_checkstring(L, 3);
+    if (!lua_isnoneornil(L, 4)) luaL_checkstring(L, 4);
+    lua_settop(L, 4);
+    lua_getiuservalue(L, 1, 1);
+    lua_getfield(L, -1, "token");
+    const char *tok = lua_tostring(L, -1);
+    if (tok) {
+        long long exp = jwt_exp(tok);
+        if (exp > 0 && exp <= (long long)time(NULL)) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the JWT expired %lld s ago; mint a new one (scontrol token)",
+                     (long long)time(NULL) - exp);
+            lua_settop(L, 4);
+            push_err(L, "auth", msg, 0);
+            lua_pushboolean(L, 1);
+            lua_setfield(L, -2, "expired");
+            return 2;
+        }
+    }
+    lua_settop(L, 4);
+    return call_send(L, C_FIRST);
+}
+
+static int conn_version(lua_State *L) {
+    conn *c = check_conn(L, 1);
+    lua_pushstring(L, c->version);
+    return 1;
+}
+
+static int conn_versions(lua_State *L) {
+    check_conn(L, 1);
+    lua_getiuservalue(L, 1, 1);
+    lua_getfield(L, -1, "versions");
+    return 1;
+}
+
+static int conn_has_slurmdb(lua_State *L) {
+    conn *c = check_conn(L, 1);
+    lua_pushboolean(L, c->has_slurmdb);
+    return 1;
+}
+
+static int conn_set_token(lua_State *L) {
+    check_conn(L, 1);
+    luaL_checkstring(L, 2);
+    lua_getiuservalue(L, 1, 1);
+    lua_pushvalue(L, 2);
+    lua_setfield(L, -2, "token");
+    return 0;
+}
+
+static int conn_info(lua_State *L) {
+    conn *c = check_conn(L, 1);
+    lua_getiuservalue(L, 1, 1);
+    lua_createtable(L, 0, 5);
+    lua_getfield(L, -2, "url");
+    lua_setfield(L, -2, "url");
+    lua_getfield(L, -2, "socket");
+    lua_setfield(L, -2, "socket");
+    lua_getfield(L, -2, "user");
+    lua_setfield(L, -2, "user");
+    lua_pushstring(L, c->version);
+    lua_setfield(L, -2, "version");
+    lua_pushnumber(L, c->timeout);
+    lua_setfield(L, -2, "timeout");
+    return 1;
+}
+
+static int conn_close(lua_State *L) {
+    conn *c = luaL_checkudata(L, 1, CONN_MT);
+    c->closed = 1;
+    return 0;
+}
+
+static int conn_tostring(lua_State *L) {
+    conn *c = luaL_checkudata(L, 1, CONN_MT);
+    lua_pushfstring(L, "slurm connection (%s%s)", c->version[0] ? c->version : "no version",
+                    c->closed ? ", closed" : "");
+    return 1;
+}
+
+int luaopen_obleth_slurm_rest(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"call", conn_call}, {"version", conn_version}, {"versions", conn_versions},
+        {"has_slurmdb", conn_has_slurmdb}, {"set_token", conn_set_token}, {"info", conn_info},
+        {"close", conn_close}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"connect", l_connect}, {NULL, NULL}};
+    luaL_requiref(L, "obleth.http", luaopen_obleth_http, 0);
+    lua_getfield(L, -1, "request");
+    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.slurm.http_request");
+    lua_pop(L, 1);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "cjson");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "decode");
+    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.slurm.json_decode");
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, CONN_MT)) {
+        luaL_newlib(L, methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, conn_close);
+        lua_setfield(L, -2, "__close");
+        lua_pushcfunction(L, conn_tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_pop(L, 1);
+    luaL_newlib(L, funcs);
+    lua_newtable(L);
+    for (int i = 0; known[i]; i++) {
+        lua_pushstring(L, known[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "known_versions");
+    return 1;
+}

@@ -1,0 +1,195 @@
+--- obleth.slurm — talk to slurmrestd and get one normalized picture of the
+-- cluster whatever API version (v0.0.38 to v0.0.44) the site runs.
+--
+-- The transport (JWT headers, HTTP(S) or unix socket, version discovery and
+-- renegotiation, error kinds) is the host's C module `obleth.slurm.rest`;
+-- the per-version shapes are mapped by `obleth.slurm.normalize` and request
+-- bodies built by `obleth.slurm.submit`. Every call is a single request
+-- (except job(id), which falls back to the accounting database once when the
+-- controller has forgotten a finished job) and must run inside a task.
+--
+-- Errors never raise on server behaviour: calls return `nil, err` with
+-- err.kind one of
+--   "unreachable"  no connection (refused, DNS, TLS)       err.message
+--   "timeout"      no answer within the connection's timeout
+--   "auth"         missing, bad or expired token (err.expired = true when the
+--                  JWT's exp has passed), whatever HTTP code the release uses
+--   "refused"      Slurm said no: err.code (Slurm errno), err.message, and
+--                  err.field = the desc field it is about when that can be told
+--   "bad_response" an answer that is not what the API documents
+--   "unsupported"  a desc field or call this API version cannot express (err.field)
+local rest = require "obleth.slurm.rest"
+local normalize = require "obleth.slurm.normalize"
+local submit = require "obleth.slurm.submit"
+local jwt = require "obleth.slurm.jwt"
+local cjson = require "cjson"
+
+local M = {}
+
+M.known_versions = rest.known_versions
+M.capabilities = submit.capabilities
+M.never_starts = submit.never_starts
+
+--- Seconds since the epoch at which a JWT expires (its `exp` claim, read
+--- without verification), or nil, message.
+---@param token string
+---@return integer|nil exp, string|nil err
+function M.token_expiry(token)
+  return jwt.token_expiry(token)
+end
+
+local Conn = {}
+Conn.__index = Conn
+
+--- Connect to slurmrestd and negotiate the API version.
+---@param opts {url: string|nil, socket: string|nil, user: string|nil, token: string|nil,
+---  version: string|nil, timeout: number|nil, ca_file: string|nil, verify: boolean|nil}
+---  exactly one of url / socket; version "auto" (default) or "v0.0.38".."v0.0.44";
+---  timeout in seconds per request (default 10); TLS verification is on unless verify = false
+---@return table|nil conn, table|nil err
+function M.connect(opts)
+  if type(opts) ~= "table" then error("slurm.connect: expects a table of options", 2) end
+  local c, err = rest.connect(opts)
+  if not c then return nil, err end
+  return setmetatable({ _c = c }, Conn)
+end
+
+local function _bad(status, doc, what)
+  local errs = normalize.errors(doc)
+  local first = errs[1]
+  local msg = ("%s: slurmrestd answered HTTP %s"):format(what, tostring(status))
+  if first and (first.message or first.description) then
+    msg = msg .. ": " .. (first.message or first.description)
+  end
+  return nil, { kind = "bad_response", http_status = status, message = msg, errors = errs }
+end
+
+-- GET path and normalize the answer with fn.
+function Conn:_get(path, fn, what)
+  local status, doc = self._c:call("GET", path)
+  if not status then return nil, doc end
+  if status ~= 200 or type(doc) ~= "table" then return _bad(status, doc, what) end
+  local ok, res = pcall(fn, doc, self._c:version())
+  if not ok then
+    return nil, { kind = "bad_response", message = what .. ": unexpected response shape: " .. tostring(res) }
+  end
+  return res
+end
+
+--- The negotiated API version, e.g. "v0.0.38".
+function Conn:version() return self._c:version() end
+--- The API versions the server serves (newest first).
+function Conn:versions() return self._c:versions() end
+--- {url, socket, user, version, timeout}; never the token.
+function Conn:info() return self._c:info() end
+--- Replace the token (e.g. after minting a fresh one).
+function Conn:set_token(t) return self._c:set_token(t) end
+--- How each desc field is sent on this connection's version (false = cannot be).
+function Conn:capabilities() return submit.capabilities[self._c:version()] end
+
+--- Ping the controller.
+---@return {ok: boolean, version: string, release: string|nil, hostname: string|nil, latency: number}|nil, table|nil
+function Conn:ping()
+  local loop = require "obleth.loop"
+  local t0 = loop.monotonic()
+  local r, err = self:_get("/slurm/{v}/ping", normalize.ping, "ping")
+  if not r then return nil, err end
+  r.rtt = loop.monotonic() - t0 -- seconds, measured here
+  return r
+end
+
+--- Every job the controller knows, in one request (callers filter).
+---@return table[]|nil jobs normalized (see obleth.slurm.normalize), table|nil err
+function Conn:jobs() return self:_get("/slurm/{v}/jobs", normalize.jobs, "jobs") end
+
+--- One job; when the controller has forgotten it (finished more than
+--- MinJobAge ago), its record from the accounting database.
+---@param id integer
+function Conn:job(id)
+  id = math.tointeger(id)
+  if not id or id <= 0 then error("slurm job: id must be a positive integer", 2) end
+  local status, doc = self._c:call("GET", "/slurm/{v}/job/" .. id)
+  if not status then return nil, doc end
+  if status == 200 and type(doc) == "table" then
+    local ok, j = pcall(normalize.job, doc, self._c:version())
+    if ok and j then return j end
+  end
+  -- 404 + error 2017 (v0.0.39+) or 500 (22.05): ask the accounting database
+  local dstatus, ddoc = self._c:call("GET", "/slurmdb/{v}/job/" .. id)
+  if not dstatus then return nil, ddoc end
+  if dstatus == 200 and type(ddoc) == "table" then
+    local ok, j = pcall(normalize.db_job, ddoc, self._c:version())
+    if ok and j then return j end
+  end
+  return nil, { kind = "refused", http_status = status, code = 2017,
+    message = ("job %d is not known to the controller or the accounting database"):format(id) }
+end
+
+--- Submit a batch job described by desc (see obleth.slurm.submit).
+---@param desc table
+---@return integer|nil job_id, table warnings_or_err warnings: array of {code?, message}
+function Conn:submit(desc)
+  local version = self._c:version()
+  local body, berr = submit.body(desc, version)
+  if not body then
+    berr.kind = berr.kind == "unsupported" and "unsupported" or "refused"
+    return nil, berr
+  end
+  local status, doc, raw = self._c:call("POST", "/slurm/{v}/job/submit", cjson.encode(body))
+  if not status then return nil, doc end
+  local job_id, res = normalize.submit_response(doc, version, status)
+  if job_id then return job_id, res end
+  if res.kind == "refused" then
+    local field, candidates = submit.refusal_field(res.code, res.message, desc)
+    res.field = res.key and M._field_for_key(res.key) or field
+    res.candidates = candidates
+  else
+    res.kind = "bad_response"
+    if raw and #raw > 0 and not doc then res.message = res.message .. ": " .. raw:sub(1, 200) end
+  end
+  return nil, res
+end
+
+-- A request property slurmrestd rejected by name → the desc field.
+function M._field_for_key(key)
+  local map = { exclude_nodes = "exclude", excluded_nodes = "exclude", time_limit = "time_limit",
+    gpus_per_node = "gpus_per_node", tres_per_node = "gpus_per_node", constraints = "constraint",
+    memory_per_node = "memory_per_node", partition = "partition", account = "account", qos = "qos",
+    nodes = "nodes", environment = "environment" }
+  return map[key] or key
+end
+
+--- Cancel (signal) a job. signal: "KILL" (default) or "TERM", "INT", "USR1"...
+---@return true|nil, table|nil err
+function Conn:cancel(id, signal)
+  id = math.tointeger(id)
+  if not id or id <= 0 then error("slurm cancel: id must be a positive integer", 2) end
+  signal = signal or "KILL"
+  if not tostring(signal):match("^%u[%u%d]*$") then error("slurm cancel: bad signal name", 2) end
+  local status, doc = self._c:call("DELETE", ("/slurm/{v}/job/%d?signal=%s"):format(id, signal))
+  if not status then return nil, doc end
+  if status == 200 then return true end
+  local errs = normalize.errors(doc)
+  return nil, { kind = "refused", http_status = status, code = errs[1] and errs[1].code,
+    message = errs[1] and (errs[1].message or errs[1].description) or ("HTTP " .. status) }
+end
+
+function Conn:partitions() return self:_get("/slurm/{v}/partitions", normalize.partitions, "partitions") end
+function Conn:nodes() return self:_get("/slurm/{v}/nodes", normalize.nodes, "nodes") end
+function Conn:diag() return self:_get("/slurm/{v}/diag", normalize.diag, "diag") end
+function Conn:accounts() return self:_get("/slurmdb/{v}/accounts", normalize.accounts, "accounts") end
+function Conn:qos() return self:_get("/slurmdb/{v}/qos", normalize.qos, "qos") end
+
+--- Associations, optionally only a user's.
+---@param opts {user: string|nil}|nil
+function Conn:associations(opts)
+  local path = "/slurmdb/{v}/associations"
+  local user = opts and opts.user
+  if user then
+    if not tostring(user):match("^[%w._-]+$") then error("slurm associations: bad user name", 2) end
+    path = path .. "?user=" .. user
+  end
+  return self:_get(path, normalize.associations, "associations")
+end
+
+return M

@@ -1,0 +1,69 @@
+--- Slurm time limits: parsing the forms sbatch(1) --time accepts, and printing.
+-- Source: sbatch(1) "--time": "minutes", "minutes:seconds", "hours:minutes:seconds",
+-- "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds"; Slurm
+-- rounds seconds up to the next whole minute (time_str2mins in src/common/parse_time.c).
+local M = {}
+
+--- Parse a time limit into whole minutes.
+---@param s string|integer e.g. "90", "1:30:00", "2-00", "0-12:00:00"; an integer is minutes
+---@return integer|nil minutes, string|nil err (says which forms are accepted)
+function M.parse_minutes(s)
+  if math.type(s) == "integer" then
+    if s <= 0 then return nil, "a time limit must be at least 1 minute" end
+    return s
+  end
+  if type(s) ~= "string" then return nil, "a time limit must be a string like 1:00:00 or a number of minutes" end
+  local t = s:match("^%s*(.-)%s*$")
+  if t:upper() == "UNLIMITED" or t:upper() == "INFINITE" or t == "-1" then
+    return nil, "UNLIMITED is not accepted: give a finite time limit"
+  end
+  local forms = "expected MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+  local d, h, m, sec
+  local a, b, c, e
+  a, b, c, e = t:match("^(%d+)%-(%d+):(%d+):(%d+)$")
+  if a then d, h, m, sec = a, b, c, e
+  else
+    a, b, c = t:match("^(%d+)%-(%d+):(%d+)$")
+    if a then d, h, m = a, b, c
+    else
+      a, b = t:match("^(%d+)%-(%d+)$")
+      if a then d, h = a, b
+      else
+        a, b, c = t:match("^(%d+):(%d+):(%d+)$")
+        if a then h, m, sec = a, b, c
+        else
+          a, b = t:match("^(%d+):(%d+)$")
+          if a then m, sec = a, b
+          else
+            a = t:match("^(%d+)$")
+            if a then m = a else return nil, ("%q is not a time limit: %s"):format(s, forms) end
+          end
+        end
+      end
+    end
+  end
+  d, h, m, sec = tonumber(d or 0), tonumber(h or 0), tonumber(m or 0), tonumber(sec or 0)
+  if (h and h >= 24 and d > 0) or (m >= 60 and (h > 0 or d > 0)) or sec >= 60 and (m > 0 or h > 0 or d > 0) then
+    return nil, ("%q is not a time limit: a field is out of range"):format(s)
+  end
+  local total = ((d * 24 + h) * 60 + m) * 60 + sec
+  local minutes = math.tointeger((total + 59) // 60)
+  if minutes <= 0 then return nil, "a time limit must be at least 1 minute" end
+  if minutes > 365 * 24 * 60 then return nil, ("%q is longer than a year"):format(s) end
+  return minutes
+end
+
+--- Format minutes as Slurm prints them: "MM:SS" never; "D-HH:MM:SS" or "HH:MM:SS".
+---@param minutes number|nil minutes, math.huge for UNLIMITED
+---@return string
+function M.format_minutes(minutes)
+  if minutes == nil then return "-" end
+  if minutes == math.huge then return "UNLIMITED" end
+  minutes = math.floor(minutes)
+  local d, rem = minutes // 1440, minutes % 1440
+  local h, m = rem // 60, rem % 60
+  if d > 0 then return ("%d-%02d:%02d:00"):format(d, h, m) end
+  return ("%d:%02d:00"):format(h, m)
+end
+
+return M
