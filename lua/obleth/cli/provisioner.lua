@@ -1,0 +1,56 @@
+--- `obleth-provisioner` (or `obleth provisioner`): the provisioner daemon.
+-- Needs only OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN; everything else
+-- comes from the Management API each pass.
+local args = require "obleth.args"
+local log = require "obleth.log"
+
+local M = {}
+
+local spec = {
+  interval = { kind = "number", help = "seconds between passes (env OBLETH_PASS_INTERVAL, default 5)" },
+  once = { kind = "boolean", help = "run one pass and exit (status 0 when it succeeded)" },
+  help = { kind = "boolean", short = "h", help = "this help" },
+}
+
+function M.main(argv)
+  local o, err = args.parse(argv, spec)
+  if not o or o.help then
+    io.stderr:write(err and ("obleth-provisioner: " .. err .. "\n") or "",
+      "usage: obleth-provisioner [--interval SECONDS] [--once]\n", args.help(spec), "\n",
+      "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN (required), OBLETH_PASS_INTERVAL\n")
+    return o and 0 or 2
+  end
+  local base = os.getenv("OBLETH_ADMIN_BASE_URL")
+  local token = os.getenv("OBLETH_ADMIN_TOKEN")
+  if not base or base == "" or not token or token == "" then
+    io.stderr:write("obleth-provisioner: set OBLETH_ADMIN_BASE_URL (e.g. http://127.0.0.1:8080) and ",
+      "OBLETH_ADMIN_TOKEN (the admin token obleth serve was started with); under systemd put them in ",
+      "/etc/obleth/provisioner.env\n")
+    return 2
+  end
+  log.add_secret(token)
+  local interval = o.interval or tonumber(os.getenv("OBLETH_PASS_INTERVAL") or "") or 5
+  if interval <= 0 then
+    io.stderr:write("obleth-provisioner: --interval must be > 0\n")
+    return 2
+  end
+  local ok_policy, policy = pcall(require, "obleth.policy")
+  local daemon = require("obleth.provisioner.daemon").new {
+    api = require("obleth.provisioner.api").new(base, token),
+    interval = interval,
+    fault = os.getenv("OBLETH_FAULT"),
+    drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or ""),
+    policy = ok_policy and policy.provisioner_rules and policy.provisioner_rules() or nil,
+  }
+  if o.once then
+    local rep, perr = daemon:pass()
+    if not rep then
+      io.stderr:write("obleth-provisioner: pass failed: ", tostring(perr and perr.message), "\n")
+      return 1
+    end
+    return 0
+  end
+  return daemon:run()
+end
+
+return M

@@ -1,0 +1,482 @@
+--- The provisioner's decisions for one pass, as pure functions of data.
+--
+-- reconcile(input)  Slurm side: follow each replica's job, adopt tagged jobs
+--                   nobody recorded, end/cancel what must go, create and
+--                   submit what is missing, roll replicas over before their
+--                   walltime ends.
+-- health(state, results, now)  what the health checks change: states,
+--                   endpoints, restarts of replicas unhealthy past grace.
+--
+-- Neither does I/O: the daemon (obleth.provisioner.daemon) reads the
+-- snapshot and the job listing, runs the submits, cancels and checks these
+-- functions ask for, and reports the rows they return. Times are epoch
+-- seconds; time limits are minutes (docs/managed-spec.md).
+local tag = require "obleth.provisioner.tag"
+local never_starts = require("obleth.slurm.submit").never_starts
+
+local M = {}
+
+--- Slurm job states in which the job still holds (or waits for) resources.
+M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true, SUSPENDED = true, REQUEUED = true,
+  RESIZING = true, SIGNALING = true, STAGE_OUT = true, REQUEUE_HOLD = true, REQUEUE_FED = true }
+M.STARTED = { RUNNING = true, CONFIGURING = true, SIGNALING = true, STAGE_OUT = true }
+
+--- Default lost / backoff rule (policy "lost" may replace it): a slot whose
+--- last `limit` ends (default 3) all came before the replica was ever
+--- healthy is lost; otherwise the next submit waits 10 s × 2^(n-1) after
+--- the last end, n = ends in a row without health, capped at 600 s.
+---@param ends {healthy: boolean, at: number}[] newest first
+---@param now number
+---@return {lost: boolean, backoff_until: number|nil, failures: integer, evidence: table}
+function M.default_lost(ends, now, limit)
+  limit = limit or 3
+  local n = 0
+  for _, e in ipairs(ends) do
+    if e.healthy or e.ignore then break end
+    n = n + 1
+  end
+  if n >= limit then return { lost = true, failures = n, evidence = { ends = n, limit = limit } } end
+  local until_ = nil
+  if n > 0 and ends[1] and ends[1].at then
+    until_ = ends[1].at + math.min(600, 10 * 2 ^ (n - 1))
+    if until_ <= now then until_ = nil end
+  end
+  return { lost = false, failures = n, backoff_until = until_, evidence = { ends = n, limit = limit } }
+end
+
+--- Default rollover rule (policy "rollover" may replace it): start the
+--- successor when the time left is less than the replica's measured startup
+--- time plus a margin (default 5 minutes, or spec.rollover_margin minutes).
+---@return {start_successor: boolean, at: number|nil, evidence: table}
+function M.default_rollover(r)
+  if not (r.time_limit and r.started_at) or r.time_limit == math.huge then
+    return { start_successor = false, evidence = { reason = "no time limit" } }
+  end
+  local ends_at = r.started_at + r.time_limit * 60
+  local startup = (r.healthy_at and r.healthy_at >= r.started_at) and (r.healthy_at - r.started_at) or 0
+  local margin = (r.margin_minutes or 5) * 60
+  local at = ends_at - startup - margin
+  return { start_successor = r.now >= at, at = at,
+    evidence = { ends_at = ends_at, startup_seconds = startup, margin_seconds = margin } }
+end
+
+local function copy(t)
+  local o = {}
+  for k, v in pairs(t or {}) do o[k] = v end
+  return o
+end
+
+local function first_node(job)
+  if job.node_list and job.node_list[1] then return job.node_list[1] end
+  if type(job.nodes) == "string" then return job.nodes:match("^[^,%[]+") end
+  return nil
+end
+
+--- Pick a port for a new replica: inside [lo, hi], not used by any live
+--- replica (of any model), so two replicas placed on one node never clash.
+---@param range integer[] {lo, hi}
+---@param used table<integer, boolean>
+---@param rand fun(lo: integer, hi: integer): integer
+---@return integer|nil
+function M.pick_port(range, used, rand)
+  local lo, hi = range[1], range[2]
+  local span = hi - lo + 1
+  local start = rand(lo, hi)
+  for i = 0, span - 1 do
+    local p = lo + (start - lo + i) % span
+    if not used[p] then return p end
+  end
+  return nil
+end
+
+--- Reconcile the store's replicas with Slurm.
+---@param input {now: number, snapshot: table, jobs: table[], nonce: fun(): string,
+---  rand: fun(lo: integer, hi: integer): integer, lost: function|nil, rollover: function|nil}
+---@return table state {rows = array of replica rows (every row touched or live),
+---  submits = array of {row, model, spec}, cancels = array of {row, job_id, why},
+---  outcomes = array, ack = {restart = {}, clear_lost = {}}, models = array}
+function M.reconcile(input)
+  local now, snap = input.now, input.snapshot
+  local lost_rule = input.lost or M.default_lost
+  local rollover_rule = input.rollover or M.default_rollover
+  local settings = snap.settings or {}
+  local defaults = settings.defaults or {}
+  local enabled = settings.enabled ~= false
+  local out = { rows = {}, submits = {}, cancels = {}, outcomes = {}, ack = { restart = {}, clear_lost = {} },
+    models = {}, adopted = {} }
+
+  -- index jobs by nonce (tagged only)
+  local by_nonce = {}
+  for _, j in ipairs(input.jobs or {}) do
+    local t = tag.parse(j)
+    if t then
+      local prev = by_nonce[t.nonce]
+      -- the same nonce twice (a requeue shows one job): keep the newest
+      if not prev or (j.id or 0) > (prev.job.id or 0) then by_nonce[t.nonce] = { job = j, tag = t } end
+    end
+  end
+
+  local restart = {}
+  for _, id in ipairs(snap.restart or {}) do restart[id] = true end
+  local clear_lost = {}
+  for _, id in ipairs(snap.clear_lost or {}) do clear_lost[id] = true end
+
+  -- models by id; adopt tagged live jobs that no row knows
+  local models, known = {}, {}
+  for _, m in ipairs(snap.models or {}) do
+    local mm = { id = m.id, name = m.name, spec = m.spec, recent_ends = m.recent_ends or {}, rows = {} }
+    for _, r in ipairs(m.replicas or {}) do
+      local row = copy(r)
+      mm.rows[#mm.rows + 1] = row
+      known[row.nonce] = true
+    end
+    models[m.id] = mm
+    out.models[#out.models + 1] = mm
+  end
+  for nonce, jt in pairs(by_nonce) do
+    local base = jt.job.state and jt.job.state.base
+    if not known[nonce] and M.LIVE[base] then
+      local mm = models[jt.tag.model_id]
+      if not mm then
+        -- a model the store does not know (deleted for good): cancel the job
+        out.cancels[#out.cancels + 1] = { job_id = jt.job.id, why = "no such model", row = nil }
+      else
+        local row = { nonce = nonce, model_id = mm.id, slot = jt.tag.slot, state = "submitted",
+          job_id = jt.job.id, submitted_at = jt.job.submit_time or now, adopted = true,
+          generation = jt.tag.generation }
+        mm.rows[#mm.rows + 1] = row
+        out.adopted[#out.adopted + 1] = row
+      end
+    end
+  end
+
+  local used_ports = {}
+  for _, mm in ipairs(out.models) do
+    for _, r in ipairs(mm.rows) do
+      if r.port and r.state ~= "ended" then used_ports[r.port] = true end
+    end
+  end
+
+  local function touch(row) row._touched = true end
+
+  local function cancel(row, why, drain_until)
+    if row.state == "ended" or row.state == "lost" then return end
+    if row.job_id then
+      row.state = "ending"
+      row.cancel_why = why
+      if drain_until and drain_until > now then
+        row.cancel_at = row.cancel_at or drain_until
+      else
+        out.cancels[#out.cancels + 1] = { row = row, job_id = row.job_id, why = why }
+      end
+    else
+      row.state = "ended"
+      row.ended_at = now
+      row["end"] = { state = "NOT_SUBMITTED", reason = why }
+    end
+    touch(row)
+  end
+
+  -- 1. follow each row's job
+  for _, mm in ipairs(out.models) do
+    mm.ended_now = {}
+    for _, row in ipairs(mm.rows) do
+      if row.state ~= "lost" and row.state ~= "ended" and row.job_id then
+        local jt = by_nonce[row.nonce]
+        local job = jt and jt.job
+        if not job and input.job_by_id then job = input.job_by_id[row.job_id] end
+        local base = job and job.state and job.state.base
+        if not job then
+          if input.jobs then
+            -- listed nothing and the accounting lookup found nothing either
+            row.state = "ended"
+            row.ended_at = now
+            row["end"] = { state = "UNKNOWN", reason = "job no longer known to Slurm" }
+          end
+        elseif base == "PENDING" or base == "REQUEUED" or base == "SUSPENDED" or base == "REQUEUE_HOLD" then
+          if row.state ~= "ending" then row.state = "submitted" end
+          row.pending_reason = job.reason
+          if never_starts(job.reason) then
+            row.problem = ("Slurm will never start this job as it is: %s"):format(job.reason)
+          else
+            row.problem = nil
+          end
+          row.node, row.endpoint = nil, nil
+        elseif M.STARTED[base] then
+          if row.state == "pending" or row.state == "submitted" then
+            row.state = "starting"
+            row.started_at = job.start_time or now
+            row.node = first_node(job)
+            row.pending_reason, row.problem = nil, nil
+          end
+          row.node = row.node or first_node(job)
+        elseif base == "COMPLETING" then
+          if row.state ~= "ending" then row.state = "ending" end
+        else
+          row.state = "ended"
+          row.ended_at = job.end_time or now
+          local ec = job.exit_code or {}
+          row["end"] = { state = base or "UNKNOWN", reason = job.reason, exit_code = ec.code, signal = ec.signal,
+            node = first_node(job) or row.node }
+          out.outcomes[#out.outcomes + 1] = { nonce = row.nonce, model_id = mm.id, replica_id = row.id,
+            launch_id = row.launch_id, job_id = row.job_id, state = base, reason = job.reason,
+            exit_code = ec.code, signal = ec.signal, node = first_node(job) or row.node,
+            started_at = job.start_time or row.started_at, ended_at = row.ended_at,
+            healthy = row.healthy_at ~= nil }
+          mm.ended_now[#mm.ended_now + 1] = row
+        end
+        touch(row)
+      end
+    end
+  end
+
+  -- 2. restarts asked through the API
+  for _, mm in ipairs(out.models) do
+    for _, row in ipairs(mm.rows) do
+      if row.id and restart[row.id] then
+        out.ack.restart[#out.ack.restart + 1] = row.id
+        cancel(row, "restart asked")
+      end
+    end
+  end
+
+  -- 3. desired state per model
+  for _, mm in ipairs(out.models) do
+    local spec = mm.spec
+    local live = {}
+    for _, row in ipairs(mm.rows) do
+      if row.state ~= "ended" then live[#live + 1] = row end
+    end
+    if clear_lost[mm.id] then
+      out.ack.clear_lost[#out.ack.clear_lost + 1] = mm.id
+      for _, row in ipairs(live) do
+        if row.state == "lost" then
+          row.state = "ended"
+          row.cleared = true
+          touch(row)
+        end
+      end
+      mm.cleared = true
+    end
+    if not spec or spec.enabled == false or not enabled then
+      local why = not spec and "spec deleted" or (not enabled and "Slurm turned off" or "spec paused")
+      for _, row in ipairs(live) do cancel(row, why) end
+    else
+      local n = spec.replicas or 1
+      local per_slot = {}
+      for _, row in ipairs(live) do
+        if row.state ~= "ended" then
+          if (row.slot or 0) > n or (row.slot or 0) < 1 then
+            cancel(row, "surplus replica")
+          else
+            per_slot[row.slot] = per_slot[row.slot] or {}
+            table.insert(per_slot[row.slot], row)
+          end
+        end
+      end
+      local perr = spec.provision_error
+      local blocked = perr ~= nil and perr ~= false and (perr.generation == nil or spec.generation == nil
+        or perr.generation >= spec.generation)
+      for slot = 1, n do
+        local rows = per_slot[slot] or {}
+        local active, lost_row = {}, nil
+        for _, r in ipairs(rows) do
+          if r.state == "lost" then lost_row = r
+          elseif r.state ~= "ending" and r.state ~= "ended" then active[#active + 1] = r end
+        end
+        if lost_row then
+          -- not replaced until "Try once more"
+          for _, r in ipairs(active) do cancel(r, "slot lost") end
+        else
+          -- never two jobs for one replica: keep one primary (+ its successor)
+          local primary, successor = nil, nil
+          local rank = { healthy = 5, unhealthy = 4, starting = 3, submitted = 2, pending = 1 }
+          for _, r in ipairs(active) do
+            if not r.successor_of then
+              if not primary or (rank[r.state] or 0) > (rank[primary.state] or 0)
+                or ((rank[r.state] or 0) == (rank[primary.state] or 0) and (r.job_id or 0) > (primary.job_id or 0)) then
+                primary = r
+              end
+            end
+          end
+          for _, r in ipairs(active) do
+            if r ~= primary then
+              if r.successor_of and primary and r.successor_of == primary.nonce and not successor then
+                successor = r
+              elseif r.successor_of and not primary then
+                -- the old one is gone: the successor takes its place
+                r.successor_of = nil
+                primary = r
+                touch(r)
+              else
+                cancel(r, "duplicate replica")
+              end
+            end
+          end
+          if not primary then
+            -- the lost / backoff rule looks at this slot's recent ends
+            local ends = {}
+            for _, r in ipairs(mm.ended_now) do
+              if r.slot == slot then
+                local port_clash = r["end"] and r["end"].exit_code == 98
+                ends[#ends + 1] = { healthy = r.healthy_at ~= nil, at = r.ended_at, row = r, ignore = port_clash }
+              end
+            end
+            table.sort(ends, function(a, b) return (a.at or 0) > (b.at or 0) end)
+            if not mm.cleared then
+              for _, e in ipairs(mm.recent_ends) do
+                if e.slot == slot then ends[#ends + 1] = { healthy = e.healthy, at = e.at, ignore = e.ignore } end
+              end
+            end
+            local d = lost_rule(ends, now)
+            local just_ended = ends[1] and ends[1].row
+            if d.lost and just_ended then
+              just_ended.state = "lost"
+              just_ended.problem = ("ended %d times in a row without becoming healthy"):format(d.failures or 0)
+              touch(just_ended)
+            elseif d.lost then
+              -- already counted as lost before (e.g. after a restart): wait for "Try once more"
+              mm.waiting_lost = true
+            elseif d.backoff_until then
+              mm.backoff_until = math.max(mm.backoff_until or 0, d.backoff_until)
+            elseif blocked then
+              mm.blocked = true
+            else
+              local port = M.pick_port(defaults.port_range or { 20000, 20999 }, used_ports, input.rand)
+              if port then
+                used_ports[port] = true
+                local row = { nonce = input.nonce(), model_id = mm.id, slot = slot, state = "pending",
+                  port = port, generation = spec.generation, launch_id = spec.launch_id }
+                mm.rows[#mm.rows + 1] = row
+                touch(row)
+                out.submits[#out.submits + 1] = { row = row, model = mm, spec = spec }
+              else
+                mm.no_port = true
+              end
+            end
+          elseif primary.state == "healthy" and not successor and not blocked then
+            local d = rollover_rule({ now = now, time_limit = spec.time_limit, started_at = primary.started_at,
+              healthy_at = primary.healthy_at, margin_minutes = spec.rollover_margin })
+            if d.start_successor then
+              local port = M.pick_port(defaults.port_range or { 20000, 20999 }, used_ports, input.rand)
+              if port then
+                used_ports[port] = true
+                local row = { nonce = input.nonce(), model_id = mm.id, slot = slot, state = "pending", port = port,
+                  generation = spec.generation, successor_of = primary.nonce, launch_id = spec.launch_id }
+                mm.rows[#mm.rows + 1] = row
+                touch(row)
+                out.submits[#out.submits + 1] = { row = row, model = mm, spec = spec, rollover = d }
+              end
+            end
+          elseif successor and successor.state == "healthy" and primary.state ~= "ending" then
+            -- the successor serves: the old one leaves the endpoints, then its job goes
+            successor.successor_of = nil
+            touch(successor)
+            cancel(primary, "walltime rollover", now + (input.drain_seconds or 30))
+          end
+        end
+      end
+    end
+    -- drained rows whose time has come
+    for _, row in ipairs(mm.rows) do
+      if row.state == "ending" and row.cancel_at and row.cancel_at <= now and not row.cancel_sent then
+        out.cancels[#out.cancels + 1] = { row = row, job_id = row.job_id, why = row.cancel_why or "drained" }
+      end
+    end
+  end
+
+  for _, mm in ipairs(out.models) do
+    for _, row in ipairs(mm.rows) do
+      if row._touched or row.state ~= "ended" then out.rows[#out.rows + 1] = row end
+    end
+  end
+  return out
+end
+
+--- Apply health-check results.
+---@param state table the result of reconcile (rows are updated in place)
+---@param results table<string, {ok: boolean, status: integer|nil, error: string|nil}> by nonce
+---@param now number
+---@return table endpoints model_id → array of endpoint URLs (healthy replicas only)
+---@return table cancels array of {row, job_id, why} for replicas unhealthy past their grace
+function M.health(state, results, now)
+  local endpoints, cancels = {}, {}
+  for _, mm in ipairs(state.models) do
+    local spec = mm.spec or {}
+    local h = spec.health or {}
+    local grace = h.startup_grace or 600
+    local threshold = h.failure_threshold or 3
+    local eps = {}
+    for _, row in ipairs(mm.rows) do
+      local res = results[row.nonce]
+      if res then
+        row.last_check = { ok = res.ok, status = res.status, error = res.error, at = now }
+        if row.state == "starting" then
+          if res.ok then
+            row.state = "healthy"
+            row.healthy_at = now
+            row.check_failures = 0
+            row.problem = nil
+          elseif now - (row.started_at or now) > grace then
+            row.problem = ("not healthy %d s after start (startup grace %d s): %s"):format(
+              math.floor(now - (row.started_at or now)), grace, res.error or ("HTTP " .. tostring(res.status)))
+            row.state = "ending"
+            cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = "startup grace exceeded" }
+          end
+        elseif row.state == "healthy" then
+          if res.ok then
+            row.check_failures = 0
+          else
+            row.check_failures = (row.check_failures or 0) + 1
+            if row.check_failures >= threshold then
+              row.state = "unhealthy"
+              row.unhealthy_since = now
+              row.problem = "health check failing: " .. (res.error or ("HTTP " .. tostring(res.status)))
+            end
+          end
+        elseif row.state == "unhealthy" then
+          if res.ok then
+            row.state = "healthy"
+            row.check_failures = 0
+            row.problem = nil
+            row.unhealthy_since = nil
+          elseif now - (row.unhealthy_since or now) > grace then
+            row.state = "ending"
+            row.problem = "unhealthy for longer than the grace period"
+            cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = "unhealthy past grace" }
+          end
+        end
+        row._touched = true
+      end
+      if row.state == "healthy" and row.endpoint then eps[#eps + 1] = row.endpoint end
+    end
+    table.sort(eps)
+    endpoints[tostring(mm.id)] = eps
+  end
+  return endpoints, cancels
+end
+
+--- The replicas due for a health check: running, with an endpoint, and
+--- whose interval has passed since their last check.
+---@param state table
+---@param last_checked table<string, number> nonce → epoch of the last check
+---@param now number
+---@return table[] {row, url, timeout}
+function M.due_checks(state, last_checked, now)
+  local due = {}
+  for _, mm in ipairs(state.models) do
+    local h = (mm.spec or {}).health or {}
+    local interval = h.interval or 10
+    for _, row in ipairs(mm.rows) do
+      if (row.state == "starting" or row.state == "healthy" or row.state == "unhealthy") and row.endpoint then
+        local last = last_checked[row.nonce]
+        if not last or now - last >= interval - 0.05 then
+          due[#due + 1] = { row = row, url = row.endpoint .. (h.path or "/health"), timeout = h.timeout or 5 }
+        end
+      end
+    end
+  end
+  return due
+end
+
+return M
