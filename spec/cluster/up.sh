@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# Start the local Slurm test cluster (munge, MariaDB, slurmdbd, slurmctld, four
+# slurmd n0-n3, slurmrestd with JWT) from Debian's packages, all state under
+# $REPO/build/cluster. Idempotent: when the cluster is already up and healthy
+# only the env file is rewritten with a fresh token.
+#
+# Env overrides: OBLETH_CLUSTER_REST_PORT (6820), OBLETH_CLUSTER_CTLD_PORT
+# (6821), OBLETH_CLUSTER_DBD_PORT (6822), OBLETH_CLUSTER_DB_PORT (6823),
+# OBLETH_CLUSTER_SLURMD_PORT_BASE (6830: n0..n3 = base..base+3),
+# OBLETH_CLUSTER_TOKEN_LIFESPAN (86400 s), OBLETH_CLUSTER_TIMEOUT (120 s per
+# wait).
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+ROOT_REASON="it creates users and device nodes and starts slurmd, which must be root to run jobs as $TEST_USER"
+require_root "$@"
+take_lock create
+
+T0=$SECONDS
+
+check_paths() {
+  case "$STATE" in *[[:space:]]*) die "state dir '$STATE' contains whitespace; Slurm config cannot express that" ;; esac
+  # Unix socket paths are limited to 108 bytes (slurmd's step sockets add ~20).
+  if [ "${#MUNGE_SOCKET}" -ge 90 ] || [ "${#SPOOL}" -ge 80 ]; then
+    die "state dir '$STATE' is too long for unix socket paths; clone the repo to a shorter path"
+  fi
+}
+
+# ---------------------------------------------------------------- health ----
+daemon_pids_alive() {
+  local f n
+  for f in "$MUNGED_PID" "$MYSQLD_PID" "$SLURMDBD_PID" "$SLURMCTLD_PID" "$SLURMRESTD_PID"; do
+    pid_is_ours "$(read_pid "$f")" || return 1
+  done
+  for n in "${NODES[@]}"; do
+    pid_is_ours "$(read_pid "$(slurmd_pid_file "$n")")" || return 1
+  done
+}
+
+any_harness_process() { [ -n "$(marked_pids "")" ]; }
+
+healthy() {
+  daemon_pids_alive || return 1
+  local tok
+  tok="$(scontrol token username="$TEST_USER" lifespan=60 2>/dev/null)" || return 1
+  rest_api_version "${tok#SLURM_JWT=}" >/dev/null
+}
+
+# ------------------------------------------------------------------ setup ----
+ensure_users() {
+  local u
+  for u in slurm munge mysql "$REST_USER"; do
+    id "$u" >/dev/null 2>&1 || die "system user '$u' missing (should come with the Debian packages; run spec/cluster/deps.sh)"
+  done
+  if ! id "$TEST_USER" >/dev/null 2>&1; then
+    log "creating system user $TEST_USER"
+    useradd --system --create-home --home-dir "/home/$TEST_USER" --shell /bin/bash \
+      --comment "obleth test cluster job user" "$TEST_USER"
+  fi
+  local home
+  home="$(getent passwd "$TEST_USER" | cut -d: -f6)"
+  [ -d "$home" ] || install -d -o "$TEST_USER" -g "$(id -gn "$TEST_USER")" -m 755 "$home"
+}
+
+ensure_traversable() {
+  # slurm, munge, mysql and obleth must be able to reach the state dir.
+  local d="$STATE"
+  while [ "$d" != "/" ]; do
+    d="$(dirname "$d")"
+    if [ -d "$d" ] && [ "$(( 0$(stat -c '%a' "$d") & 1 ))" -eq 0 ]; then
+      log "chmod o+x $d (daemons and the '$TEST_USER' user must traverse it)"
+      chmod o+x "$d"
+    fi
+  done
+}
+
+make_dirs() {
+  install -d -m 755 "$REPO/build" "$STATE" "$ETC" "$SPOOL" "$DEVDIR"
+  ensure_traversable
+  chmod 755 "$STATE"
+  install -d -m 755 -o slurm -g slurm "$RUN" "$LOG"
+  install -d -m 700 -o slurm -g slurm "$SPOOL/slurmctld"
+  install -d -m 755 -o munge -g munge "$MUNGE"
+  install -d -m 755 -o mysql -g mysql "$MYSQL" "$MYSQL/run"
+  install -d -m 700 -o mysql -g mysql "$MYSQL/data"
+  local n
+  for n in "${NODES[@]}"; do install -d -m 755 "$SPOOL/$n"; done
+}
+
+make_secrets() {
+  if [ ! -s "$MUNGE/munge.key" ]; then
+    log "creating munge key"
+    if command -v mungekey >/dev/null 2>&1; then
+      mungekey --create --keyfile="$MUNGE/munge.key" --force
+    else
+      dd if=/dev/urandom of="$MUNGE/munge.key" bs=1024 count=1 status=none
+    fi
+  fi
+  chown munge:munge "$MUNGE/munge.key"
+  chmod 600 "$MUNGE/munge.key"
+
+  if [ ! -s "$ETC/jwt_hs256.key" ]; then
+    log "creating JWT HS256 key"
+    dd if=/dev/urandom of="$ETC/jwt_hs256.key" bs=32 count=1 status=none
+  fi
+  # slurmctld and slurmdbd (both SlurmUser) read it.
+  chown slurm:slurm "$ETC/jwt_hs256.key"
+  chmod 600 "$ETC/jwt_hs256.key"
+
+  if [ ! -s "$ETC/db.pass" ]; then
+    (umask 077 && od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$ETC/db.pass")
+  fi
+  chmod 600 "$ETC/db.pass"
+}
+
+make_devices() {
+  # Fake GPUs: character devices 195:N like /dev/nvidiaN (Slurm 24.x refuses
+  # plain files in gres.conf File=). Falls back to plain files where mknod is
+  # not permitted (fine for Slurm 22.05).
+  local i f
+  for i in 0 1 2 3 4 5 6 7; do
+    f="$DEVDIR/nvidia$i"
+    [ -c "$f" ] && continue
+    rm -f "$f"
+    if ! mknod -m 666 "$f" c 195 "$i" 2>/dev/null; then
+      log "WARNING: mknod not permitted; using a plain file for $f"
+      : >"$f"
+      chmod 666 "$f"
+    fi
+  done
+}
+
+render() { # template out [mode owner]
+  local tpl="$CLUSTER_SPEC_DIR/templates/$1" out="$2" tmp
+  tmp="$out.tmp.$$"
+  sed -e "s|@CTLD_HOST@|$CTLD_HOST|g" \
+    -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
+    -e "s|@DBD_PORT@|$DBD_PORT|g" \
+    -e "s|@DB_PORT@|$DB_PORT|g" \
+    -e "s|@DB_PASS@|$(cat "$ETC/db.pass")|g" \
+    -e "s|@MUNGE_SOCKET@|$MUNGE_SOCKET|g" \
+    -e "s|@MYSQL_SOCKET@|$MYSQL_SOCKET|g" \
+    -e "s|@MYSQL@|$MYSQL|g" \
+    -e "s|@ETC@|$ETC|g" \
+    -e "s|@RUN@|$RUN|g" \
+    -e "s|@LOG@|$LOG|g" \
+    -e "s|@SPOOL@|$SPOOL|g" \
+    -e "s|@DEVDIR@|$DEVDIR|g" \
+    -e "s|@PORT_n0@|$SLURMD_PORT_BASE|g" \
+    -e "s|@PORT_n1@|$((SLURMD_PORT_BASE + 1))|g" \
+    -e "s|@PORT_n2@|$((SLURMD_PORT_BASE + 2))|g" \
+    -e "s|@PORT_n3@|$((SLURMD_PORT_BASE + 3))|g" \
+    "$tpl" >"$tmp"
+  if grep -q '@[A-Za-z0-9_]*@' "$tmp"; then
+    rm -f "$tmp"
+    die "unsubstituted placeholder in $tpl"
+  fi
+  chmod "${3:-644}" "$tmp"
+  [ -z "${4:-}" ] || chown "$4" "$tmp"
+  mv -f "$tmp" "$out"
+}
+
+make_configs() {
+  # slurmctld refuses to start unless SlurmctldHost names this host; the
+  # address is always 127.0.0.1.
+  CTLD_HOST="$(hostname -s 2>/dev/null || hostname)"
+  [ -n "$CTLD_HOST" ] || die "cannot determine this host's name"
+  render slurm.conf.in "$ETC/slurm.conf" 644
+  render gres.conf.in "$ETC/gres.conf" 644
+  render slurmdbd.conf.in "$ETC/slurmdbd.conf" 600 slurm:slurm
+  render my.cnf.in "$ETC/my.cnf" 644
+}
+
+# --------------------------------------------------------------- daemons ----
+wait_for() { # description limit-seconds command...
+  local what="$1" limit="$2" start=$SECONDS
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      # shellcheck disable=SC2046
+      tail_logs $(all_logs)
+      die "timed out after ${limit}s waiting for $what"
+    fi
+    sleep 0.5
+  done
+}
+
+munge_ok() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
+
+start_munge() {
+  log "starting munged"
+  # Own key, socket, pid, seed and log: never touches a system munged.
+  # --force: tolerate parent dirs not owned by root (fresh clones in CI).
+  daemon_env setpriv --reuid=munge --regid=munge --init-groups \
+    munged --force --key-file="$MUNGE/munge.key" --socket="$MUNGE_SOCKET" \
+    --pid-file="$MUNGED_PID" --seed-file="$MUNGE/munged.seed" --log-file="$MUNGE/munged.log" \
+    </dev/null >>"$MUNGE/munged.out" 2>&1 ||
+    { tail_logs "$MUNGE/munged.out" "$MUNGE/munged.log"; die "munged failed to start"; }
+  wait_for "munged" "$TIMEOUT" munge_ok
+}
+
+mysql_root() { mariadb --defaults-file="$ETC/my.cnf" -uroot; }
+
+start_mariadb() {
+  if [ ! -d "$MYSQL/data/mysql" ]; then
+    log "initialising MariaDB datadir"
+    mariadb-install-db --defaults-file="$ETC/my.cnf" --user=mysql --datadir="$MYSQL/data" \
+      --auth-root-authentication-method=socket --skip-test-db >>"$MYSQL/install.log" 2>&1 ||
+      { tail_logs "$MYSQL/install.log"; die "mariadb-install-db failed"; }
+  fi
+  log "starting mariadbd (127.0.0.1:$DB_PORT)"
+  # Started as root, switches to the mysql user (user=mysql in my.cnf).
+  spawn "$MYSQL/mariadbd.out" mariadbd --defaults-file="$ETC/my.cnf"
+  wait_for "MariaDB" "$TIMEOUT" mariadb-admin --defaults-file="$ETC/my.cnf" -uroot ping
+  local pass
+  pass="$(cat "$ETC/db.pass")"
+  mysql_root <<SQL || die "creating the slurm accounting database/user failed"
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+GRANT ALL PRIVILEGES ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+}
+
+start_slurmdbd() {
+  log "starting slurmdbd (127.0.0.1:$DBD_PORT)"
+  daemon_env slurmdbd </dev/null >>"$LOG/slurmdbd.out" 2>&1 ||
+    { tail_logs "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"; die "slurmdbd failed to start"; }
+  wait_for "slurmdbd" "$TIMEOUT" sacctmgr -n -P list cluster
+}
+
+sacct_has() { # list-args... ; true if `sacctmgr -n -P list ...` prints $1 as a line
+  local want="$1"
+  shift
+  sacctmgr -n -P list "$@" 2>/dev/null | grep -qxF "$want"
+}
+
+setup_accounting() {
+  log "setting up accounts, QoS and associations"
+  sacct_has obleth cluster format=cluster || sacctmgr -i add cluster obleth >/dev/null
+  sacct_has normal qos format=name || sacctmgr -i add qos normal >/dev/null
+  sacct_has long qos format=name || sacctmgr -i add qos long >/dev/null
+  sacct_has 2-00:00:00 qos name=long format=maxwall ||
+    sacctmgr -i modify qos long set MaxWall=2-00:00:00 >/dev/null
+  local a
+  for a in research teaching; do
+    sacct_has "$a" account name="$a" format=account ||
+      sacctmgr -i add account "$a" cluster=obleth description="obleth $a" organization=obleth >/dev/null
+    sacct_has "$a" assoc user="$TEST_USER" account="$a" cluster=obleth format=account ||
+      sacctmgr -i add user "$TEST_USER" account="$a" cluster=obleth >/dev/null
+  done
+  sacct_has "long,normal" assoc user="$TEST_USER" account=research format=qos &&
+    sacct_has "long,normal" assoc user="$TEST_USER" account=teaching format=qos ||
+    sacctmgr -i modify user "$TEST_USER" set qos=normal,long defaultqos=normal >/dev/null || true
+  sacct_has research user name="$TEST_USER" format=defaultaccount ||
+    sacctmgr -i modify user "$TEST_USER" set defaultaccount=research >/dev/null || true
+  # Verify instead of trusting exit codes (sacctmgr returns 1 for "nothing
+  # modified").
+  sacct_has research user name="$TEST_USER" format=defaultaccount || die "default account of $TEST_USER is not research"
+  for a in research teaching; do
+    sacct_has "$a|long,normal" assoc user="$TEST_USER" account="$a" format=account,qos ||
+      die "association $TEST_USER/$a with QoS normal,long missing"
+  done
+}
+
+start_slurmctld() {
+  log "starting slurmctld (127.0.0.1:$CTLD_PORT)"
+  # -i: ignore unreadable state files (e.g. after a SIGKILLed run).
+  daemon_env slurmctld -i </dev/null >>"$LOG/slurmctld.out" 2>&1 ||
+    { tail_logs "$LOG/slurmctld.out" "$LOG/slurmctld.log"; die "slurmctld failed to start"; }
+  wait_for "slurmctld" "$TIMEOUT" scontrol ping
+}
+
+start_slurmds() {
+  local n
+  for n in "${NODES[@]}"; do
+    log "starting slurmd -N $n (127.0.0.1:$((SLURMD_PORT_BASE + ${n#n})))"
+    start_slurmd "$n"
+  done
+}
+
+rest_ping_ok() {
+  local tok
+  tok="$(mint_token 60 "$TEST_USER")"
+  rest_api_version "$tok"
+}
+
+start_slurmrestd() {
+  log "starting slurmrestd (127.0.0.1:$REST_PORT)"
+  # Not root, not SlurmUser: slurmrestd refuses both. SLURM_JWT=daemon makes
+  # it use the JWT of each request. It reads slurm.conf only at start.
+  spawn "$LOG/slurmrestd.log" SLURM_JWT=daemon slurmrestd -a rest_auth/jwt \
+    -u "$REST_USER" -g "$REST_GROUP" "127.0.0.1:$REST_PORT"
+  local pid="$SPAWNED_PID" i
+  for ((i = 0; i < 20; i++)); do
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "slurmrestd" ] && break
+    sleep 0.1
+  done
+  sleep 0.5
+  pid_is_ours "$pid" || { tail_logs "$LOG/slurmrestd.log"; die "slurmrestd exited at once"; }
+  echo "$pid" >"$SLURMRESTD_PID"
+  wait_for "slurmrestd ping on 127.0.0.1:$REST_PORT" "$TIMEOUT" rest_ping_ok
+}
+
+wait_nodes_idle() {
+  local n
+  for n in "${NODES[@]}"; do
+    if ! wait_node_idle "$n" "$TIMEOUT"; then
+      sinfo -N -o '%N %P %T %E' >&2 || true
+      tail_logs "$LOG/slurmctld.log" "$LOG/slurmd-$n.log"
+      die "node $n not idle after ${TIMEOUT}s"
+    fi
+  done
+}
+
+# ----------------------------------------------------------------- output ----
+detect_api_version() {
+  rest_api_version "$1" || die "slurmrestd on port $REST_PORT answers no known API version"
+}
+
+write_env() {
+  local tok api tmp
+  tok="$(mint_token "$TOKEN_LIFESPAN" "$TEST_USER")"
+  api="$(detect_api_version "$tok")"
+  tmp="$ENV_FILE.tmp.$$"
+  {
+    echo "# Generated by spec/cluster/up.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ); token lifespan ${TOKEN_LIFESPAN}s."
+    printf 'export OBLETH_SLURM_URL=%q\n' "http://127.0.0.1:$REST_PORT"
+    printf 'export OBLETH_SLURM_USER=%q\n' "$TEST_USER"
+    printf 'export OBLETH_SLURM_TOKEN=%q\n' "$tok"
+    printf 'export OBLETH_SLURM_API_VERSION=%q\n' "$api"
+    printf 'export SLURM_CONF=%q\n' "$SLURM_CONF"
+    printf 'export OBLETH_CLUSTER_DIR=%q\n' "$STATE"
+  } >"$tmp"
+  chmod 644 "$tmp"
+  mv -f "$tmp" "$ENV_FILE"
+  API_VERSION="$api"
+}
+
+summary() {
+  echo "obleth test cluster is up ($((SECONDS - T0))s)"
+  echo "  URL:        http://127.0.0.1:$REST_PORT (API $API_VERSION, user $TEST_USER)"
+  echo "  env file:   $ENV_FILE"
+  echo "  partitions: $(sinfo -h -o '%P(%l)' | tr '\n' ' ')"
+  echo "  nodes:"
+  sinfo -h -N -p gpu -o '    %N %t cpus=%c mem=%m gres=%G features=%f' | sort
+}
+
+# ------------------------------------------------------------------- main ----
+main() {
+  check_paths
+  install -d -m 755 "$REPO/build"
+  "$CLUSTER_SPEC_DIR/deps.sh"
+  if healthy; then
+    log "cluster already up; refreshing $ENV_FILE"
+    write_env
+    summary
+    return 0
+  fi
+  if any_harness_process; then
+    log "cluster partially up or unhealthy: stopping it first"
+    "$CLUSTER_SPEC_DIR/down.sh"
+  fi
+  ensure_users
+  make_dirs
+  make_secrets
+  make_devices
+  make_configs
+  start_munge
+  start_mariadb
+  start_slurmdbd
+  setup_accounting
+  start_slurmctld
+  start_slurmds
+  start_slurmrestd
+  wait_nodes_idle
+  write_env
+  summary
+}
+
+main "$@"
