@@ -209,6 +209,40 @@ static int transport_result(lua_State *L) {
 
 static int is_auth_status(int status) { return status == 401 || status == 403 || status == 511; }
 
+/* Slurm 22.05 answers a token slurmctld rejects (malformed, signed with
+   another key, expired) with HTTP 500 and an error whose number is -1
+   ("Unspecified error": SLURM_ERROR from the auth/jwt plugin, seen as
+   "slurmctld config is unable to load", "Failed while looking for jobs", or
+   a bare {"error": "Unspecified error", "errno": -1}); slurmdbd paths say
+   error 1007 "Protocol authentication error". Returns 1 when every error of
+   the decoded body at idx has that signature. */
+static int is_auth_failure_doc(lua_State *L, int idx) {
+    if (!lua_istable(L, idx)) return 0;
+    int n_err = 0, n_auth = 0;
+    lua_getfield(L, idx, "errors");
+    if (lua_istable(L, -1)) {
+        lua_Integer n = luaL_len(L, -1);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_rawgeti(L, -1, i);
+            if (lua_istable(L, -1)) {
+                n_err++;
+                lua_getfield(L, -1, "error_number");
+                if (lua_isnil(L, -1)) { lua_pop(L, 1); lua_getfield(L, -1, "errno"); }
+                lua_Number num = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+                lua_getfield(L, -2, "error");
+                const char *m = lua_tostring(L, -1);
+                if ((num == -1 && m && strcmp(m, "Unspecified error") == 0) || num == 1007 ||
+                    (m && (strstr(m, "Authentication failure") || strstr(m, "Protocol authentication error"))))
+                    n_auth++;
+                lua_pop(L, 2);
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    return n_err > 0 && n_auth == n_err;
+}
+
 /* ---- discovery ------------------------------------------------------------------ */
 
 /* Record the versions named by an OpenAPI document's /slurm/vX/ paths.
@@ -530,6 +564,11 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
         }
     }
     push_json(L, raw);
+    if (status >= 500 && is_auth_failure_doc(L, lua_gettop(L))) {
+        lua_settop(L, 4);
+        push_err(L, "auth", "slurmctld rejected the credentials (a bad, foreign or expired JWT)", status);
+        return 2;
+    }
     if (lua_isnil(L, -1) && status >= 200 && status < 300) {
         lua_settop(L, 4);
         char msg[120];

@@ -59,8 +59,8 @@ function M.table(headers, rows)
   return table.concat(lines, "\n")
 end
 
-local function setstr(s)
-  if s == nil then return "ALL" end
+local function setstr(s, none)
+  if s == nil then return none or "ALL" end
   local k = {}
   for n in pairs(s) do k[#k + 1] = n end
   table.sort(k)
@@ -100,8 +100,8 @@ function M.partitions_table(parts, nodes)
       if n then gpus[#gpus + 1] = gpus_str(n.gres) end
     end
     rows[#rows + 1] = { p.name .. (p.default and "*" or ""), p.nodes or "-", ("%d/%d"):format(idle, total),
-      tf.format_minutes(p.max_time), setstr(p.allowed_accounts), setstr(p.denied_accounts),
-      setstr(p.allowed_qos), setstr(p.denied_qos) }
+      tf.format_minutes(p.max_time), setstr(p.allowed_accounts), setstr(p.denied_accounts, "-"),
+      setstr(p.allowed_qos), setstr(p.denied_qos, "-") }
   end
   return M.table({ "PARTITION", "NODES", "IDLE/TOTAL", "MAX TIME", "ACCOUNTS", "DENY ACCOUNTS", "QOS", "DENY QOS" }, rows)
 end

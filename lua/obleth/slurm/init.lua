@@ -135,6 +135,16 @@ function Conn:submit(desc)
     berr.kind = berr.kind == "unsupported" and "unsupported" or "refused"
     return nil, berr
   end
+  return self:submit_body(body, desc)
+end
+
+--- Submit an already-built request body (as obleth.slurm.submit builds it
+--- for this version). For tools and specs that need to send a property the
+--- description cannot express; refusals are reported like submit's.
+---@param body table
+---@param desc table|nil the description it came from (to name the field of a refusal)
+function Conn:submit_body(body, desc)
+  local version = self._c:version()
   local status, doc, raw = self._c:call("POST", "/slurm/{v}/job/submit", cjson.encode(body))
   if not status then return nil, doc end
   local job_id, res = normalize.submit_response(doc, version, status)

@@ -1,0 +1,126 @@
+--- JSON for the Management API: lua-cjson for decoding, and an encoder that
+-- keeps empty arrays as `[]` (lua-cjson 2.1.0 has no array marker) and
+-- prints integral numbers as integers (lua-cjson decodes every number as a float).
+local cjson = require "cjson"
+
+local M = {}
+
+--- The JSON null value (what cjson.decode returns for `null`).
+M.null = cjson.null
+
+local ARRAY = { __name = "obleth.json.array" }
+
+--- Mark t (default a new table) as a JSON array, so that it encodes as `[]` when empty.
+---@param t table|nil
+---@return table t
+function M.array(t)
+  return setmetatable(t or {}, ARRAY)
+end
+
+local RAW = { __name = "obleth.json.raw" }
+
+--- Wrap JSON text so that encode writes it as is (it must be valid JSON).
+---@param text string
+---@return table
+function M.raw(text)
+  return setmetatable({ text }, RAW)
+end
+
+--- True when v is JSON null or nil.
+function M.is_null(v)
+  return v == nil or v == cjson.null
+end
+
+--- Decode text. Returns value or nil, message naming where ("at character N").
+---@param text string
+---@return any|nil value, string|nil err
+function M.decode(text)
+  local ok, v = pcall(cjson.decode, text)
+  if not ok then
+    local msg = tostring(v):gsub("^.-:%d+: ", "")
+    return nil, msg
+  end
+  return v
+end
+
+local function _is_seq(t)
+  local n = 0
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 then return false end
+    n = n + 1
+  end
+  for i = 1, n do
+    if t[i] == nil then return false end
+  end
+  return n > 0, n
+end
+
+local function _enc(v, out, depth)
+  if depth > 64 then error("json: nesting too deep", 0) end
+  local t = type(v)
+  if v == nil or v == cjson.null then
+    out[#out + 1] = "null"
+  elseif t == "boolean" then
+    out[#out + 1] = v and "true" or "false"
+  elseif t == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then
+      out[#out + 1] = "null"
+    elseif math.type(v) == "integer" then
+      out[#out + 1] = ("%d"):format(v)
+    elseif v == math.floor(v) and math.abs(v) < 2 ^ 53 then
+      out[#out + 1] = ("%d"):format(math.tointeger(v))
+    else
+      out[#out + 1] = ("%.17g"):format(v)
+    end
+  elseif t == "string" then
+    out[#out + 1] = cjson.encode(v)
+  elseif t == "table" and getmetatable(v) == RAW then
+    out[#out + 1] = v[1]
+  elseif t == "table" then
+    local seq, n = _is_seq(v)
+    if seq or getmetatable(v) == ARRAY then
+      out[#out + 1] = "["
+      for i = 1, n or #v do
+        if i > 1 then out[#out + 1] = "," end
+        _enc(v[i], out, depth + 1)
+      end
+      out[#out + 1] = "]"
+    else
+      local keys = {}
+      for k in pairs(v) do
+        local kt = type(k)
+        if kt == "string" or kt == "number" then keys[#keys + 1] = tostring(k) end
+      end
+      table.sort(keys)
+      out[#out + 1] = "{"
+      local first = true
+      for _, k in ipairs(keys) do
+        local x = v[k]
+        if x == nil then x = v[tonumber(k)] end
+        local xt = type(x)
+        if xt ~= "function" and xt ~= "thread" and x ~= nil then
+          if not first then out[#out + 1] = "," end
+          first = false
+          out[#out + 1] = cjson.encode(k)
+          out[#out + 1] = ":"
+          _enc(x, out, depth + 1)
+        end
+      end
+      out[#out + 1] = "}"
+    end
+  else
+    out[#out + 1] = "null"
+  end
+end
+
+--- Encode v as JSON text. Object keys are sorted (stable output); infinite
+--- numbers become null; functions are left out.
+---@param v any
+---@return string
+function M.encode(v)
+  local out = {}
+  _enc(v, out, 0)
+  return table.concat(out)
+end
+
+return M

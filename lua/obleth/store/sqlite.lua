@@ -1,0 +1,846 @@
+--- SQLite backend of obleth.store (WAL, foreign keys, synchronous=FULL).
+-- Every write runs in one transaction (BEGIN IMMEDIATE); schema migrations are
+-- numbered below and applied at open.
+local sqlite = require "obleth.sqlite"
+local cjson = require "cjson"
+local json = require "obleth.api.json"
+
+local NULL = cjson.null
+
+local M = {}
+
+--- Schema migrations, applied in order; PRAGMA user_version holds the last applied.
+M.migrations = {
+  -- 1: models, endpoints, managed specs, replicas, job outcomes, settings, launches, recipes
+  [1] = [[
+    CREATE TABLE models (
+      id INTEGER PRIMARY KEY,
+      name TEXT NOT NULL UNIQUE,
+      description TEXT,
+      status TEXT NOT NULL DEFAULT 'staged' CHECK (status IN ('staged', 'active')),
+      generation INTEGER NOT NULL DEFAULT 0,
+      created_at INTEGER NOT NULL,
+      updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE endpoints (
+      model_id INTEGER NOT NULL REFERENCES models(id) ON DELETE CASCADE,
+      url TEXT NOT NULL,
+      position INTEGER NOT NULL,
+      added_at INTEGER NOT NULL,
+      PRIMARY KEY (model_id, url)
+    );
+    CREATE TABLE managed_specs (
+      model_id INTEGER PRIMARY KEY REFERENCES models(id) ON DELETE CASCADE,
+      spec TEXT NOT NULL,
+      generation INTEGER NOT NULL,
+      provision_error TEXT,
+      created_at INTEGER NOT NULL,
+      updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE launches (
+      id INTEGER PRIMARY KEY,
+      model_id INTEGER REFERENCES models(id) ON DELETE SET NULL,
+      recipe_id TEXT,
+      settings TEXT NOT NULL,
+      created_by TEXT,
+      created_at INTEGER NOT NULL
+    );
+    CREATE INDEX launches_model ON launches(model_id, id);
+    CREATE INDEX launches_recipe ON launches(recipe_id, id);
+    CREATE TABLE replicas (
+      id INTEGER PRIMARY KEY,
+      model_id INTEGER NOT NULL REFERENCES models(id) ON DELETE CASCADE,
+      slot INTEGER NOT NULL,
+      nonce TEXT NOT NULL UNIQUE,
+      state TEXT NOT NULL CHECK (state IN ('pending', 'submitted', 'starting', 'healthy', 'unhealthy',
+                                           'ending', 'ended', 'lost')),
+      generation INTEGER,
+      job_id INTEGER, node TEXT, port INTEGER, endpoint TEXT,
+      submitted_at REAL, started_at REAL, healthy_at REAL, ended_at REAL,
+      check_failures INTEGER NOT NULL DEFAULT 0,
+      problem TEXT, pending_reason TEXT,
+      successor_of INTEGER,
+      launch_id INTEGER REFERENCES launches(id) ON DELETE SET NULL,
+      end_state TEXT, end_reason TEXT, end_exit_code INTEGER, end_signal, end_node TEXT,
+      restart_requested INTEGER NOT NULL DEFAULT 0,
+      created_at INTEGER NOT NULL,
+      updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX replicas_model ON replicas(model_id, state);
+    CREATE TABLE job_outcomes (
+      id INTEGER PRIMARY KEY,
+      model_id INTEGER NOT NULL REFERENCES models(id) ON DELETE CASCADE,
+      replica_id INTEGER REFERENCES replicas(id) ON DELETE SET NULL,
+      launch_id INTEGER REFERENCES launches(id) ON DELETE SET NULL,
+      nonce TEXT, slot INTEGER, job_id INTEGER,
+      state TEXT NOT NULL, reason TEXT, exit_code INTEGER, signal, node TEXT,
+      healthy INTEGER NOT NULL DEFAULT 0,
+      started_at REAL, ended_at REAL,
+      recorded_at INTEGER NOT NULL
+    );
+    CREATE INDEX job_outcomes_model ON job_outcomes(model_id, slot, id);
+    CREATE INDEX job_outcomes_launch ON job_outcomes(launch_id);
+    CREATE TABLE clear_lost_requests (
+      model_id INTEGER PRIMARY KEY REFERENCES models(id) ON DELETE CASCADE,
+      requested_at INTEGER NOT NULL
+    );
+    CREATE TABLE settings (
+      name TEXT PRIMARY KEY,
+      value TEXT NOT NULL,
+      updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE provisioner_status (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      checked_in_at REAL,
+      last_pass_started_at REAL,
+      last_pass_duration REAL,
+      failed_passes INTEGER NOT NULL DEFAULT 0,
+      last_error TEXT,
+      last_error_at REAL,
+      passes INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO provisioner_status (id) VALUES (1);
+    CREATE TABLE recipes (
+      id TEXT PRIMARY KEY,
+      name TEXT,
+      body TEXT NOT NULL,
+      created_at INTEGER NOT NULL,
+      updated_at INTEGER NOT NULL
+    );
+  ]],
+}
+
+local Store = {}
+Store.__index = Store
+
+-- An expected failure raised inside a transaction (rolls it back).
+local ERR = { __name = "obleth.store.error" }
+local function _abort(code, message, field, extra)
+  local e = setmetatable({ code = code, message = message, field = field }, ERR)
+  for k, v in pairs(extra or {}) do e[k] = v end
+  error(e, 0)
+end
+
+local function _now() return os.time() end
+
+local function _dec(s)
+  if s == nil then return nil end
+  return cjson.decode(s)
+end
+
+---------------------------------------------------------------------------
+-- low-level helpers (raise the SQLite error table on failure)
+---------------------------------------------------------------------------
+
+function Store:_q(sql, ...)
+  local rows, err = self.db:query(sql, ...)
+  if not rows then error(err, 0) end
+  return rows
+end
+
+function Store:_one(sql, ...)
+  local row, err = self.db:first(sql, ...)
+  if err then error(err, 0) end
+  return row
+end
+
+function Store:_x(sql, ...)
+  local changes, rowid = self.db:execute(sql, ...)
+  if not changes then error(rowid, 0) end
+  return changes, rowid
+end
+
+--- Run fn(...) in one transaction (nested calls become savepoints).
+--- Returns fn's results, or nil, err (err.code "storage" for database failures).
+function Store:transaction(fn, ...)
+  local res = table.pack(self.db:transaction(fn, ...))
+  if res[1] == nil and res.n >= 2 and res[2] ~= nil then
+    local e = res[2]
+    if getmetatable(e) == ERR then return nil, e end
+    if type(e) == "table" and e.code and e.sqlite_code then
+      return nil, { code = "storage", message = "the database refused the write: " .. tostring(e.message),
+        sqlite = e.code }
+    end
+    error(e, 0)
+  end
+  return table.unpack(res, 1, res.n)
+end
+
+---------------------------------------------------------------------------
+-- open / migrate
+---------------------------------------------------------------------------
+
+function M.open(path, opts)
+  opts = opts or {}
+  local db, err = sqlite.open(path, { wal = true, foreign_keys = true, synchronous = "FULL",
+    busy_timeout = opts.busy_timeout or 5000 })
+  if not db then return nil, ("cannot open the database %s: %s"):format(path, err and err.message or "?") end
+  local self = setmetatable({ db = db, path = path, log = opts.log }, Store)
+  local ok, merr = self:migrate()
+  if not ok then
+    db:close()
+    return nil, merr
+  end
+  return self
+end
+
+--- Apply the migrations not yet applied, each in its own transaction.
+---@return true|nil, string|nil err
+function Store:migrate()
+  local cur = self:_one("PRAGMA user_version").user_version
+  local last = #M.migrations
+  if cur > last then
+    return nil, ("the database %s has schema version %d, newer than this obleth knows (%d)"):format(
+      self.path, cur, last)
+  end
+  for v = cur + 1, last do
+    local ok, err = self.db:transaction(function()
+      assert(self.db:exec(M.migrations[v]))
+      assert(self.db:exec(("PRAGMA user_version = %d"):format(v)))
+      return true
+    end)
+    if not ok then return nil, ("migration %d failed: %s"):format(v, tostring(err and err.message or err)) end
+    if self.log then self.log.info("store_migrated", { version = v }) end
+  end
+  return true
+end
+
+--- The schema version (the last migration applied).
+function Store:schema_version()
+  return self:_one("PRAGMA user_version").user_version
+end
+
+function Store:close()
+  if self.db then self.db:close() end
+  self.db = nil
+end
+
+---------------------------------------------------------------------------
+-- models and endpoints
+---------------------------------------------------------------------------
+
+function Store:_endpoints(model_id)
+  local out = json.array()
+  for _, r in ipairs(self:_q("SELECT url FROM endpoints WHERE model_id = ? ORDER BY position, url", model_id)) do
+    out[#out + 1] = r.url
+  end
+  return out
+end
+
+function Store:_model_out(row)
+  if not row then return nil end
+  return {
+    id = row.id, name = row.name, description = row.description or NULL, status = row.status,
+    endpoints = self:_endpoints(row.id), managed = row.managed == 1,
+    created_at = row.created_at, updated_at = row.updated_at,
+  }
+end
+
+local MODEL_SELECT = [[SELECT m.*, EXISTS (SELECT 1 FROM managed_specs s WHERE s.model_id = m.id) AS managed
+  FROM models m]]
+
+--- Every model, by id.
+function Store:list_models()
+  local out = json.array()
+  for _, r in ipairs(self:_q(MODEL_SELECT .. " ORDER BY m.id")) do out[#out + 1] = self:_model_out(r) end
+  return out
+end
+
+---@return table|nil model
+function Store:get_model(id)
+  return self:_model_out(self:_one(MODEL_SELECT .. " WHERE m.id = ?", id))
+end
+
+---@return table|nil model
+function Store:model_by_name(name)
+  return self:_model_out(self:_one(MODEL_SELECT .. " WHERE m.name = ?", name))
+end
+
+local function _name_taken(name)
+  _abort("conflict", ("a model named %q already exists"):format(name), "name")
+end
+
+--- Create a model (staged, no endpoints).
+---@param m {name: string, description: string|nil}
+---@return table|nil model, table|nil err
+function Store:create_model(m)
+  return self:transaction(function()
+    if self:_one("SELECT 1 AS x FROM models WHERE name = ?", m.name) then _name_taken(m.name) end
+    local now = _now()
+    local desc = m.description
+    if desc == NULL then desc = nil end
+    local _, id = self:_x("INSERT INTO models (name, description, created_at, updated_at) VALUES (?, ?, ?, ?)",
+      m.name, desc, now, now)
+    return self:get_model(id)
+  end)
+end
+
+--- Change a model's name / description.
+function Store:update_model(id, m)
+  return self:transaction(function()
+    local cur = self:_one("SELECT * FROM models WHERE id = ?", id)
+    if not cur then _abort("not_found", ("model %s does not exist"):format(id)) end
+    if m.name and m.name ~= cur.name then
+      if self:_one("SELECT 1 AS x FROM models WHERE name = ?", m.name) then _name_taken(m.name) end
+      self:_x("UPDATE models SET name = ? WHERE id = ?", m.name, id)
+    end
+    if m.description ~= nil then
+      local d = m.description
+      if d == NULL then d = nil end
+      self:_x("UPDATE models SET description = ? WHERE id = ?", d, id)
+    end
+    self:_x("UPDATE models SET updated_at = ? WHERE id = ?", _now(), id)
+    return self:get_model(id)
+  end)
+end
+
+--- Delete a model. Refused while it has a managed spec or live replicas
+--- (their jobs must be cancelled first: delete the spec and wait).
+function Store:delete_model(id)
+  return self:transaction(function()
+    if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", id) then
+      _abort("not_found", ("model %s does not exist"):format(id))
+    end
+    if self:_one("SELECT 1 AS x FROM managed_specs WHERE model_id = ?", id) then
+      _abort("conflict", "the model has a managed spec: delete it first (DELETE /api/v1/models/" .. id ..
+        "/managed) and wait for its replicas to end")
+    end
+    local live = self:_live_count(id)
+    if live > 0 then
+      _abort("conflict", ("the model still has %d live replica%s; wait for the provisioner to end them"):format(
+        live, live == 1 and "" or "s"), nil, { running = live })
+    end
+    self:_x("DELETE FROM models WHERE id = ?", id)
+    return true
+  end)
+end
+
+function Store:_set_status(id)
+  local n = self:_one("SELECT count(*) AS n FROM endpoints WHERE model_id = ?", id).n
+  self:_x("UPDATE models SET status = ?, updated_at = ? WHERE id = ?", n > 0 and "active" or "staged", _now(), id)
+end
+
+--- Add an endpoint (idempotent); the model becomes active.
+function Store:add_endpoint(id, url)
+  return self:transaction(function()
+    if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", id) then
+      _abort("not_found", ("model %s does not exist"):format(id))
+    end
+    local pos = self:_one("SELECT coalesce(max(position), 0) + 1 AS p FROM endpoints WHERE model_id = ?", id).p
+    self:_x("INSERT OR IGNORE INTO endpoints (model_id, url, position, added_at) VALUES (?, ?, ?, ?)",
+      id, url, pos, _now())
+    self:_set_status(id)
+    return self:get_model(id)
+  end)
+end
+
+--- Remove an endpoint; the model is staged when none is left.
+function Store:remove_endpoint(id, url)
+  return self:transaction(function()
+    if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", id) then
+      _abort("not_found", ("model %s does not exist"):format(id))
+    end
+    if self:_x("DELETE FROM endpoints WHERE model_id = ? AND url = ?", id, url) == 0 then
+      _abort("not_found", ("model %s has no endpoint %s"):format(id, url), "url")
+    end
+    self:_set_status(id)
+    return self:get_model(id)
+  end)
+end
+
+function Store:_set_endpoints(id, urls)
+  self:_x("DELETE FROM endpoints WHERE model_id = ?", id)
+  local now = _now()
+  for i, u in ipairs(urls) do
+    self:_x("INSERT OR IGNORE INTO endpoints (model_id, url, position, added_at) VALUES (?, ?, ?, ?)", id, u, i, now)
+  end
+  self:_set_status(id)
+end
+
+---------------------------------------------------------------------------
+-- managed specs
+---------------------------------------------------------------------------
+
+local SPEC_ARRAYS = { "preamble" }
+
+function Store:_spec_out(row)
+  if not row then return nil end
+  local spec = _dec(row.spec)
+  for _, k in ipairs(SPEC_ARRAYS) do spec[k] = json.array(spec[k] or {}) end
+  spec.generation = row.generation
+  spec.provision_error = row.provision_error and _dec(row.provision_error) or NULL
+  spec.model_id = row.model_id
+  spec.created_at = row.created_at
+  spec.updated_at = row.updated_at
+  return spec
+end
+
+local function _spec_text(spec)
+  local t = {}
+  for k, v in pairs(spec) do t[k] = v end
+  for _, k in ipairs(SPEC_ARRAYS) do t[k] = json.array(t[k] or {}) end
+  return json.encode(t)
+end
+
+--- A model's managed spec (with generation, provision_error), or nil.
+function Store:get_spec(model_id)
+  return self:_spec_out(self:_one("SELECT * FROM managed_specs WHERE model_id = ?", model_id))
+end
+
+--- Every managed spec, with its model's name.
+function Store:list_specs()
+  local out = json.array()
+  for _, r in ipairs(self:_q([[SELECT s.*, m.name AS model_name FROM managed_specs s
+      JOIN models m ON m.id = s.model_id ORDER BY s.model_id]])) do
+    local s = self:_spec_out(r)
+    s.model_name = r.model_name
+    out[#out + 1] = s
+  end
+  return out
+end
+
+--- Create or replace a model's managed spec (validated by obleth.validate).
+--- The generation is bumped when the spec changes (it never goes back, even
+--- across a DELETE and a new PUT).
+---@return table|nil spec, boolean|table created_or_err
+function Store:put_spec(model_id, spec)
+  local res, err = self:transaction(function()
+    local m = self:_one("SELECT generation FROM models WHERE id = ?", model_id)
+    if not m then _abort("not_found", ("model %s does not exist"):format(model_id)) end
+    local text = _spec_text(spec)
+    local cur = self:_one("SELECT spec, generation FROM managed_specs WHERE model_id = ?", model_id)
+    local now = _now()
+    if cur and cur.spec == text then return { created = false } end
+    local gen = m.generation + 1
+    self:_x("UPDATE models SET generation = ?, updated_at = ? WHERE id = ?", gen, now, model_id)
+    if cur then
+      self:_x("UPDATE managed_specs SET spec = ?, generation = ?, updated_at = ? WHERE model_id = ?",
+        text, gen, now, model_id)
+    else
+      self:_x([[INSERT INTO managed_specs (model_id, spec, generation, created_at, updated_at)
+        VALUES (?, ?, ?, ?, ?)]], model_id, text, gen, now, now)
+    end
+    return { created = cur == nil }
+  end)
+  if not res then return nil, err end
+  return self:get_spec(model_id), res.created
+end
+
+--- Delete a model's spec: nothing more is launched; live replicas are
+--- cancelled by the provisioner (the snapshot lists the model with spec null).
+---@return true|nil, table|nil err
+function Store:delete_spec(model_id)
+  return self:transaction(function()
+    if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", model_id) then
+      _abort("not_found", ("model %s does not exist"):format(model_id))
+    end
+    if self:_x("DELETE FROM managed_specs WHERE model_id = ?", model_id) == 0 then
+      _abort("not_found", ("model %s has no managed spec"):format(model_id))
+    end
+    self:_x("UPDATE models SET generation = generation + 1, updated_at = ? WHERE id = ?", _now(), model_id)
+    return true
+  end)
+end
+
+--- Dismiss the last refused-job message of a spec.
+function Store:dismiss_provision_error(model_id)
+  local ok, err = self:transaction(function()
+    if not self:_one("SELECT 1 AS x FROM managed_specs WHERE model_id = ?", model_id) then
+      _abort("not_found", ("model %s has no managed spec"):format(model_id))
+    end
+    self:_x("UPDATE managed_specs SET provision_error = NULL WHERE model_id = ?", model_id)
+    return true
+  end)
+  if not ok then return nil, err end
+  return self:get_spec(model_id)
+end
+
+---------------------------------------------------------------------------
+-- replicas
+---------------------------------------------------------------------------
+
+local LIVE_SQL = "('pending', 'submitted', 'starting', 'healthy', 'unhealthy', 'ending')"
+
+local function _replica_out(r)
+  if not r then return nil end
+  local function n(v) if v == nil then return NULL end return v end
+  local e = NULL
+  if r.end_state or r.end_reason or r.end_exit_code or r.end_signal or r.end_node then
+    e = { state = n(r.end_state), reason = n(r.end_reason), exit_code = n(r.end_exit_code),
+      signal = n(r.end_signal), node = n(r.end_node) }
+  end
+  return {
+    id = r.id, model_id = r.model_id, slot = r.slot, nonce = r.nonce, state = r.state,
+    generation = n(r.generation), job_id = n(r.job_id), node = n(r.node), port = n(r.port),
+    endpoint = n(r.endpoint), submitted_at = n(r.submitted_at), started_at = n(r.started_at),
+    healthy_at = n(r.healthy_at), ended_at = n(r.ended_at), check_failures = r.check_failures,
+    problem = n(r.problem), pending_reason = n(r.pending_reason), successor_of = n(r.successor_of),
+    launch_id = n(r.launch_id), ["end"] = e, restart_requested = r.restart_requested == 1,
+    updated_at = r.updated_at,
+  }
+end
+
+--- Replicas, newest first within a model; opts {model_id=, live=true (not ended)}.
+function Store:list_replicas(opts)
+  opts = opts or {}
+  local where, args = {}, {}
+  if opts.model_id then where[#where + 1] = "model_id = ?"; args[#args + 1] = opts.model_id end
+  if opts.live then where[#where + 1] = "state <> 'ended'" end
+  local sql = "SELECT * FROM replicas" .. (#where > 0 and (" WHERE " .. table.concat(where, " AND ")) or "")
+    .. " ORDER BY model_id, slot, id DESC"
+  local out = json.array()
+  for _, r in ipairs(self:_q(sql, table.unpack(args))) do out[#out + 1] = _replica_out(r) end
+  return out
+end
+
+function Store:get_replica(id)
+  return _replica_out(self:_one("SELECT * FROM replicas WHERE id = ?", id))
+end
+
+function Store:_live_count(model_id)
+  if model_id then
+    return self:_one("SELECT count(*) AS n FROM replicas WHERE model_id = ? AND state IN " .. LIVE_SQL, model_id).n
+  end
+  return self:_one("SELECT count(*) AS n FROM replicas WHERE state IN " .. LIVE_SQL).n
+end
+
+--- Replicas that still hold (or wait for) a Slurm job, over all models or one.
+function Store:count_live_replicas(model_id)
+  return self:_live_count(model_id)
+end
+
+--- Ask for a replica's job to be cancelled and replaced (listed in the snapshot's `restart`).
+function Store:request_restart(id)
+  local ok, err = self:transaction(function()
+    local r = self:_one("SELECT state FROM replicas WHERE id = ?", id)
+    if not r then _abort("not_found", ("replica %s does not exist"):format(id)) end
+    if r.state == "ended" or r.state == "lost" then
+      _abort("conflict", ("replica %s has %s; nothing to restart"):format(id, r.state), nil, { state = r.state })
+    end
+    self:_x("UPDATE replicas SET restart_requested = 1, updated_at = ? WHERE id = ?", _now(), id)
+    return true
+  end)
+  if not ok then return nil, err end
+  return self:get_replica(id)
+end
+
+--- "Try once more": the provisioner clears the model's lost replicas on its next pass.
+---@return table|nil {model_id, lost}, table|nil err
+function Store:request_clear_lost(model_id)
+  return self:transaction(function()
+    if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", model_id) then
+      _abort("not_found", ("model %s does not exist"):format(model_id))
+    end
+    local lost = self:_one("SELECT count(*) AS n FROM replicas WHERE model_id = ? AND state = 'lost'", model_id).n
+    self:_x("INSERT OR REPLACE INTO clear_lost_requests (model_id, requested_at) VALUES (?, ?)", model_id, _now())
+    return { model_id = model_id, lost = lost }
+  end)
+end
+
+---------------------------------------------------------------------------
+-- settings and provisioner status
+---------------------------------------------------------------------------
+
+--- The stored Slurm settings (secrets in clear), or nil when never saved.
+function Store:get_settings(name)
+  local r = self:_one("SELECT value, updated_at FROM settings WHERE name = ?", name or "slurm")
+  if not r then return nil end
+  local s = _dec(r.value)
+  s.updated_at = r.updated_at
+  return s
+end
+
+--- Replace the Slurm settings. check(current) runs inside the transaction and
+--- may return nil, err to refuse (e.g. disabling while replicas run).
+function Store:put_settings(value, check, name)
+  name = name or "slurm"
+  return self:transaction(function()
+    if check then
+      local ok, err = check(self:get_settings(name), self)
+      if not ok then _abort(err.code, err.message, err.field, err.extra) end
+    end
+    local v = {}
+    for k, x in pairs(value) do if k ~= "updated_at" then v[k] = x end end
+    self:_x("INSERT OR REPLACE INTO settings (name, value, updated_at) VALUES (?, ?, ?)", name, json.encode(v), _now())
+    return self:get_settings(name)
+  end)
+end
+
+--- {checked_in_at, last_pass_started_at, last_pass_duration, failed_passes, last_error, last_error_at, passes}
+function Store:provisioner_status()
+  local r = self:_one("SELECT * FROM provisioner_status WHERE id = 1") or {}
+  local function n(v) if v == nil then return NULL end return v end
+  return {
+    checked_in_at = n(r.checked_in_at), last_pass_started_at = n(r.last_pass_started_at),
+    last_pass_duration = n(r.last_pass_duration), failed_passes = r.failed_passes or 0,
+    last_error = n(r.last_error), last_error_at = n(r.last_error_at), passes = r.passes or 0,
+  }
+end
+
+---------------------------------------------------------------------------
+-- provisioner protocol
+---------------------------------------------------------------------------
+
+--- Everything one provisioner pass needs (see docs/managed-spec.md). Secrets in clear.
+---@param now number epoch seconds
+function Store:snapshot(now)
+  local models = json.array()
+  local rows = self:_q([[SELECT m.* FROM models m WHERE
+      EXISTS (SELECT 1 FROM managed_specs s WHERE s.model_id = m.id)
+      OR EXISTS (SELECT 1 FROM replicas r WHERE r.model_id = m.id AND r.state IN ]] .. LIVE_SQL .. [[)
+      ORDER BY m.id]])
+  for _, m in ipairs(rows) do
+    local ends = json.array()
+    for _, e in ipairs(self:_q([[SELECT slot, state, healthy, coalesce(ended_at, recorded_at) AS at FROM (
+        SELECT o.*, row_number() OVER (PARTITION BY slot ORDER BY id DESC) AS k
+        FROM job_outcomes o WHERE model_id = ?) WHERE k <= 10 ORDER BY at DESC, slot]], m.id)) do
+      ends[#ends + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at }
+    end
+    models[#models + 1] = {
+      id = m.id, name = m.name, status = m.status,
+      spec = self:get_spec(m.id) or NULL,
+      replicas = self:list_replicas({ model_id = m.id, live = true }),
+      recent_ends = ends,
+      endpoints = self:_endpoints(m.id),
+    }
+  end
+  local restart, clear = json.array(), json.array()
+  for _, r in ipairs(self:_q("SELECT id FROM replicas WHERE restart_requested = 1 ORDER BY id")) do
+    restart[#restart + 1] = r.id
+  end
+  for _, r in ipairs(self:_q("SELECT model_id FROM clear_lost_requests ORDER BY model_id")) do
+    clear[#clear + 1] = r.model_id
+  end
+  return { now = now, models = models, restart = restart, clear_lost = clear }
+end
+
+local REPLICA_COLS = { "state", "generation", "job_id", "node", "port", "endpoint", "submitted_at", "started_at",
+  "healthy_at", "ended_at", "check_failures", "problem", "pending_reason", "successor_of", "launch_id",
+  "restart_requested", "slot" }
+local END_COLS = { state = "end_state", reason = "end_reason", exit_code = "end_exit_code",
+  signal = "end_signal", node = "end_node" }
+
+local function _sqlv(v)
+  if v == NULL then return nil end
+  if type(v) == "boolean" then return v and 1 or 0 end
+  return v
+end
+
+function Store:_launch_exists(id)
+  return id ~= nil and id ~= NULL and self:_one("SELECT 1 AS x FROM launches WHERE id = ?", id) ~= nil
+end
+
+function Store:_upsert_replica(r, now, ignored)
+  local cur = self:_one("SELECT id, model_id FROM replicas WHERE nonce = ?", r.nonce)
+  if r.launch_id and r.launch_id ~= NULL and not self:_launch_exists(r.launch_id) then r.launch_id = NULL end
+  if not cur then
+    if not r.model_id or r.model_id == NULL then
+      _abort("invalid", ("replica %s is new: model_id, slot and state are required"):format(r.nonce), "replicas")
+    end
+    if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", r.model_id) then
+      ignored[#ignored + 1] = { nonce = r.nonce, model_id = r.model_id, reason = "no such model" }
+      return
+    end
+    if not r.slot or r.slot == NULL or not r.state or r.state == NULL then
+      _abort("invalid", ("replica %s is new: slot and state are required"):format(r.nonce), "replicas")
+    end
+    local launch = r.launch_id
+    if launch == nil or launch == NULL then
+      local l = self:_one("SELECT id FROM launches WHERE model_id = ? ORDER BY id DESC LIMIT 1", r.model_id)
+      launch = l and l.id
+    end
+    local _, id = self:_x([[INSERT INTO replicas (model_id, slot, nonce, state, launch_id, created_at, updated_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?)]], r.model_id, r.slot, r.nonce, r.state, launch, now, now)
+    cur = { id = id, model_id = r.model_id }
+  elseif r.model_id and r.model_id ~= NULL and r.model_id ~= cur.model_id then
+    _abort("invalid", ("replica %s belongs to model %d, not %d"):format(r.nonce, cur.model_id, r.model_id),
+      "replicas")
+  end
+  local sets, args = {}, {}
+  for _, c in ipairs(REPLICA_COLS) do
+    if r[c] ~= nil then
+      if c == "state" and r[c] == NULL then _abort("invalid", "a replica's state cannot be null", "replicas") end
+      if c == "check_failures" and r[c] == NULL then r[c] = 0 end
+      if c == "restart_requested" and r[c] == NULL then r[c] = false end
+      sets[#sets + 1] = c .. " = ?"
+      args[#args + 1] = _sqlv(r[c])
+    end
+  end
+  local e = r["end"]
+  if e == NULL then
+    for _, col in pairs(END_COLS) do sets[#sets + 1] = col .. " = NULL" end
+  elseif type(e) == "table" then
+    for k, col in pairs(END_COLS) do
+      if e[k] ~= nil then
+        sets[#sets + 1] = col .. " = ?"
+        args[#args + 1] = _sqlv(e[k])
+      end
+    end
+  end
+  sets[#sets + 1] = "updated_at = ?"
+  args[#args + 1] = now
+  args[#args + 1] = cur.id
+  self:_x("UPDATE replicas SET " .. table.concat(sets, ", ") .. " WHERE id = ?", table.unpack(args))
+end
+
+--- Apply one pass's report in one transaction (see docs/managed-spec.md).
+---@param rep table validated by obleth.validate.report
+---@param now number
+---@return table|nil {ok = true, ignored = [...]}, table|nil err
+function Store:apply_report(rep, now)
+  return self:transaction(function()
+    local ignored = json.array()
+    local p = rep.pass
+    local perr = p.error
+    if perr == NULL then perr = nil end
+    if perr then
+      self:_x([[UPDATE provisioner_status SET checked_in_at = ?, last_pass_started_at = ?, last_pass_duration = ?,
+        failed_passes = failed_passes + 1, last_error = ?, last_error_at = ?, passes = passes + 1 WHERE id = 1]],
+        now, _sqlv(p.started_at), _sqlv(p.duration), perr, now)
+    else
+      self:_x([[UPDATE provisioner_status SET checked_in_at = ?, last_pass_started_at = ?, last_pass_duration = ?,
+        failed_passes = 0, passes = passes + 1 WHERE id = 1]], now, _sqlv(p.started_at), _sqlv(p.duration))
+    end
+    for _, r in ipairs(rep.replicas) do self:_upsert_replica(r, now, ignored) end
+    for _, o in ipairs(rep.outcomes) do
+      if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", o.model_id) then
+        ignored[#ignored + 1] = { outcome_job_id = _sqlv(o.job_id), model_id = o.model_id, reason = "no such model" }
+      else
+        local rep_row = o.nonce and o.nonce ~= NULL and
+          self:_one("SELECT id, slot, launch_id, healthy_at FROM replicas WHERE nonce = ?", o.nonce) or nil
+        local healthy = o.healthy
+        if healthy == nil or healthy == NULL then healthy = rep_row ~= nil and rep_row.healthy_at ~= nil end
+        local slot = _sqlv(o.slot) or (rep_row and rep_row.slot)
+        self:_x([[INSERT INTO job_outcomes (model_id, replica_id, launch_id, nonce, slot, job_id, state, reason,
+            exit_code, signal, node, healthy, started_at, ended_at, recorded_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]],
+          o.model_id, rep_row and rep_row.id, rep_row and rep_row.launch_id, _sqlv(o.nonce), slot,
+          _sqlv(o.job_id), o.state, _sqlv(o.reason), _sqlv(o.exit_code), _sqlv(o.signal), _sqlv(o.node),
+          healthy and 1 or 0, _sqlv(o.started_at), _sqlv(o.ended_at), now)
+      end
+    end
+    for id, urls in pairs(rep.endpoints) do
+      if self:_one("SELECT 1 AS x FROM models WHERE id = ?", id) then
+        self:_set_endpoints(id, urls)
+      else
+        ignored[#ignored + 1] = { endpoints_model_id = id, reason = "no such model" }
+      end
+    end
+    for id, pe in pairs(rep.provision_errors) do
+      if self:_one("SELECT 1 AS x FROM managed_specs WHERE model_id = ?", id) then
+        local text
+        if pe ~= NULL then
+          local t = {}
+          for k, v in pairs(pe) do t[k] = v end
+          if t.at == nil or t.at == NULL then t.at = now end
+          text = json.encode(t)
+        end
+        self:_x("UPDATE managed_specs SET provision_error = ? WHERE model_id = ?", text, id)
+      else
+        ignored[#ignored + 1] = { provision_error_model_id = id, reason = "no managed spec" }
+      end
+    end
+    for _, id in ipairs(rep.acknowledged.restart) do
+      self:_x("UPDATE replicas SET restart_requested = 0, updated_at = ? WHERE id = ?", now, id)
+    end
+    for _, id in ipairs(rep.acknowledged.clear_lost) do
+      self:_x("DELETE FROM clear_lost_requests WHERE model_id = ?", id)
+    end
+    return { ok = true, ignored = ignored }
+  end)
+end
+
+---------------------------------------------------------------------------
+-- launches
+---------------------------------------------------------------------------
+
+--- Record one launch (the launch flow calls this, inside its own transaction if it likes).
+---@param l {model_id: integer|nil, recipe_id: string|nil, settings: table, created_by: string|nil, created_at: integer|nil}
+---@return integer|nil id, table|nil err
+function Store:add_launch(l)
+  if type(l) ~= "table" or type(l.settings) ~= "table" then error("add_launch: settings must be a table", 2) end
+  return self:transaction(function()
+    local _, id = self:_x([[INSERT INTO launches (model_id, recipe_id, settings, created_by, created_at)
+      VALUES (?, ?, ?, ?, ?)]], l.model_id, l.recipe_id, json.encode(l.settings), l.created_by,
+      l.created_at or _now())
+    return id
+  end)
+end
+
+--- Launch history, newest first, each with the job outcomes of its replicas.
+---@param q {model_id: integer|nil, recipe_id: string|nil, limit: integer}
+function Store:list_launches(q)
+  local where, args = {}, {}
+  if q.model_id then where[#where + 1] = "model_id = ?"; args[#args + 1] = q.model_id end
+  if q.recipe_id then where[#where + 1] = "recipe_id = ?"; args[#args + 1] = q.recipe_id end
+  args[#args + 1] = q.limit or 50
+  local sql = "SELECT * FROM launches" .. (#where > 0 and (" WHERE " .. table.concat(where, " AND ")) or "")
+    .. " ORDER BY created_at DESC, id DESC LIMIT ?"
+  local out = json.array()
+  for _, r in ipairs(self:_q(sql, table.unpack(args))) do
+    local outcomes = json.array()
+    for _, o in ipairs(self:_q([[SELECT replica_id, nonce, slot, job_id, state, reason, exit_code, signal, node,
+        healthy, started_at, ended_at FROM job_outcomes WHERE launch_id = ? ORDER BY id]], r.id)) do
+      o.healthy = o.healthy == 1
+      outcomes[#outcomes + 1] = o
+    end
+    out[#out + 1] = {
+      id = r.id, model_id = r.model_id or NULL, recipe_id = r.recipe_id or NULL, settings = _dec(r.settings),
+      created_by = r.created_by or NULL, created_at = r.created_at, outcomes = outcomes,
+    }
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- saved recipes
+---------------------------------------------------------------------------
+
+local function _recipe_out(r)
+  if not r then return nil end
+  return { id = r.id, name = r.name or NULL, source = "saved", recipe = json.raw(r.body),
+    created_at = r.created_at, updated_at = r.updated_at }
+end
+
+function Store:list_recipes()
+  local out = json.array()
+  for _, r in ipairs(self:_q("SELECT * FROM recipes ORDER BY id")) do out[#out + 1] = _recipe_out(r) end
+  return out
+end
+
+function Store:get_recipe(id)
+  return _recipe_out(self:_one("SELECT * FROM recipes WHERE id = ?", id))
+end
+
+--- Create (create_only = true: conflict when it exists) or replace a saved recipe.
+---@param id string
+---@param name string|nil
+---@param body string the recipe as JSON text
+---@return table|nil recipe, boolean|table created_or_err
+function Store:put_recipe(id, name, body, create_only)
+  local res, err = self:transaction(function()
+    local now = _now()
+    local cur = self:_one("SELECT 1 AS x FROM recipes WHERE id = ?", id)
+    if cur and create_only then _abort("conflict", ("a saved recipe %q already exists"):format(id), "id") end
+    if cur then
+      self:_x("UPDATE recipes SET name = ?, body = ?, updated_at = ? WHERE id = ?", name, body, now, id)
+    else
+      self:_x("INSERT INTO recipes (id, name, body, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+        id, name, body, now, now)
+    end
+    return { created = not cur }
+  end)
+  if not res then return nil, err end
+  return self:get_recipe(id), res.created
+end
+
+function Store:delete_recipe(id)
+  return self:transaction(function()
+    if self:_x("DELETE FROM recipes WHERE id = ?", id) == 0 then
+      _abort("not_found", ("saved recipe %q does not exist"):format(id))
+    end
+    return true
+  end)
+end
+
+return M
