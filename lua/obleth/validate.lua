@@ -178,7 +178,8 @@ M.SPEC_FIELDS = { "enabled", "replicas", "partition", "account", "qos", "time_li
   "gpu_type", "cpus_per_node", "memory_per_node", "constraint", "exclude", "script_body", "launch_command",
   "image", "preamble", "environment", "stdout", "stderr", "health", "recipe_id", "inputs", "rollover_margin" }
 --- Read-only fields a client may send back unchanged from a GET; they are ignored.
-M.SPEC_READ_ONLY = { "generation", "provision_error", "model_id", "created_at", "updated_at" }
+M.SPEC_READ_ONLY = { "generation", "provision_error", "model_id", "model_name", "launch_id", "created_at",
+  "updated_at" }
 
 local SPEC_KNOWN = _set(M.SPEC_FIELDS)
 for _, k in ipairs(M.SPEC_READ_ONLY) do SPEC_KNOWN[k] = true end
@@ -187,7 +188,9 @@ local function _health(v, field)
   local out = {}
   for k, d in pairs(M.HEALTH_DEFAULTS) do out[k] = d end
   if _null(v) then return out end
-  if not _is_object(v) then return _err(field, "must be an object {path, interval, timeout, startup_grace, failure_threshold}") end
+  if not _is_object(v) then
+    return _err(field, "must be an object {path, interval, timeout, startup_grace, failure_threshold}")
+  end
   local ok, err = _unknown(v, _set({ "path", "interval", "timeout", "startup_grace", "failure_threshold" }), field .. ".")
   if not ok then return nil, err end
   local steps = {
@@ -499,7 +502,12 @@ local REPLICA_FIELDS = {
   check_failures = function(v, f) return _int(v, f, 0, 1000000) end,
   problem = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
   pending_reason = function(v, f) return _str(v, f, { max = 1024 }) end,
-  successor_of = function(v, f) return _int(v, f, 1, math.maxinteger) end,
+  successor_of = function(v, f)
+    if type(v) == "string" then
+      return _str(v, f, { max = 16, pattern = "^%x+$", rule = "a replica nonce (hex) or id" })
+    end
+    return _int(v, f, 1, math.maxinteger)
+  end,
   launch_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
   restart_requested = _bool,
   generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
@@ -521,6 +529,7 @@ local OUTCOME_FIELDS = {
   job_id = REPLICA_FIELDS.job_id, state = END_FIELDS.state, reason = END_FIELDS.reason,
   exit_code = END_FIELDS.exit_code, signal = END_FIELDS.signal, node = END_FIELDS.node,
   started_at = REPLICA_FIELDS.started_at, ended_at = REPLICA_FIELDS.ended_at, healthy = _bool,
+  replica_id = REPLICA_FIELDS.launch_id, launch_id = REPLICA_FIELDS.launch_id,
 }
 
 -- Check an object against a table of field checkers. Null values are kept as NULL (= set to null).
@@ -532,7 +541,9 @@ local function _record(v, field, checks, required)
   table.sort(keys)
   for _, k in ipairs(keys) do
     local c = checks[k]
-    if not c then return nil, { code = "invalid", field = field .. "." .. k, message = "unknown field: " .. field .. "." .. k } end
+    if not c then
+      return nil, { code = "invalid", field = field .. "." .. k, message = "unknown field: " .. field .. "." .. k }
+    end
     local x = v[k]
     if x == NULL then out[k] = NULL
     else
@@ -621,6 +632,7 @@ function M.report(input)
             return _str(v, f, { max = 64 })
           end,
           at = function(v, f) return _num(v, f, 0, 1e11) end,
+          generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
         }, { "message" })
         if not rec then return nil, re end
         out.provision_errors[id] = rec

@@ -26,4 +26,31 @@ function M.not_found(what, id)
   return M.fail(404, "not_found", ("%s %s does not exist"):format(what, tostring(id)))
 end
 
+--- The request's JSON body when it is an object; otherwise nil and a 400 answer.
+---@return table|nil body, integer|nil status, table|nil err_body
+function M.need_object(ctx)
+  local b = ctx.json
+  if type(b) ~= "table" then
+    local st, body = M.fail(400, "invalid", b == nil and "a JSON object body is required"
+      or "the body must be a JSON object")
+    return nil, st, body
+  end
+  for k in pairs(b) do
+    if type(k) ~= "string" then
+      local st, body = M.fail(400, "invalid", "the body must be a JSON object, not an array")
+      return nil, st, body
+    end
+  end
+  return b
+end
+
+--- Map a store error {code, message, field} to an answer.
+function M.store(err)
+  local status = ({ not_found = 404, conflict = 409, invalid = 400, storage = 503 })[err.code] or 500
+  local extra
+  if err.running then extra = { running = err.running } end
+  if err.state then extra = extra or {}; extra.state = err.state end
+  return M.fail(status, err.code, err.message, err.field, extra)
+end
+
 return M

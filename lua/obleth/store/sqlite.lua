@@ -363,13 +363,15 @@ end
 
 local SPEC_ARRAYS = { "preamble" }
 
-function Store:_spec_out(row)
+local function _spec_out(row)
   if not row then return nil end
   local spec = _dec(row.spec)
   for _, k in ipairs(SPEC_ARRAYS) do spec[k] = json.array(spec[k] or {}) end
   spec.generation = row.generation
   spec.provision_error = row.provision_error and _dec(row.provision_error) or NULL
   spec.model_id = row.model_id
+  spec.launch_id = row.launch_id or NULL
+  spec.model_name = row.model_name
   spec.created_at = row.created_at
   spec.updated_at = row.updated_at
   return spec
@@ -382,19 +384,21 @@ local function _spec_text(spec)
   return json.encode(t)
 end
 
---- A model's managed spec (with generation, provision_error), or nil.
+-- The spec row, its model's name and the model's latest launch (the provisioner tags replicas with it).
+local SPEC_SELECT = [[SELECT s.*, m.name AS model_name,
+    (SELECT max(l.id) FROM launches l WHERE l.model_id = s.model_id) AS launch_id
+  FROM managed_specs s JOIN models m ON m.id = s.model_id]]
+
+--- A model's managed spec (with generation, provision_error, launch_id), or nil.
 function Store:get_spec(model_id)
-  return self:_spec_out(self:_one("SELECT * FROM managed_specs WHERE model_id = ?", model_id))
+  return _spec_out(self:_one(SPEC_SELECT .. " WHERE s.model_id = ?", model_id))
 end
 
 --- Every managed spec, with its model's name.
 function Store:list_specs()
   local out = json.array()
-  for _, r in ipairs(self:_q([[SELECT s.*, m.name AS model_name FROM managed_specs s
-      JOIN models m ON m.id = s.model_id ORDER BY s.model_id]])) do
-    local s = self:_spec_out(r)
-    s.model_name = r.model_name
-    out[#out + 1] = s
+  for _, r in ipairs(self:_q(SPEC_SELECT .. " ORDER BY s.model_id")) do
+    out[#out + 1] = _spec_out(r)
   end
   return out
 end

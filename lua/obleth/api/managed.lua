@@ -1,0 +1,75 @@
+--- Managed specs (GET/PUT/DELETE /api/v1/models/{id}/managed, GET /api/v1/managed)
+-- and dismissing the last refused-job message. Fields: docs/managed-spec.md.
+local errors = require "obleth.api.errors"
+local validate = require "obleth.validate"
+local server = require "obleth.server"
+
+local M = {}
+
+local function _model(ctx)
+  local id = server.int_param(ctx, "id")
+  if not id or not ctx.app.store:get_model(id) then return nil, errors.not_found("model", ctx.params.id) end
+  return id
+end
+
+local function list(ctx)
+  return 200, { managed = ctx.app.store:list_specs() }
+end
+
+local function get(ctx)
+  local id, s, e = _model(ctx)
+  if not id then return s, e end
+  local spec = ctx.app.store:get_spec(id)
+  if not spec then return errors.fail(404, "not_found", ("model %d has no managed spec"):format(id)) end
+  return 200, spec
+end
+
+local function put(ctx)
+  local id, s, e = _model(ctx)
+  if not id then return s, e end
+  local b, st, eb = errors.need_object(ctx)
+  if not b then return st, eb end
+  local spec, err = validate.managed_spec(b)
+  if not spec then return errors.invalid(err) end
+  local out, created = ctx.app.store:put_spec(id, spec)
+  if not out then return errors.store(created) end
+  return created and 201 or 200, out
+end
+
+local function delete(ctx)
+  local id, s, e = _model(ctx)
+  if not id then return s, e end
+  local ok, err = ctx.app.store:delete_spec(id)
+  if not ok then return errors.store(err) end
+  return 204, "", {}
+end
+
+local function dismiss(ctx)
+  local id, s, e = _model(ctx)
+  if not id then return s, e end
+  if ctx.json ~= nil then
+    local b, st, eb = errors.need_object(ctx)
+    if not b then return st, eb end
+    for k, v in pairs(b) do
+      if k ~= "provision_error" or v ~= require("cjson").null then
+        return errors.fail(400, "invalid", ("unknown field: %s (send no body, or {\"provision_error\": null})"):format(k), k)
+      end
+    end
+  end
+  local spec, err = ctx.app.store:dismiss_provision_error(id)
+  if not spec then return errors.store(err) end
+  return 200, spec
+end
+
+M.routes = {
+  { "GET", "/api/v1/managed", list, summary = "Every managed spec" },
+  { "GET", "/api/v1/models/{id}/managed", get, summary = "A model's Slurm spec" },
+  { "PUT", "/api/v1/models/{id}/managed", put,
+    summary = "Create or replace a model's Slurm spec (generation is bumped when it changes)", body = "ManagedSpec" },
+  { "DELETE", "/api/v1/models/{id}/managed", delete,
+    summary = "Delete a model's spec: nothing more is launched and its jobs are cancelled" },
+  { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss,
+    summary = "Dismiss the last refused-job message" },
+}
+
+return M

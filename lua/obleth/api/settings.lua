@@ -1,0 +1,268 @@
+--- Slurm settings (GET/PUT /api/v1/settings/slurm), the connection test and
+-- the live cluster resources (GET /api/v1/slurm/resources, cached a few seconds).
+-- The JWT and the Hugging Face token are masked in every answer here.
+local cjson = require "cjson"
+local errors = require "obleth.api.errors"
+local json = require "obleth.api.json"
+local validate = require "obleth.validate"
+
+local M = {}
+
+local NULL = cjson.null
+M.RESOURCES_TTL = 5 -- seconds
+
+local function n(v) if v == nil then return NULL end return v end
+
+--- The settings as GET shows them: secrets masked, provisioner status added.
+function M.public(app)
+  local s = app:slurm_settings()
+  local d = s.defaults
+  local exp
+  if s.token then exp = require("obleth.slurm").token_expiry(s.token) end
+  return {
+    enabled = s.enabled, url = n(s.url), socket = n(s.socket), user = n(s.user),
+    token = s.token and validate.MASK or NULL, token_set = s.token ~= nil, token_expires_at = n(exp),
+    verify = s.verify, ca_file = n(s.ca_file), api_version = s.api_version, timeout = s.timeout,
+    defaults = {
+      model_cache_dir = n(d.model_cache_dir), image_dir = n(d.image_dir), log_dir = n(d.log_dir),
+      modules = d.modules, partition = n(d.partition), account = n(d.account), qos = n(d.qos),
+      hf_token = d.hf_token and validate.MASK or NULL, hf_token_set = d.hf_token ~= nil,
+      port_range = d.port_range, environment = d.environment,
+    },
+    provisioner = app.store:provisioner_status(),
+    updated_at = n(s.updated_at),
+  }
+end
+
+local function get(ctx)
+  return 200, M.public(ctx.app)
+end
+
+local function put(ctx)
+  for k in pairs(ctx.query) do
+    if k ~= "confirm" then return errors.fail(400, "invalid", ("unknown query parameter %q (confirm)"):format(k), k) end
+  end
+  local confirm = ctx.query.confirm
+  if confirm ~= nil and confirm ~= "true" and confirm ~= "false" then
+    return errors.fail(400, "invalid", "confirm: must be true or false", "confirm")
+  end
+  local b, st, eb = errors.need_object(ctx)
+  if not b then return st, eb end
+  local s, err = validate.settings(b)
+  if not s then return errors.invalid(err) end
+  local app = ctx.app
+  app:register_secrets(s)
+  local function check(cur, store)
+    cur = cur or {}
+    if s.token == validate.KEEP then s.token = cur.token end
+    if s.defaults.hf_token == validate.KEEP then s.defaults.hf_token = (cur.defaults or {}).hf_token end
+    if cur.enabled == true and not s.enabled and confirm ~= "true" then
+      local live = store:count_live_replicas()
+      if live > 0 then
+        return nil, { code = "confirm", field = "enabled", extra = { running = live },
+          message = ("%d replica%s still running: turning Slurm off cancels nothing now but stops the "
+            .. "provisioner from managing them; repeat with ?confirm=true to go ahead"):format(live,
+            live == 1 and " is" or "s are") }
+      end
+    end
+    return true
+  end
+  local saved, serr = app.store:put_settings(s, check)
+  if not saved then
+    if serr.code == "confirm" then return errors.fail(409, "confirm", serr.message, serr.field, { running = serr.running }) end
+    return errors.store(serr)
+  end
+  app.cache.resources = nil
+  app.log.info("settings_saved", { enabled = s.enabled, url = s.url, socket = s.socket })
+  return 200, M.public(app)
+end
+
+local function test(ctx)
+  local over, err = validate.connection(ctx.json)
+  if not over then return errors.invalid(err) end
+  local app = ctx.app
+  local saved = app:slurm_settings()
+  local opts = {}
+  for k, v in pairs(saved) do opts[k] = v end
+  if over.url or over.socket then opts.url, opts.socket = over.url, over.socket end
+  for _, k in ipairs({ "user", "verify", "ca_file", "api_version", "timeout" }) do
+    if over[k] ~= nil then opts[k] = over[k] end
+  end
+  if over.timeout == nil then opts.timeout = math.min(opts.timeout or 5, 5) end
+  if over.token ~= validate.KEEP then opts.token = over.token end
+  if opts.token then app.log.add_secret(opts.token) end
+  local out = { reachable = false, ok = false, api_version = NULL, release = NULL, hostname = NULL,
+    latency_ms = NULL, target = n(opts.url or opts.socket), token = NULL, error = NULL }
+  if opts.token then
+    local exp = require("obleth.slurm").token_expiry(opts.token)
+    if exp then
+      local left = exp - math.floor(app.now())
+      out.token = { expires_at = exp, seconds_left = left, expired = left <= 0 }
+    else
+      out.token = { expires_at = NULL, seconds_left = NULL, expired = NULL, message = "the token has no exp claim" }
+    end
+  end
+  if not opts.url and not opts.socket then
+    out.error = { kind = "not_configured", message = "no slurmrestd URL or socket is saved or given" }
+    return 200, out
+  end
+  local t0 = app.clock()
+  local conn, cerr = app:slurm_connect({ url = opts.url, socket = opts.socket, user = opts.user, token = opts.token,
+    verify = opts.verify, ca_file = opts.ca_file, api_version = opts.api_version, timeout = opts.timeout })
+  if not conn then
+    out.reachable = cerr.kind ~= "unreachable" and cerr.kind ~= "timeout"
+    out.error = { kind = cerr.kind, message = cerr.message }
+    out.elapsed_ms = math.floor((app.clock() - t0) * 1000)
+    return 200, out
+  end
+  out.reachable = true
+  out.api_version = conn:version()
+  out.versions = json.array(conn:versions() or {})
+  local p, perr = conn:ping()
+  if not p then
+    out.error = { kind = perr.kind, message = perr.message }
+  else
+    out.ok = p.ok == true
+    out.release = n(p.release)
+    out.hostname = n(p.hostname)
+    out.latency_ms = math.floor((p.rtt or 0) * 100000 + 0.5) / 100
+  end
+  out.elapsed_ms = math.floor((app.clock() - t0) * 1000)
+  return 200, out
+end
+
+---------------------------------------------------------------------------
+-- resources
+---------------------------------------------------------------------------
+
+local function _sorted(set)
+  if set == nil then return NULL end
+  local a = json.array()
+  for k, v in pairs(set) do if v then a[#a + 1] = k end end
+  table.sort(a)
+  return a
+end
+
+local function _limit(v)
+  if v == math.huge then return "UNLIMITED" end
+  return n(v)
+end
+
+local function _state(st)
+  if type(st) ~= "table" then return n(st) end
+  return { base = n(st.base), flags = _sorted(st.flags or {}) }
+end
+
+local function _partition(p)
+  return {
+    name = p.name, state = n(p.state), default = p.default == true, nodes = n(p.nodes),
+    node_list = json.array(p.node_list or {}), max_time = _limit(p.max_time), default_time = _limit(p.default_time),
+    max_nodes = _limit(p.max_nodes), total_cpus = n(p.total_cpus), total_nodes = n(p.total_nodes),
+    allowed_accounts = _sorted(p.allowed_accounts), denied_accounts = _sorted(p.denied_accounts),
+    allowed_qos = _sorted(p.allowed_qos), denied_qos = _sorted(p.denied_qos),
+  }
+end
+
+local function _node(x)
+  return {
+    name = x.name, address = n(x.address), hostname = n(x.hostname), state = _state(x.state), idle = x.idle == true,
+    reason = n(x.reason), cpus = n(x.cpus), alloc_cpus = n(x.alloc_cpus), memory = n(x.memory),
+    alloc_memory = n(x.alloc_memory), free_memory = n(x.free_memory), features = _sorted(x.features or {}),
+    active_features = _sorted(x.active_features or {}), partitions = json.array(x.partitions or {}),
+    gpus = x.gpus or 0, gpus_free = x.gpus_free or 0, gres = x.gres or {}, gres_free = x.gres_free or {},
+  }
+end
+
+local function _fetch(app)
+  local settings = app:slurm_settings()
+  local conn, err = app:slurm_connect()
+  if not conn then return nil, err end
+  local parts, perr = conn:partitions()
+  if not parts then return nil, perr end
+  local nodes, nerr = conn:nodes()
+  if not nodes then return nil, nerr end
+  local out = { api_version = conn:version(), user = n(settings.user), partitions = json.array(),
+    nodes = json.array(), accounts = NULL, qos = NULL, associations = NULL, user_accounts = NULL,
+    user_qos = NULL, warnings = json.array() }
+  for _, p in ipairs(parts) do out.partitions[#out.partitions + 1] = _partition(p) end
+  for _, x in ipairs(nodes) do out.nodes[#out.nodes + 1] = _node(x) end
+  local accts, aerr = conn:accounts()
+  if accts then
+    out.accounts = json.array()
+    for _, a in ipairs(accts) do
+      out.accounts[#out.accounts + 1] = { name = a.name, description = n(a.description), organization = n(a.organization) }
+    end
+  else out.warnings[#out.warnings + 1] = "accounts: " .. tostring(aerr.message) end
+  local qos, qerr = conn:qos()
+  if qos then
+    out.qos = json.array()
+    for _, q in ipairs(qos) do
+      out.qos[#out.qos + 1] = { name = q.name, max_wall = n(q.max_wall), priority = n(q.priority) }
+    end
+  else out.warnings[#out.warnings + 1] = "qos: " .. tostring(qerr.message) end
+  if settings.user then
+    local assoc, serr = conn:associations { user = settings.user }
+    if assoc then
+      out.associations = json.array()
+      local ua, uq = {}, {}
+      for _, a in ipairs(assoc) do
+        out.associations[#out.associations + 1] = { account = n(a.account), user = n(a.user),
+          partition = n(a.partition), qos = _sorted(a.qos or {}), default_qos = n(a.default_qos),
+          is_default = a.is_default == true }
+        if a.account then ua[a.account] = true end
+        for q in pairs(a.qos or {}) do uq[q] = true end
+      end
+      out.user_accounts, out.user_qos = _sorted(ua), _sorted(uq)
+    else out.warnings[#out.warnings + 1] = "associations: " .. tostring(serr.message) end
+  end
+  return out
+end
+
+local function resources(ctx)
+  local app = ctx.app
+  local s = app:slurm_settings()
+  if not s.url and not s.socket then
+    return errors.fail(409, "not_configured", "no slurmrestd connection is set up (PUT /api/v1/settings/slurm)")
+  end
+  local c = app.cache.resources
+  local now = app.clock()
+  if c and c.key == tostring(s.updated_at) and now - c.at < M.RESOURCES_TTL then
+    c.doc.cached = true
+    return 200, c.doc
+  end
+  -- one fetch at a time: concurrent requests wait for it
+  if app.cache.resources_busy then
+    local loop = require "obleth.loop"
+    local t0 = now
+    while app.cache.resources_busy and app.clock() - t0 < 30 do loop.sleep(0.02) end
+    c = app.cache.resources
+    if c and c.key == tostring(s.updated_at) then c.doc.cached = true; return 200, c.doc end
+  end
+  app.cache.resources_busy = true
+  local ok, doc, err = pcall(_fetch, app)
+  app.cache.resources_busy = nil
+  if not ok then error(doc, 0) end
+  if not doc then
+    local status = (err.kind == "unreachable" or err.kind == "timeout") and 502 or (err.kind == "auth" and 502 or 502)
+    return errors.fail(status, "slurm_" .. tostring(err.kind), "slurmrestd: " .. tostring(err.message))
+  end
+  doc.fetched_at = app.now()
+  doc.cached = false
+  app.cache.resources = { key = tostring(s.updated_at), at = now, doc = doc }
+  return 200, doc
+end
+
+M.routes = {
+  { "GET", "/api/v1/settings/slurm", get,
+    summary = "The connection and cluster defaults (JWT and Hugging Face token masked), provisioner check-in" },
+  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { "confirm" },
+    summary = "Replace the connection and cluster defaults; the mask keeps a stored secret; "
+      .. "turning Slurm off while replicas run needs ?confirm=true" },
+  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection",
+    summary = "Ping slurmrestd with the saved (or posted) connection; API version, release, JWT expiry" },
+  { "GET", "/api/v1/slurm/resources", resources,
+    summary = "Partitions with the accounts and QoS they allow and deny, nodes and their state, "
+      .. "the user's accounts, QoS and associations (cached a few seconds)" },
+}
+
+return M
