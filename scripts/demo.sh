@@ -1,20 +1,58 @@
 #!/usr/bin/env bash
-# The main job on the built-in default: a local Slurm cluster from the
-# project's harness, pinged through slurmrestd with a freshly minted JWT.
+# make demo — the main job on the built-in default:
+#   a local 4-node Slurm cluster (spec/cluster), `obleth serve`, `obleth-provisioner`,
+#   the Slurm connection saved through the Management API, the smoke-test model
+#   launched with 2 replicas, progress until both are healthy, then the endpoints.
+# Ctrl-C stops what it started (jobs, daemons, and the cluster if it started it).
+# Without a terminal on stdin it cleans up and exits once the replicas are healthy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-spec/cluster/up.sh
+root=$(pwd)
+state=$root/build/demo
+mkdir -p "$state"
+port=${OBLETH_DEMO_PORT:-8080}
+export OBLETH_ADMIN_TOKEN=${OBLETH_ADMIN_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export OBLETH_ADMIN_BASE_URL=http://127.0.0.1:$port
+
+cluster_was_up=0
+if [ -f build/cluster/env ] && spec/cluster/node.sh status >/dev/null 2>&1; then cluster_was_up=1; fi
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo
+  echo "demo: stopping (cancelling the demo's jobs, then the daemons)"
+  build/obleth lua scripts/demo_drive.lua stop 2>/dev/null || true
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ "$cluster_was_up" = 0 ] && [ "${OBLETH_DEMO_KEEP_CLUSTER:-0}" != 1 ]; then spec/cluster/down.sh || true; fi
+  echo "demo: stopped; logs are in $state"
+}
+trap cleanup INT TERM EXIT
+
+echo "demo: starting the local Slurm cluster (spec/cluster/up.sh)"
+spec/cluster/up.sh | sed 's/^/  /'
 set -a; . build/cluster/env; set +a
-build/obleth lua -e '
-  local http = require("obleth.http")
-  local cjson = require("cjson")
-  local url = os.getenv("OBLETH_SLURM_URL") .. "/slurm/v0.0.38/ping"
-  local r, err = http.request{url = url, headers = {
-    ["X-SLURM-USER-NAME"] = os.getenv("OBLETH_SLURM_USER"),
-    ["X-SLURM-USER-TOKEN"] = os.getenv("OBLETH_SLURM_TOKEN")}}
-  if not r then io.stderr:write("slurmrestd unreachable: ", err.message, "\n") return 1 end
-  local doc = cjson.decode(r.body)
-  local p = doc.pings and doc.pings[1] or {}
-  print(("slurmrestd %s: HTTP %d, controller %s %s, Slurm %s"):format(url, r.status,
-    tostring(p.hostname), tostring(p.ping), doc.meta and doc.meta.Slurm and doc.meta.Slurm.release or "?"))
-  return r.status == 200 and 0 or 1'
+
+if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then
+  echo "demo: port $port is taken; set OBLETH_DEMO_PORT to another one" >&2
+  exit 1
+fi
+rm -f "$state/obleth.db" "$state/obleth.db-wal" "$state/obleth.db-shm"
+mkdir -p "$state/logs" && chmod 1777 "$state/logs"
+echo "demo: obleth serve on 127.0.0.1:$port (log: $state/serve.log)"
+OBLETH_LISTEN=127.0.0.1:$port OBLETH_DB=$state/obleth.db build/obleth serve >"$state/serve.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 50); do
+  (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
+  sleep 0.1
+done
+echo "demo: obleth-provisioner (log: $state/provisioner.log)"
+OBLETH_PASS_INTERVAL=2 build/obleth-provisioner >"$state/provisioner.log" 2>&1 &
+pids+=($!)
+
+OBLETH_DEMO_LOG_DIR=$state/logs build/obleth lua scripts/demo_drive.lua start
+
+if [ -t 0 ]; then
+  echo "demo: running. Press Ctrl-C to stop everything the demo started."
+  while true; do sleep 3600; done
+fi

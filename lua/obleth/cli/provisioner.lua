@@ -40,7 +40,7 @@ function M.main(argv)
     interval = interval,
     fault = os.getenv("OBLETH_FAULT"),
     drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or ""),
-    policy = ok_policy and policy.provisioner_rules and policy.provisioner_rules() or nil,
+    policy = ok_policy and policy or nil,
   }
   if o.once then
     local rep, perr = daemon:pass()

@@ -5,6 +5,21 @@ local cjson = require "cjson"
 
 local M = {}
 
+--- A decoded JSON value as plain Lua data: JSON null becomes nil and
+--- integral numbers become integers (lua-cjson decodes every number as a
+--- float, and its null is a truthy userdata).
+---@param v any
+---@return any
+function M.plain(v)
+  if v == cjson.null then return nil end
+  local t = type(v)
+  if t == "number" then return math.tointeger(v) or v end
+  if t ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = M.plain(x) end
+  return out
+end
+
 local Client = {}
 Client.__index = Client
 
@@ -27,7 +42,7 @@ function Client:_call(method, path, body)
       :format(method, path, r.status, tostring(msg)) }
   end
   if not ok then return nil, { kind = "bad_response", message = "Management API answered with invalid JSON" } end
-  return doc
+  return M.plain(doc)
 end
 
 --- Everything one pass needs (settings with the JWT, specs, replicas).

@@ -106,8 +106,8 @@ function M:pass()
   local snap, err = self.api:snapshot()
   if not snap then return nil, err end
   local settings = snap.settings or {}
-  if settings.token then log.add_secret(settings.token) end
-  if settings.defaults and settings.defaults.hf_token then log.add_secret(settings.defaults.hf_token) end
+  if type(settings.token) == "string" then log.add_secret(settings.token) end
+  if settings.defaults and type(settings.defaults.hf_token) == "string" then log.add_secret(settings.defaults.hf_token) end
   local now = loop.now()
 
   -- carry what only this process remembers (drain deadlines, sent cancels)
@@ -144,11 +144,26 @@ function M:pass()
         end
       end
     end
+    local lost_rule, rollover_rule
+    if self.policy then
+      -- edits in the override directory apply on the next pass; a broken
+      -- edit keeps the previous version and its error is reported
+      self.policy.reload()
+      lost_rule, rollover_rule = self.policy.get("lost").check, self.policy.get("rollover").plan
+      local perrs = self.policy.errors()
+      if perrs and next(perrs) then
+        local msgs = {}
+        for name, e in pairs(perrs) do
+          msgs[#msgs + 1] = ("%s: %s"):format(name, type(e) == "table" and e.message or tostring(e))
+        end
+        table.sort(msgs)
+        pass_error = "policy (previous version kept): " .. table.concat(msgs, "; ")
+      end
+    end
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,
-      lost = self.policy and self.policy.lost, rollover = self.policy and self.policy.rollover,
-      drain_seconds = self.drain_seconds }
+      lost = lost_rule, rollover = rollover_rule, drain_seconds = self.drain_seconds }
 
     for _, c in ipairs(state.cancels) do
       local ok, e = conn:cancel(c.job_id)
@@ -158,16 +173,20 @@ function M:pass()
     end
 
     for _, s in ipairs(state.submits) do
-      local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir())
+      local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
       local id, res = conn:submit(desc)
       if id then
         s.row.job_id, s.row.state, s.row.submitted_at = id, "submitted", loop.now()
         if res and #res > 0 then s.row.problem = "Slurm: " .. tostring(res[1].message) end
         log.info("job_submit", { model = s.model.name, slot = s.row.slot, job_id = id, nonce = s.row.nonce,
           port = s.row.port })
+        -- fault-injection points for the specs (OBLETH_FAULT)
         if self.fault == "exit_after_submit" then
           log.warn("fault_injection", { point = "exit_after_submit", job_id = id })
           sys.exit_now(137)
+        elseif self.fault == "pause_after_submit" then
+          log.warn("fault_injection", { point = "pause_after_submit", job_id = id })
+          loop.sleep(3)
         end
       elseif res.kind == "refused" or res.kind == "unsupported" then
         s.row.state, s.row.ended_at = "ended", loop.now()
@@ -238,9 +257,11 @@ function M:run()
   loop.on_signal("TERM", stop)
   loop.on_signal("INT", stop)
   loop.on_signal("HUP", function()
-    if self.policy and self.policy.reload then
-      local ok, err = self.policy.reload()
-      log.info("policy_reload", { ok = ok and true or false, error = err })
+    if self.policy then
+      self.policy.reload()
+      local errs = self.policy.errors()
+      log.info("policy_reload", { ok = not (errs and next(errs)), errors = errs and next(errs) and
+        require("cjson").encode(require("obleth.format").jsonable(errs)) or nil })
     end
   end)
   sys.sd_notify("READY=1")

@@ -49,12 +49,14 @@ end
 ---@param spec table
 ---@param defaults table
 ---@param bindir string|nil directory of the obleth binary, put first on PATH
-function M.environment(model, replica, spec, defaults, bindir)
+---@param exe string|nil the obleth binary (OBLETH_BIN, used by the smoke-test recipe)
+function M.environment(model, replica, spec, defaults, bindir, exe)
   local env = {}
   for k, v in pairs(defaults.environment or {}) do env[k] = tostring(v) end
   local path = env.PATH or "/usr/local/bin:/usr/bin:/bin"
   if bindir and bindir ~= "" then path = bindir .. ":" .. path end
   env.PATH = path
+  if exe and exe ~= "" then env.OBLETH_BIN = exe end
   env.OBLETH_PORT = tostring(replica.port)
   env.OBLETH_MODEL = model.name
   env.OBLETH_MODEL_ID = tostring(model.id)
@@ -74,7 +76,7 @@ end
 --- The job description for obleth.slurm's submit (requeue off: a node
 --- failure ends the job for good and the replica is replaced, so a replica
 --- never follows a requeued job to another node with a stale endpoint).
-function M.desc(model, replica, spec, defaults, bindir)
+function M.desc(model, replica, spec, defaults, bindir, exe)
   local log_dir = defaults.log_dir
   local function logpath(p, kind)
     if p and p ~= "" then return p end
@@ -96,7 +98,7 @@ function M.desc(model, replica, spec, defaults, bindir)
     memory_per_node = spec.memory_per_node,
     constraint = spec.constraint,
     exclude = spec.exclude,
-    environment = M.environment(model, replica, spec, defaults, bindir),
+    environment = M.environment(model, replica, spec, defaults, bindir, exe),
     script = M.script(spec, defaults),
     stdout = logpath(spec.stdout, "out"),
     stderr = logpath(spec.stderr, "err"),

@@ -21,44 +21,10 @@ M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true, SUSPENDED = true,
   RESIZING = true, SIGNALING = true, STAGE_OUT = true, REQUEUE_HOLD = true, REQUEUE_FED = true }
 M.STARTED = { RUNNING = true, CONFIGURING = true, SIGNALING = true, STAGE_OUT = true }
 
---- Default lost / backoff rule (policy "lost" may replace it): a slot whose
---- last `limit` ends (default 3) all came before the replica was ever
---- healthy is lost; otherwise the next submit waits 10 s × 2^(n-1) after
---- the last end, n = ends in a row without health, capped at 600 s.
----@param ends {healthy: boolean, at: number}[] newest first
----@param now number
----@return {lost: boolean, backoff_until: number|nil, failures: integer, evidence: table}
-function M.default_lost(ends, now, limit)
-  limit = limit or 3
-  local n = 0
-  for _, e in ipairs(ends) do
-    if e.healthy or e.ignore then break end
-    n = n + 1
-  end
-  if n >= limit then return { lost = true, failures = n, evidence = { ends = n, limit = limit } } end
-  local until_ = nil
-  if n > 0 and ends[1] and ends[1].at then
-    until_ = ends[1].at + math.min(600, 10 * 2 ^ (n - 1))
-    if until_ <= now then until_ = nil end
-  end
-  return { lost = false, failures = n, backoff_until = until_, evidence = { ends = n, limit = limit } }
-end
-
---- Default rollover rule (policy "rollover" may replace it): start the
---- successor when the time left is less than the replica's measured startup
---- time plus a margin (default 5 minutes, or spec.rollover_margin minutes).
----@return {start_successor: boolean, at: number|nil, evidence: table}
-function M.default_rollover(r)
-  if not (r.time_limit and r.started_at) or r.time_limit == math.huge then
-    return { start_successor = false, evidence = { reason = "no time limit" } }
-  end
-  local ends_at = r.started_at + r.time_limit * 60
-  local startup = (r.healthy_at and r.healthy_at >= r.started_at) and (r.healthy_at - r.started_at) or 0
-  local margin = (r.margin_minutes or 5) * 60
-  local at = ends_at - startup - margin
-  return { start_successor = r.now >= at, at = at,
-    evidence = { ends_at = ends_at, startup_seconds = startup, margin_seconds = margin } }
-end
+--- The built-in rules (policy modules "lost" and "rollover"); the daemon
+--- passes the operator's current versions instead.
+M.default_lost = require("obleth.policy.lost").check
+M.default_rollover = require("obleth.policy.rollover").plan
 
 local function copy(t)
   local o = {}
@@ -328,7 +294,11 @@ function M.reconcile(input)
                 if e.slot == slot then ends[#ends + 1] = { healthy = e.healthy, at = e.at, ignore = e.ignore } end
               end
             end
-            local d = lost_rule(ends, now)
+            -- a failed bind on a port someone else held (exit 98) is no model failure
+            local counted = {}
+            for _, e in ipairs(ends) do if not e.ignore then counted[#counted + 1] = e end end
+            ends = counted
+            local d = lost_rule(ends)
             local just_ended = ends[1] and ends[1].row
             if d.lost and just_ended then
               just_ended.state = "lost"
@@ -337,7 +307,7 @@ function M.reconcile(input)
             elseif d.lost then
               -- already counted as lost before (e.g. after a restart): wait for "Try once more"
               mm.waiting_lost = true
-            elseif d.backoff_until then
+            elseif d.backoff_until and d.backoff_until > now then
               mm.backoff_until = math.max(mm.backoff_until or 0, d.backoff_until)
             elseif blocked then
               mm.blocked = true
@@ -356,7 +326,7 @@ function M.reconcile(input)
             end
           elseif primary.state == "healthy" and not successor and not blocked then
             local d = rollover_rule({ now = now, time_limit = spec.time_limit, started_at = primary.started_at,
-              healthy_at = primary.healthy_at, margin_minutes = spec.rollover_margin })
+              healthy_at = primary.healthy_at, rollover_margin = spec.rollover_margin })
             if d.start_successor then
               local port = M.pick_port(defaults.port_range or { 20000, 20999 }, used_ports, input.rand)
               if port then

@@ -1,0 +1,106 @@
+-- The API side of `make demo`: save the Slurm connection, launch the
+-- smoke-test model with 2 replicas, show progress until both are healthy.
+--   obleth lua scripts/demo_drive.lua start | stop
+local http = require "obleth.http"
+local cjson = require "cjson"
+local loop = require "obleth.loop"
+
+local base = assert(os.getenv("OBLETH_ADMIN_BASE_URL"), "OBLETH_ADMIN_BASE_URL")
+local token = assert(os.getenv("OBLETH_ADMIN_TOKEN"), "OBLETH_ADMIN_TOKEN")
+local MODEL = "smoke"
+
+local function api(method, path, body)
+  local r, err = http.request { url = base .. path, method = method, timeout = 30,
+    headers = { Authorization = "Bearer " .. token, ["Content-Type"] = "application/json" },
+    body = body and cjson.encode(body) or nil }
+  if not r then error(("%s %s: %s"):format(method, path, err.message), 0) end
+  local ok, doc = pcall(cjson.decode, r.body)
+  if ok then doc = require("obleth.provisioner.api").plain(doc) end
+  if r.status >= 300 then
+    error(("%s %s: HTTP %d %s"):format(method, path, r.status, ok and cjson.encode(doc) or r.body), 0)
+  end
+  return ok and doc or r.body
+end
+
+local function find_model()
+  local list = api("GET", "/api/v1/models")
+  for _, m in ipairs(list.models or list) do if m.name == MODEL then return m end end
+end
+
+local cmd = ... or "start"
+if cmd == "stop" then
+  local m = find_model()
+  if m then
+    pcall(api, "DELETE", "/api/v1/models/" .. m.id .. "/managed")
+    -- wait (bounded) for the provisioner to cancel the jobs
+    for _ = 1, 20 do
+      local reps = api("GET", "/api/v1/models/" .. m.id .. "/replicas?state=live")
+      if #(reps.replicas or reps) == 0 then break end
+      loop.sleep(1)
+    end
+  end
+  return 0
+end
+
+print("demo: saving the Slurm connection (Settings → Slurm)")
+api("PUT", "/api/v1/settings/slurm", {
+  enabled = true, url = os.getenv("OBLETH_SLURM_URL"), user = os.getenv("OBLETH_SLURM_USER"),
+  token = os.getenv("OBLETH_SLURM_TOKEN"), verify = true,
+  defaults = { partition = "gpu", account = "research", log_dir = os.getenv("OBLETH_DEMO_LOG_DIR"),
+    port_range = { 20000, 20999 } },
+})
+local test = api("POST", "/api/v1/settings/slurm/test", {})
+print(("demo: slurmrestd %s, Slurm %s, JWT expires in %s s"):format(tostring(test.api_version),
+  tostring(test.slurm_release or test.release), tostring(test.token_seconds_left or test.seconds_left or "?")))
+
+local m = find_model() or api("POST", "/api/v1/models", { name = MODEL })
+m = m.model or m
+print(("demo: launching model %q (id %d) with 2 replicas of the smoke-test engine"):format(MODEL, m.id))
+api("PUT", "/api/v1/models/" .. m.id .. "/managed", {
+  replicas = 2, partition = "gpu", account = "research", time_limit = 30, nodes = 1, cpus_per_node = 1,
+  memory_per_node = 256, launch_command = "obleth smoke-engine --startup-delay 2",
+  health = { path = "/health", interval = 2, timeout = 2, startup_grace = 60, failure_threshold = 3 },
+})
+
+local t0 = loop.monotonic()
+local last
+while true do
+  local reps = api("GET", "/api/v1/models/" .. m.id .. "/replicas?state=live")
+  reps = reps.replicas or reps
+  local parts, healthy = {}, 0
+  table.sort(reps, function(a, b) return (a.slot or 0) < (b.slot or 0) end)
+  for _, r in ipairs(reps) do
+    parts[#parts + 1] = ("replica %s: %s%s%s"):format(tostring(r.slot), r.state,
+      r.job_id and (" (job " .. r.job_id .. (r.node and (" on " .. r.node) or "") .. ")") or "",
+      r.problem and (" — " .. r.problem) or "")
+    if r.state == "healthy" then healthy = healthy + 1 end
+  end
+  local line = table.concat(parts, "; ")
+  if line ~= last then print(("  [%4.1fs] %s"):format(loop.monotonic() - t0, line ~= "" and line or "waiting for the provisioner")) end
+  last = line
+  if healthy >= 2 then break end
+  if loop.monotonic() - t0 > 180 then
+    io.stderr:write("demo: replicas did not become healthy within 3 minutes; see build/demo/provisioner.log\n")
+    return 1
+  end
+  loop.sleep(1)
+end
+
+local model = api("GET", "/api/v1/models/" .. m.id)
+model = model.model or model
+print(("\ndemo: model %q is %s with endpoints:"):format(MODEL, tostring(model.status)))
+for _, e in ipairs(model.endpoints or {}) do print("  " .. (type(e) == "table" and e.url or e)) end
+local ep = model.endpoints and model.endpoints[1]
+ep = type(ep) == "table" and ep.url or ep
+print("\nCall a replica directly:")
+print(("  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+  .. "    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'"):format(ep, MODEL))
+local r = http.request { url = ep .. "/v1/chat/completions", method = "POST", timeout = 5,
+  headers = { ["Content-Type"] = "application/json" },
+  body = cjson.encode { model = MODEL, messages = { { role = "user", content = "hello" } } } }
+if r and r.status == 200 then
+  local doc = cjson.decode(r.body)
+  print("  → " .. tostring(doc.choices[1].message.content))
+end
+print("\nThe Management API: " .. base .. "/api/v1/models  (Authorization: Bearer $OBLETH_ADMIN_TOKEN)")
+return 0
