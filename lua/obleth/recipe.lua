@@ -157,7 +157,7 @@ end
 ---@param parts table[] from parse_template
 ---@return string|nil err
 local function _check_script_context(parts)
-  local stack = { "top" }           -- top | paren | cmdsub | arith | param | dquote | squote | backtick
+  local stack = { "top" } -- top | paren | cmdsub | arith | param | dquote | squote | ansi ($'..') | backtick
   local comment = false
   local heredocs, in_heredoc = {}, nil -- pending delimiters; current {delim, strip}
   local prev = "\n"                  -- previous character (unquoted scan)
@@ -179,7 +179,7 @@ local function _check_script_context(parts)
       if in_heredoc then where = "inside a heredoc body"
       elseif comment then where = "inside a comment"
       elseif escape then where = "right after a backslash"
-      elseif top() == "squote" then where = "inside single quotes"
+      elseif top() == "squote" or top() == "ansi" then where = "inside single quotes"
       elseif top() == "dquote" then where = "inside double quotes"
       elseif top() == "backtick" then where = "inside backticks"
       elseif top() == "param" then where = "inside ${...}"
@@ -224,6 +224,10 @@ local function _check_script_context(parts)
           if c == "\n" then line = line + 1 end
           word = word .. c
           prev = c
+        elseif top() == "ansi" then -- $'...': a backslash escapes the next character, ' included
+          if c == "\\" then i = i + 1
+          elseif c == "'" then table.remove(stack) end
+          if c == "\n" then line = line + 1 end
         elseif top() == "squote" then
           if c == "'" then table.remove(stack) end
           if c == "\n" then line = line + 1 end
@@ -257,6 +261,8 @@ local function _check_script_context(parts)
           if c == "\\" then
             escape = true
             word = word .. c
+          elseif c == "$" and s:sub(i + 1, i + 1) == "'" then
+            stack[#stack + 1] = "ansi"; i = i + 1; word = word .. "$'"
           elseif c == "'" then
             stack[#stack + 1] = "squote"; word = word .. c
           elseif c == '"' then

@@ -26,18 +26,24 @@ local function errors()
   return require("obleth.api.errors")
 end
 
--- The token from the cluster defaults, wherever this version of the app keeps it.
+-- The token from the cluster defaults: app:settings_secrets() or
+-- app:slurm_settings() (cluster defaults under .defaults, secrets in clear),
+-- else app.hf_token.
 local function hf_token(app)
   if type(app) ~= "table" then return nil end
-  local defaults
-  if type(app.settings_secrets) == "function" then
-    local ok, v = pcall(app.settings_secrets, app)
-    if ok and type(v) == "table" then defaults = v end
+  for _, name in ipairs({ "settings_secrets", "slurm_settings" }) do
+    if type(app[name]) == "function" then
+      local ok, v = pcall(app[name], app)
+      if ok and type(v) == "table" then
+        local t = v.hf_token
+        if t == nil and type(v.defaults) == "table" then t = v.defaults.hf_token end
+        if type(t) == "string" and t ~= "" then return t end
+      end
+    end
   end
-  local t = defaults and (defaults.hf_token or (type(defaults.defaults) == "table" and defaults.defaults.hf_token))
-  if type(t) ~= "string" then t = app.hf_token end
-  if type(t) ~= "string" or t == "" then return nil end
-  return t
+  local t = app.hf_token
+  if type(t) == "string" and t ~= "" then return t end
+  return nil
 end
 
 -- Empty lists must encode as [] (lua-cjson writes an empty table as {}).
@@ -90,7 +96,8 @@ end
 
 M.handler = handler
 M.routes = {
-  { "POST", "/api/v1/hf/inspect", handler },
+  { "POST", "/api/v1/hf/inspect", handler, tag = "deployments",
+    summary = "Read a Hugging Face repo: its formats, the engines that can run it, their choices and launch prefill" },
 }
 
 return M

@@ -223,7 +223,10 @@ local function gguf_groups(gguf_files, notes)
     end
     g.quant = M.parse_quant(g.stem)
   end
+  for _, g in ipairs(order) do g.size = total_size(g.files) end
+  -- smallest first: by bytes when the Hub sent sizes, else by bits per weight
   table.sort(order, function(a, b)
+    if a.size and b.size and a.size ~= b.size then return a.size < b.size end
     local ba, bb = quant_bits(a.quant), quant_bits(b.quant)
     if ba ~= bb then return ba < bb end
     return a.first.path < b.first.path
@@ -452,7 +455,9 @@ function M.detect(info, opts)
   local mm
   if #mmproj > 0 then
     table.sort(mmproj, function(a, b)
-      local fa, fb = a.path:upper():find("F16", 1, true) ~= nil, b.path:upper():find("F16", 1, true) ~= nil
+      -- prefer the F16 projector (not BF16: older llama.cpp builds cannot load it)
+      local fa = ("-" .. basename(a.path):upper()):find("[^B]F16") ~= nil
+      local fb = ("-" .. basename(b.path):upper()):find("[^B]F16") ~= nil
       if fa ~= fb then return fa end
       return a.path < b.path
     end)

@@ -94,10 +94,14 @@ local function new(defaults)
   ---@param req {partition: string, account: string|nil, qos: string|nil, time_limit: integer|nil} minutes
   ---@param facts {partitions: table[]|table<string, table>, associations: table[], qos: table[]|nil}
   ---  associations: the user's (only rows of the submitting user)
-  ---@return {field: string, message: string, code: string}[] errors (empty when fine)
+  ---@return {field: string, message: string, code: string}[] errors, at most one per field (empty when fine)
   function M.check(req, facts)
-    local errors = {}
-    local function err(field, code, msg) errors[#errors + 1] = { field = field, code = code, message = msg } end
+    local errors, seen = {}, {}
+    local function err(field, code, msg) -- one error per field: the first found
+      if seen[field] then return end
+      seen[field] = true
+      errors[#errors + 1] = { field = field, code = code, message = msg }
+    end
     local partition
     for k, p in pairs(facts.partitions or {}) do
       if p.name == req.partition or k == req.partition then partition = p end

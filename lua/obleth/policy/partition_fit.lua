@@ -1,0 +1,273 @@
+--- Partition fit: for each partition, whether one replica fits (CPUs, memory,
+-- GPUs by type, features, avoided nodes, max nodes, max time) and how many
+-- fitting nodes are idle now.
+--
+-- Facts use the shapes of obleth.slurm.normalize: partitions {name,
+-- node_list, max_time (minutes|math.huge), max_nodes (count|math.huge),
+-- state}, nodes {name, state={base, flags}, idle, cpus, alloc_cpus, memory,
+-- alloc_memory (MiB), gres={gpu={total, by_type}}, gres_free, features (set)}.
+local hostlist = require "obleth.slurm.hostlist"
+
+local function new(defaults)
+  local M = { DEFAULTS = defaults }
+
+  ---------------------------------------------------------------------------
+  -- constraint expressions: a&b, a|b, a,b (AND), !a, (..), [..], name*count
+  ---------------------------------------------------------------------------
+
+  local function tokenize(s)
+    local toks, i = {}, 1
+    while i <= #s do
+      local c = s:sub(i, i)
+      if c:match("%s") then
+        i = i + 1
+      elseif c == "&" or c == "," then
+        toks[#toks + 1] = "&"; i = i + 1
+      elseif c == "|" or c == "!" or c == "(" or c == ")" then
+        toks[#toks + 1] = c; i = i + 1
+      elseif c == "[" then
+        toks[#toks + 1] = "("; i = i + 1
+      elseif c == "]" then
+        toks[#toks + 1] = ")"; i = i + 1
+      else
+        local name = s:match("^[%w_.:%-]+", i)
+        if not name then return nil, ("unexpected %q in constraint"):format(c) end
+        i = i + #name
+        local count = s:match("^%*%d+", i)
+        if count then i = i + #count end
+        toks[#toks + 1] = { name = name }
+      end
+    end
+    return toks
+  end
+
+  --- Parse a Slurm feature constraint into a predicate over a feature set.
+  ---@param expr string|nil e.g. "a100", "a100&ib", "a100|h100", "(a100|h100)&ib"
+  ---@return (fun(features: table<string, boolean>): boolean)|nil pred (nil expr: always true)
+  ---@return string|nil err
+  function M.constraint(expr)
+    if expr == nil or expr == "" then return function() return true end end
+    local toks, terr = tokenize(expr)
+    if not toks then return nil, terr end
+    local pos = 1
+    local parse_or
+    local function parse_atom()
+      local t = toks[pos]
+      if t == "!" then
+        pos = pos + 1
+        local inner, e = parse_atom()
+        if not inner then return nil, e end
+        return function(f) return not inner(f) end
+      elseif t == "(" then
+        pos = pos + 1
+        local inner, e = parse_or()
+        if not inner then return nil, e end
+        if toks[pos] ~= ")" then return nil, "unbalanced parenthesis in constraint" end
+        pos = pos + 1
+        return inner
+      elseif type(t) == "table" then
+        pos = pos + 1
+        local name = t.name
+        return function(f) return f[name] == true end
+      end
+      return nil, "constraint " .. ("%q"):format(expr) .. " is incomplete"
+    end
+    local function parse_and()
+      local left, e = parse_atom()
+      if not left then return nil, e end
+      while toks[pos] == "&" do
+        pos = pos + 1
+        local right, e2 = parse_atom()
+        if not right then return nil, e2 end
+        local l = left
+        left = function(f) return l(f) and right(f) end
+      end
+      return left
+    end
+    parse_or = function()
+      local left, e = parse_and()
+      if not left then return nil, e end
+      while toks[pos] == "|" do
+        pos = pos + 1
+        local right, e2 = parse_and()
+        if not right then return nil, e2 end
+        local l = left
+        left = function(f) return l(f) or right(f) end
+      end
+      return left
+    end
+    local pred, err = parse_or()
+    if not pred then return nil, err end
+    if pos <= #toks then return nil, ("constraint %q: unexpected text after position %d"):format(expr, pos) end
+    return pred
+  end
+
+  ---------------------------------------------------------------------------
+  -- nodes
+  ---------------------------------------------------------------------------
+
+  --- Node states under which Slurm will not start a job on the node now or
+  -- soon (a powered-down cloud node still counts: Slurm powers it up).
+  M.UNUSABLE = { DOWN = true, DRAIN = true, DRAINED = true, DRAINING = true, FAIL = true, FAILING = true,
+    NOT_RESPONDING = true, MAINTENANCE = true, INVALID_REG = true, INVALID = true, FUTURE = true,
+    UNKNOWN = true, POWER_DRAIN = true, REBOOT_ISSUED = true }
+
+  local function usable(node)
+    local st = node.state or {}
+    if st.base and M.UNUSABLE[st.base] then return false end
+    for f in pairs(st.flags or {}) do
+      if M.UNUSABLE[f] then return false end
+    end
+    return true
+  end
+
+  local function gpus_of(g, gtype)
+    local gpu = g and g.gpu
+    if not gpu then return 0 end
+    if gtype then return gpu.by_type[gtype] or 0 end
+    return gpu.total or 0
+  end
+
+  -- Why a node's configuration cannot hold one replica's share, or nil.
+  local function node_misfit(node, req, pred)
+    if (req.cpus_per_node or 1) > (node.cpus or 0) then
+      return ("%s has %d CPUs, %d wanted"):format(node.name, node.cpus or 0, req.cpus_per_node)
+    end
+    local mem = req.memory_per_node or 0
+    if mem > 0 and node.memory and mem > node.memory then
+      return ("%s has %d MiB of memory, %d wanted"):format(node.name, node.memory, mem)
+    end
+    local g = req.gpus_per_node or 0
+    if g > 0 and gpus_of(node.gres, req.gpu_type) < g then
+      return ("%s has %d %sGPUs, %d wanted"):format(node.name, gpus_of(node.gres, req.gpu_type),
+        req.gpu_type and (req.gpu_type .. " ") or "", g)
+    end
+    if not pred(node.features or {}) then
+      return ("%s lacks the features %s"):format(node.name, req.constraint)
+    end
+    return nil
+  end
+
+  -- Can the node take the replica's share right now (free CPUs, memory, GPUs)?
+  local function free_now(node, req)
+    if node.idle then return true end
+    local st = node.state or {}
+    if st.base ~= "MIXED" and st.base ~= "IDLE" then return false end
+    local cpus = (node.cpus or 0) - (node.alloc_cpus or 0)
+    if (req.cpus_per_node or 1) > cpus then return false end
+    local mem = req.memory_per_node or 0
+    if mem == 0 then
+      if (node.alloc_memory or 0) > 0 then return false end -- the whole node is wanted
+    elseif node.memory and mem > node.memory - (node.alloc_memory or 0) then
+      return false
+    end
+    local g = req.gpus_per_node or 0
+    if g > 0 and gpus_of(node.gres_free, req.gpu_type) < g then return false end
+    return true
+  end
+
+  local function as_set(x)
+    local set = {}
+    if type(x) == "string" then
+      for _, n in ipairs(hostlist.expand(x) or {}) do set[n] = true end
+    elseif type(x) == "table" then
+      for k, v in pairs(x) do
+        if type(k) == "number" then set[v] = true else set[k] = v and true or nil end
+      end
+    end
+    return set
+  end
+
+  --- Whether one replica fits a partition.
+  ---@param partition table normalized partition
+  ---@param nodes table<string, table>|table[] normalized nodes (array, or by name)
+  ---@param req {nodes: integer|nil, gpus_per_node: integer|nil, gpu_type: string|nil,
+  ---  cpus_per_node: integer|nil, memory_per_node: integer|nil, constraint: string|nil,
+  ---  exclude: string|string[]|nil, time_limit: integer|nil} MiB, minutes; memory 0 = whole node
+  ---@return {partition: string, fits: boolean, reasons: string[], fitting_nodes: integer,
+  ---  idle_fitting_nodes: integer, free_fitting_nodes: integer, configured_fitting_nodes: integer,
+  ---  nodes: {fitting: string[], idle: string[]}}
+  ---  configured = shape fits whatever the state; fitting = and the node can take jobs (not down,
+  ---  drained, failing); idle = and idle now; free = and enough free CPUs/memory/GPUs now
+  function M.partition(partition, nodes, req)
+    local by_name = {}
+    for k, n in pairs(nodes or {}) do by_name[type(k) == "string" and k or n.name] = n end
+    local reasons = {}
+    local want = req.nodes or 1
+    local pred, cerr = M.constraint(req.constraint)
+    if not pred then
+      reasons[#reasons + 1] = cerr
+      pred = function() return false end
+    end
+    local excluded = as_set(req.exclude)
+    local configured, fitting, idle, free = 0, {}, {}, 0
+    local misfits, n_excluded, n_unusable = {}, 0, 0
+    for _, name in ipairs(partition.node_list or {}) do
+      local node = by_name[name]
+      if node then
+        local why = node_misfit(node, req, pred)
+        if why then
+          misfits[#misfits + 1] = why
+        elseif excluded[name] then
+          n_excluded = n_excluded + 1
+        else
+          configured = configured + 1
+          if usable(node) then
+            fitting[#fitting + 1] = name
+            if node.idle then idle[#idle + 1] = name end
+            if free_now(node, req) then free = free + 1 end
+          else
+            n_unusable = n_unusable + 1
+          end
+        end
+      end
+    end
+    if partition.max_nodes and want > partition.max_nodes then
+      reasons[#reasons + 1] = ("%d nodes wanted, partition %s allows at most %d per job")
+        :format(want, partition.name, partition.max_nodes)
+    end
+    if req.time_limit and partition.max_time and req.time_limit > partition.max_time then
+      reasons[#reasons + 1] = ("time limit %d min is above the partition's MaxTime %d min")
+        :format(req.time_limit, partition.max_time)
+    end
+    if partition.state and partition.state ~= "UP" then
+      reasons[#reasons + 1] = ("partition %s is %s"):format(partition.name, partition.state)
+    end
+    if #fitting < want then
+      local msg = ("%d node%s wanted, %d fit%s"):format(want, want == 1 and "" or "s", #fitting,
+        #fitting == 1 and "s" or "")
+      local extra = {}
+      if n_excluded > 0 then extra[#extra + 1] = ("%d avoided"):format(n_excluded) end
+      if n_unusable > 0 then extra[#extra + 1] = ("%d down or drained"):format(n_unusable) end
+      if #misfits > 0 then extra[#extra + 1] = misfits[1] .. (#misfits > 1 and (" (and %d more)"):format(#misfits - 1) or "") end
+      if #extra > 0 then msg = msg .. ": " .. table.concat(extra, "; ") end
+      reasons[#reasons + 1] = msg
+    end
+    return {
+      partition = partition.name, fits = #reasons == 0, reasons = reasons,
+      fitting_nodes = #fitting, idle_fitting_nodes = #idle, free_fitting_nodes = free,
+      configured_fitting_nodes = configured, nodes = { fitting = fitting, idle = idle },
+    }
+  end
+
+  --- `partition` for every partition, in the order given.
+  ---@param partitions table[]
+  ---@param nodes table[]|table<string, table>
+  ---@param req table see `partition`
+  ---@return table[]
+  function M.fit(partitions, nodes, req)
+    local out = {}
+    for i, p in ipairs(partitions or {}) do out[i] = M.partition(p, nodes, req) end
+    return out
+  end
+
+  M.new = function(d)
+    local merged = {}
+    for k, v in pairs(defaults) do merged[k] = v end
+    for k, v in pairs(d or {}) do merged[k] = v end
+    return new(merged)
+  end
+  return M
+end
+
+return new({})

@@ -1,0 +1,323 @@
+-- obleth.recipe on plain tables (no YAML, no host). Expected command lines
+-- are written by hand from the quoting rule: each value is one '...' word,
+-- runtime references become "${NAME}".
+local recipe = require "obleth.recipe"
+
+local function base(over)
+  local r = {
+    id = "t", name = "Test", engine = "custom",
+    inputs = {
+      model = { type = "string", required = true },
+      tp = { type = "integer", default = 1, min = 1, max = 8 },
+      dtype = { type = "enum", values = { "auto", "bf16" }, default = "auto" },
+      eager = { type = "boolean", default = false },
+      ctx = { type = "integer" },
+      weights = { type = "path" },
+    },
+    resources = { gpus_per_node = 2, time_limit = "2:00:00" },
+    launch = { "engine", "{{ inputs.model }}", "--port", "$OBLETH_PORT" },
+  }
+  for k, v in pairs(over or {}) do r[k] = v end
+  return r
+end
+
+local function fields_of(errs)
+  local out = {}
+  for _, e in ipairs(errs or {}) do out[#out + 1] = e.field end
+  table.sort(out)
+  return out
+end
+
+local function valid(tbl)
+  local r, errs = recipe.validate(tbl)
+  assert(r, errs and errs[1] and (errs[1].field .. ": " .. errs[1].message))
+  return r
+end
+
+describe("obleth.recipe", function()
+  describe("validate", function()
+    it("accepts a launch recipe and turns the time limit into minutes", function()
+      local r = valid(base())
+      assert.equal(120, r.resources.time_limit)
+      assert.equal(2, r.resources.gpus_per_node)
+      assert.equal("/health", r.health.path)
+      assert.equal(600, r.health.startup_grace)
+    end)
+
+    it("names the field of every problem, with line and column from positions", function()
+      local tbl = base({ engine = "tgi", colour = "red" })
+      tbl.inputs.tp.max = "eight"
+      local pos = setmetatable({}, { __mode = "k" })
+      pos[tbl] = { engine = { line = 3, column = 1 }, colour = { line = 9, column = 1 } }
+      pos[tbl.inputs.tp] = { max = { line = 7, column = 5 } }
+      local r, errs = recipe.validate(tbl, pos)
+      assert.is_nil(r)
+      assert.same({ "colour", "engine", "inputs.tp.max" }, fields_of(errs))
+      local by = {}
+      for _, e in ipairs(errs) do by[e.field] = e end
+      assert.same({ 3, 1 }, { by.engine.line, by.engine.column })
+      assert.same({ 7, 5 }, { by["inputs.tp.max"].line, by["inputs.tp.max"].column })
+      assert.same({ 9, 1 }, { by.colour.line, by.colour.column })
+    end)
+
+    it("requires exactly one of script and launch", function()
+      local both = base({ script = "#!/bin/sh\nx\n" })
+      assert.same({ "launch" }, fields_of(select(2, recipe.validate(both))))
+      local none = base()
+      none.launch = nil
+      assert.same({ "script" }, fields_of(select(2, recipe.validate(none))))
+    end)
+
+    it("refuses a launch that is a string instead of an argv list", function()
+      local r, errs = recipe.validate(base({ launch = "vllm serve x" }))
+      assert.is_nil(r)
+      assert.same({ "launch" }, fields_of(errs))
+    end)
+
+    it("refuses references to undeclared inputs and unknown namespaces", function()
+      local _, errs = recipe.validate(base({ launch = { "e", "{{ inputs.nope }}", "{{ secrets.token }}",
+        "{{ defaults.hf_token }}" } }))
+      assert.same({ "launch[2]", "launch[3]", "launch[4]" }, fields_of(errs))
+    end)
+
+    it("refuses a $ in an argv element other than $NAME, ${NAME}, ${NAME:-word} or $$", function()
+      local _, errs = recipe.validate(base({ launch = { "e", "$(id)" } }))
+      assert.same({ "launch[2]" }, fields_of(errs))
+      assert.is_table(recipe.validate(base({ launch = { "e", "$A", "${B}", "${C:-x/y}", "cost$$" } })))
+    end)
+
+    it("checks input declarations: enum values, min <= max, pattern, default of the right type", function()
+      local tbl = base()
+      tbl.inputs.dtype.values = {}
+      tbl.inputs.tp.min, tbl.inputs.tp.max = 4, 2
+      tbl.inputs.model.pattern = "[a-"
+      tbl.inputs.eager.default = "maybe"
+      local _, errs = recipe.validate(tbl)
+      assert.same({ "inputs.dtype.values", "inputs.eager.default", "inputs.model.pattern", "inputs.tp.max" },
+        fields_of(errs))
+    end)
+
+    it("checks resources with the managed spec's ranges and Slurm's time forms", function()
+      local _, errs = recipe.validate(base({ resources = { nodes = 0, gpus_per_node = 65, time_limit = "UNLIMITED",
+        memory_per_node = -1, partition = "gpu queue" } }))
+      assert.same({ "resources.gpus_per_node", "resources.memory_per_node", "resources.nodes",
+        "resources.partition", "resources.time_limit" }, fields_of(errs))
+    end)
+
+    it("refuses environment names a shell cannot hold", function()
+      local _, errs = recipe.validate(base({ environment = { ["BAD-NAME"] = "x", GOOD = "y" } }))
+      assert.same({ "environment.BAD-NAME" }, fields_of(errs))
+    end)
+
+    describe("script templates place every value where its quotes hold", function()
+      local function script_errors(body)
+        local tbl = base({ script = body })
+        tbl.launch = nil
+        local r, errs = recipe.validate(tbl)
+        return r, errs
+      end
+
+      it("accepts values as whole words or glued to text outside quotes", function()
+        assert.is_table(script_errors("#!/bin/sh\nengine {{ inputs.model }} --tp={{ inputs.tp }} \"$X\"\n"))
+        assert.is_table(script_errors("#!/bin/bash\nM={{ inputs.model }}\nx=$(echo {{ inputs.model }})\n"))
+        assert.is_table(script_errors("#!/bin/sh\nif [ -n {{ inputs.model }} ]; then a | b {{ inputs.tp }}; fi\n"))
+      end)
+
+      local bad = {
+        { "inside double quotes", "engine \"{{ inputs.model }}\"\n" },
+        { "inside single quotes", "engine '{{ inputs.model }}'\n" },
+        { "inside $'...' after an escaped quote", "engine $'a\\' {{ inputs.model }} '\n" },
+        { "inside backticks", "x=`echo {{ inputs.model }}`\n" },
+        { "inside ${...}", "x=${Y:-{{ inputs.model }}}\n" },
+        { "inside $((...))", "x=$(( {{ inputs.tp }} + 1 ))\n" },
+        { "inside a comment", "engine # {{ inputs.model }}\n" },
+        { "right after a backslash", "engine \\{{ inputs.model }}\n" },
+        { "inside a heredoc body", "cat <<EOF\n{{ inputs.model }}\nEOF\n" },
+        { "in an eval command", "eval run {{ inputs.model }}\n" },
+        { "as the argument of -c", "sh -c {{ inputs.model }}\n" },
+        { "inside double quotes around $(...)", "x=\"$(echo \"{{ inputs.model }}\")\"\n" },
+      }
+      for _, case in ipairs(bad) do
+        it("refuses a value " .. case[1], function()
+          local r, errs = script_errors("#!/bin/sh\n" .. case[2])
+          assert.is_nil(r)
+          assert.same({ "script" }, fields_of(errs))
+        end)
+      end
+
+      it("accepts a value after a heredoc has ended", function()
+        assert.is_table(script_errors("#!/bin/sh\ncat <<'EOF'\nplain $text\nEOF\nengine {{ inputs.model }}\n"))
+      end)
+    end)
+  end)
+
+  describe("render", function()
+    it("quotes every argv element as one word and keeps $OBLETH_PORT a runtime reference", function()
+      local r = valid(base())
+      local out = assert(recipe.render(r, { model = "/m/llama" }, {}, { api_name = "llama" }))
+      assert.equal([['engine' '/m/llama' '--port' "${OBLETH_PORT}"]], out.launch_command)
+      assert.same({ "engine", "/m/llama", "--port", "$OBLETH_PORT" }, out.argv)
+      assert.is_nil(out.script_body)
+    end)
+
+    it("glues text, values and runtime references into one word", function()
+      local r = valid(base({ launch = { "e", "--model={{ inputs.model }}", "0.0.0.0:$OBLETH_PORT",
+        "${OBLETH_BIN:-obleth}" } }))
+      local out = assert(recipe.render(r, { model = "a b" }, {}, {}))
+      assert.equal([['e' '--model=''a b' '0.0.0.0:'"${OBLETH_PORT}" "${OBLETH_BIN:-obleth}"]], out.launch_command)
+    end)
+
+    it("renders resources, model and defaults references", function()
+      local r = valid(base({ launch = { "e", "{{ model.api_name }}", "{{ resources.gpus_per_node }}",
+        "{{ defaults.model_cache_dir }}" } }))
+      local out = assert(recipe.render(r, { model = "m" }, { model_cache_dir = "/c" }, { api_name = "n" },
+        { gpus_per_node = 4 }))
+      assert.equal([['e' 'n' '4' '/c']], out.launch_command)
+      out = assert(recipe.render(r, { model = "m" }, { model_cache_dir = "/c" }, { api_name = "n" }))
+      assert.equal([['e' 'n' '2' '/c']], out.launch_command, "falls back to the recipe's resources")
+    end)
+
+    it("adds `when` arguments only when the reference is set, or equals the value given", function()
+      local r = valid(base({ launch = { "e",
+        { when = "inputs.ctx", args = { "--ctx", "{{ inputs.ctx }}" } },
+        { when = "inputs.eager", args = { "--eager" } },
+        { when = { ["inputs.dtype"] = "bf16" }, args = { "--bf16" } } } }))
+      local out = assert(recipe.render(r, { ctx = nil, eager = false, dtype = "auto" }, {}, {}))
+      assert.equal("'e'", out.launch_command)
+      out = assert(recipe.render(r, { ctx = 4096, eager = true, dtype = "bf16" }, {}, {}))
+      assert.equal("'e' '--ctx' '4096' '--eager' '--bf16'", out.launch_command)
+    end)
+
+    it("expands a list value that is a whole element into one word per item", function()
+      local r = valid(base({ launch = { "e", "{{ defaults.modules }}", "x" },
+        preamble = { { when = "defaults.modules", line = "module load {{ defaults.modules }}" } } }))
+      local out = assert(recipe.render(r, {}, { modules = { "cuda/12", "a b" } }, {}))
+      assert.equal("'e' 'cuda/12' 'a b' 'x'", out.launch_command)
+      assert.same({ "module load 'cuda/12' 'a b'" }, out.preamble)
+      out = assert(recipe.render(r, {}, { modules = {} }, {}))
+      assert.equal("'e' 'x'", out.launch_command)
+      assert.same({}, out.preamble)
+    end)
+
+    it("refuses a list glued to other text", function()
+      local r = valid(base({ launch = { "e", "--m={{ defaults.modules }}" } }))
+      local out, errs = recipe.render(r, {}, { modules = { "a" } }, {})
+      assert.is_nil(out)
+      assert.equal("launch[2]", errs[1].field)
+    end)
+
+    it("refuses a value holding a NUL byte", function()
+      local r = valid(base())
+      local out, errs = recipe.render(r, { model = "a\0b" }, {}, {})
+      assert.is_nil(out)
+      assert.equal("launch[2]", errs[1].field)
+    end)
+
+    it("renders a script with each value single-quoted and newlines kept inside the quotes", function()
+      local tbl = base({ script = "#!/bin/sh\nexec engine {{ inputs.model }} --name={{ model.api_name }}\n" })
+      tbl.launch = nil
+      local r = valid(tbl)
+      local out = assert(recipe.render(r, { model = "x'y\nz" }, {}, { api_name = "$(id)" }))
+      assert.equal("#!/bin/sh\nexec engine 'x'\\''y\nz' --name='$(id)'\n", out.script_body)
+      assert.is_nil(out.launch_command)
+    end)
+
+    it("renders image and environment as plain strings and leaves out empty ones", function()
+      local r = valid(base({ image = "{{ defaults.image_dir }}/vllm.sif",
+        environment = { HF_HOME = "{{ defaults.model_cache_dir }}", EMPTY = "{{ inputs.weights }}", N = 3 } }))
+      local out = assert(recipe.render(r, { model = "m" }, { image_dir = "/img", model_cache_dir = "/c" }, {}))
+      assert.equal("/img/vllm.sif", out.image)
+      assert.same({ HF_HOME = "/c", N = "3" }, out.environment)
+    end)
+
+    it("passes the first shard of a split GGUF through the first_shard filter", function()
+      local r = valid(base({ launch = { "llama-server", "-m", "{{ inputs.weights | first_shard }}" } }))
+      local out = assert(recipe.render(r, { weights = "/m/q4-00003-of-00005.gguf" }, {}, {}))
+      assert.equal("'llama-server' '-m' '/m/q4-00001-of-00005.gguf'", out.launch_command)
+      out = assert(recipe.render(r, { weights = "/m/single.gguf" }, {}, {}))
+      assert.equal("'llama-server' '-m' '/m/single.gguf'", out.launch_command)
+    end)
+  end)
+
+  describe("resolve", function()
+    local r
+    before_each(function() r = valid(base()) end)
+
+    it("marks each value with where it came from", function()
+      local res = recipe.resolve(r, { inputs = { model = "/m/x" }, qos = "long" },
+        { partition = "gpu", account = "research", qos = "normal", log_dir = "/logs" },
+        { account = "teaching", qos = "normal", evidence = { 3, 2, 1 } })
+      assert.same({}, res.errors)
+      assert.is_true(res.ok)
+      local v, p = res.values, res.provenance
+      assert.equal("gpu", v.partition); assert.equal("cluster_default", p.partition)
+      assert.equal("teaching", v.account); assert.equal("learned", p.account)
+      assert.equal("long", v.qos); assert.equal("user", p.qos)
+      assert.equal(120, v.time_limit); assert.equal("recipe", p.time_limit)
+      assert.equal(2, v.gpus_per_node); assert.equal("recipe", p.gpus_per_node)
+      assert.equal(1, v.nodes); assert.equal("recipe", p.nodes)
+      assert.equal("/logs/%x-%j.out", v.stdout); assert.equal("cluster_default", p.stdout)
+      assert.equal("/m/x", v.inputs.model); assert.equal("user", p["inputs.model"])
+      assert.equal(1, v.inputs.tp); assert.equal("recipe", p["inputs.tp"])
+      assert.equal("t", v.api_name); assert.equal("recipe", p.api_name)
+      assert.equal("/health", v.health.path); assert.equal("recipe", p["health.path"])
+    end)
+
+    it("lists the fields in form order: settings, health, then inputs", function()
+      local res = recipe.resolve(r, { inputs = { model = "m" } }, {}, nil)
+      local names = {}
+      for _, f in ipairs(res.fields) do names[#names + 1] = f.field end
+      assert.equal("api_name", names[1])
+      assert.equal("time_limit", names[2])
+      local last = names[#names]
+      assert.matches("^inputs%.", last)
+    end)
+
+    it("coerces form strings and reports per-field errors", function()
+      local res = recipe.resolve(r, { ["inputs.model"] = "m", ["inputs.tp"] = "9", nodes = "2",
+        time_limit = "bogus", ["health.interval"] = "0", colour = "red" }, {}, nil)
+      assert.is_false(res.ok)
+      assert.same({ "colour", "health.interval", "inputs.tp", "time_limit" }, fields_of(res.errors))
+      assert.equal(2, res.values.nodes)
+    end)
+
+    it("reports a missing required input", function()
+      local res = recipe.resolve(r, {}, {}, nil)
+      assert.same({ "inputs.model" }, fields_of(res.errors))
+    end)
+
+    it("takes a 1-day time limit in Slurm's D-HH form", function()
+      local res = recipe.resolve(r, { inputs = { model = "m" }, time_limit = "1-00" }, {}, nil)
+      assert.equal(1440, res.values.time_limit)
+    end)
+
+    it("checks path inputs are absolute and one line", function()
+      local res = recipe.resolve(r, { inputs = { model = "m", weights = "relative/x" } }, {}, nil)
+      assert.same({ "inputs.weights" }, fields_of(res.errors))
+      res = recipe.resolve(r, { inputs = { model = "m", weights = "/a\n/b" } }, {}, nil)
+      assert.same({ "inputs.weights" }, fields_of(res.errors))
+    end)
+
+    it("marks an input default built on a cluster default as cluster_default, and drops it when unset", function()
+      local tbl = base()
+      tbl.inputs.weights = { type = "path", default = "{{ defaults.model_cache_dir }}/w", required = true }
+      local rr = valid(tbl)
+      local res = recipe.resolve(rr, { inputs = { model = "m" } }, { model_cache_dir = "/c" }, nil)
+      assert.equal("/c/w", res.values.inputs.weights)
+      assert.equal("cluster_default", res.provenance["inputs.weights"])
+      res = recipe.resolve(rr, { inputs = { model = "m" } }, {}, nil)
+      assert.same({ "inputs.weights" }, fields_of(res.errors))
+    end)
+
+    it("builds a managed spec from resolved values and a render", function()
+      local res = recipe.resolve(r, { inputs = { model = "m" }, api_name = "chat" }, { partition = "gpu" }, nil)
+      local out = assert(recipe.render(r, res.values.inputs, {}, { api_name = res.values.api_name }, res.values))
+      local spec = recipe.managed_spec(r, res.values, out)
+      assert.equal("gpu", spec.partition)
+      assert.equal(120, spec.time_limit)
+      assert.equal("t", spec.recipe_id)
+      assert.equal([['engine' 'm' '--port' "${OBLETH_PORT}"]], spec.launch_command)
+      assert.same({}, spec.preamble)
+    end)
+  end)
+end)
