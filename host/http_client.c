@@ -100,6 +100,7 @@ static int multi_timer_cb(CURLM *multi, long timeout_ms, void *arg) {
         evtimer_del(g_timer);
     } else {
         struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        event_base_update_cache_time(obleth_base());
         evtimer_add(g_timer, &tv);
     }
     return 0;

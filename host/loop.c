@@ -263,6 +263,9 @@ static int l_sleep(lua_State *L) {
     if (!s->ev) return luaL_error(L, "out of memory");
     s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     struct timeval tv = to_tv(secs);
+    /* timers count from libevent's cached loop time, which is stale when
+       a task ran for long without yielding: refresh it first */
+    event_base_update_cache_time(g_base);
     evtimer_add(s->ev, &tv);
     obleth_wait_begin(L, &s->w, "sleep");
     return lua_yield(L, 0);
@@ -319,6 +322,7 @@ static int new_timer(lua_State *L, int repeat) {
     lua_pushvalue(L, -1);
     t->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     struct timeval tv = to_tv(secs);
+    event_base_update_cache_time(g_base);
     event_add(t->ev, &tv);
     return 1;
 }

@@ -59,3 +59,14 @@ describe("obleth.loop", function()
     assert.is_true(loop.in_task())
   end)
 end)
+
+describe("obleth.loop after a long stretch without yielding", function()
+  it("a sleep still lasts as long as asked", function()
+    local t_busy = os.clock()
+    while os.clock() - t_busy < 0.3 do end -- the loop's cached clock goes stale
+    local t0 = require("obleth.loop").monotonic()
+    require("obleth.loop").sleep(0.2)
+    local slept = require("obleth.loop").monotonic() - t0
+    assert.is_true(slept >= 0.19, "slept only " .. slept)
+  end)
+end)

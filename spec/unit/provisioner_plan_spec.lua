@@ -17,9 +17,11 @@ local function nonce()
   return ("%016x"):format(counter)
 end
 
+local INSTANCE = "0badcafe"
+
 local function job(model_id, slot, n, base, extra)
-  local j = { id = extra and extra.id or (1000 + counter), name = tag.name(model_id, slot, n),
-    comment = tag.comment(model_id, slot, n, 1), state = { base = base, flags = {} } }
+  local j = { id = extra and extra.id or (1000 + counter), name = tag.name(INSTANCE, model_id, slot, n),
+    comment = tag.comment(INSTANCE, model_id, slot, n, 1), state = { base = base, flags = {} } }
   for k, v in pairs(extra or {}) do j[k] = v end
   return j
 end
@@ -32,7 +34,8 @@ local function run(snapshot, jobs, extra)
 end
 
 local function snap(models, over)
-  local s = { settings = { enabled = true, defaults = { port_range = { 20000, 20009 } } }, models = models }
+  local s = { instance = INSTANCE, settings = { enabled = true, defaults = { port_range = { 20000, 20009 } } },
+    models = models }
   for k, v in pairs(over or {}) do s[k] = v end
   return s
 end
@@ -197,9 +200,12 @@ describe("provisioner plan: reconcile", function()
   it("never touches jobs without a well-formed tag", function()
     local st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 0 }), replicas = {} } }),
       { { id = 70, name = "someone-elses-job", state = { base = "RUNNING" } },
-        { id = 71, name = "obleth-m1-s1-xyz", state = { base = "RUNNING" } },
-        { id = 72, name = "obleth-m1-s1-00000000000000aa", comment = "obleth model=2 slot=1 nonce=00000000000000aa gen=1",
-          state = { base = "RUNNING" } } })
+        { id = 71, name = "obleth-0badcafe-m1-s1-xyz", state = { base = "RUNNING" } },
+        { id = 72, name = "obleth-0badcafe-m1-s1-00000000000000aa",
+          comment = "obleth instance=0badcafe model=2 slot=1 nonce=00000000000000aa gen=1", state = { base = "RUNNING" } },
+        -- another installation's job on the same cluster, for the same model id
+        { id = 73, name = "obleth-feedf00d-m1-s1-00000000000000ab",
+          comment = "obleth instance=feedf00d model=1 slot=1 nonce=00000000000000ab gen=1", state = { base = "RUNNING" } } })
     assert.equal(0, #st.cancels)
     assert.equal(0, #st.adopted)
   end)

@@ -131,6 +131,10 @@ function M:pass()
     pass_error = cerr.message
   end
 
+  if jobs and not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
+    pass_error = "the Management API gave no installation id (snapshot.instance): nothing is submitted or cancelled"
+    jobs = nil
+  end
   if jobs then
     -- rows whose job the listing no longer shows: ask once (accounting)
     local listed = {}
@@ -173,6 +177,7 @@ function M:pass()
     end
 
     for _, s in ipairs(state.submits) do
+      s.model.instance = snap.instance
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
       local id, res = conn:submit(desc)
       if id then

@@ -73,7 +73,8 @@ function M.environment(model, replica, spec, defaults, bindir, exe)
   return env
 end
 
---- The job description for obleth.slurm's submit (requeue off: a node
+--- The job description for obleth.slurm's submit. model = {id, name,
+--- instance} (instance: the installation id that goes into the job tag). (requeue off: a node
 --- failure ends the job for good and the replica is replaced, so a replica
 --- never follows a requeued job to another node with a stale endpoint).
 function M.desc(model, replica, spec, defaults, bindir, exe)
@@ -85,8 +86,8 @@ function M.desc(model, replica, spec, defaults, bindir, exe)
   end
   local gpus = spec.gpus_per_node
   return {
-    name = tag.name(model.id, replica.slot, replica.nonce),
-    comment = tag.comment(model.id, replica.slot, replica.nonce, spec.generation),
+    name = tag.name(model.instance, model.id, replica.slot, replica.nonce),
+    comment = tag.comment(model.instance, model.id, replica.slot, replica.nonce, spec.generation),
     partition = spec.partition or defaults.partition,
     account = spec.account or defaults.account,
     qos = spec.qos or defaults.qos,

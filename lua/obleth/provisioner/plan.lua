@@ -71,11 +71,12 @@ function M.reconcile(input)
   local out = { rows = {}, submits = {}, cancels = {}, outcomes = {}, ack = { restart = {}, clear_lost = {} },
     models = {}, adopted = {} }
 
-  -- index jobs by nonce (tagged only)
+  -- index jobs by nonce (tagged by this installation only)
+  local instance = snap.instance
   local by_nonce = {}
   for _, j in ipairs(input.jobs or {}) do
     local t = tag.parse(j)
-    if t then
+    if t and t.instance == instance then
       local prev = by_nonce[t.nonce]
       -- the same nonce twice (a requeue shows one job): keep the newest
       if not prev or (j.id or 0) > (prev.job.id or 0) then by_nonce[t.nonce] = { job = j, tag = t } end
