@@ -37,7 +37,7 @@ describe("obleth-provisioner on the harness cluster", function()
   end
 
   local srv, prov, conn
-  local logdir
+  local logdir, instance
 
   local function api(method, path, body)
     local status, doc, raw = srv:request(method, path, body)
@@ -56,7 +56,7 @@ describe("obleth-provisioner on the harness cluster", function()
     local out = {}
     for _, j in ipairs(jobs) do
       local t = tag.parse(j)
-      if t and t.model_id == model_id and (j.state.base == "PENDING" or j.state.base == "RUNNING"
+      if t and t.instance == instance and t.model_id == model_id and (j.state.base == "PENDING" or j.state.base == "RUNNING"
         or j.state.base == "CONFIGURING") then
         out[#out + 1] = j
       end
@@ -105,6 +105,8 @@ describe("obleth-provisioner on the harness cluster", function()
     srv = server.start()
     ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = URL, user = USER, token = TOKEN,
       defaults = { partition = "gpu", account = "research", log_dir = logdir, port_range = { 21000, 21999 } } })
+    instance = ok("GET", "/api/v1/provisioner/snapshot").instance
+    assert.matches("^%x%x%x%x%x%x%x%x$", instance)
     prov = provisioner.start { base = srv.base, token = srv.token }
   end)
 
@@ -112,7 +114,10 @@ describe("obleth-provisioner on the harness cluster", function()
     if prov then prov:stop() end
     -- leave no job behind
     for _, j in ipairs(assert(conn:jobs())) do
-      if tag.parse(j) and (j.state.base == "PENDING" or j.state.base == "RUNNING") then conn:cancel(j.id) end
+      local t = tag.parse(j)
+      if t and t.instance == instance and (j.state.base == "PENDING" or j.state.base == "RUNNING") then
+        conn:cancel(j.id)
+      end
     end
     if srv then srv:stop(); srv:cleanup() end
   end)
