@@ -8,7 +8,8 @@ void obleth_open_modules(lua_State *L) {
         {"obleth.sys", luaopen_obleth_sys},
         {"obleth.sqlite", luaopen_obleth_sqlite},
         {"obleth.slurm.rest", luaopen_obleth_slurm_rest},
-        {"obleth.readline", luaopen_obleth_readline},   {NULL, NULL}};
+        {"obleth.readline", luaopen_obleth_readline},
+        {"obleth.crypto", luaopen_obleth_crypto},   {NULL, NULL}};
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     for (const luaL_Reg *m = mods; m->name; m++) {
         lua_pushcfunction(L, m->func);

@@ -4,7 +4,7 @@
 #   scripts/deps.sh all     also what `make check` and `make demo` need (Slurm, MariaDB, munge, ...)
 set -euo pipefail
 build_pkgs=(build-essential pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev lua-cjson libyaml-dev
-  libevent-dev libsqlite3-dev libreadline-dev libsystemd-dev)
+  libevent-dev libsqlite3-dev libreadline-dev libsystemd-dev libssl-dev)
 test_pkgs=(lua-busted lua-check tmux curl procps)
 cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client munge mariadb-server)
 want=("${build_pkgs[@]}")
