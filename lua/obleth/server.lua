@@ -20,6 +20,8 @@ M.ROUTE_MODULES = {
   "obleth.api.provisioner",
   "obleth.api.launches",
   "obleth.api.recipes",
+  "obleth.api.hf",
+  "obleth.api.launch",
   "obleth.api.openapi",
 }
 
@@ -61,7 +63,7 @@ function M.load_routes(modules)
       end
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
-        segs = segs, module = name, raw_body = r.raw_body, public = r.public }
+        segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas }
     end
   end
   return routes

@@ -55,6 +55,11 @@ local function _is_seq(t)
   return n > 0, n
 end
 
+-- cjson escapes "/" as "\/"; a slash is always escaped, so "\/" only ever stands for "/".
+local function _str(s)
+  return (cjson.encode(s):gsub("\\/", "/"))
+end
+
 local function _enc(v, out, depth)
   if depth > 64 then error("json: nesting too deep", 0) end
   local t = type(v)
@@ -70,10 +75,11 @@ local function _enc(v, out, depth)
     elseif v == math.floor(v) and math.abs(v) < 2 ^ 53 then
       out[#out + 1] = ("%d"):format(math.tointeger(v))
     else
-      out[#out + 1] = ("%.17g"):format(v)
+      local short = ("%.14g"):format(v)
+      out[#out + 1] = tonumber(short) == v and short or ("%.17g"):format(v)
     end
   elseif t == "string" then
-    out[#out + 1] = cjson.encode(v)
+    out[#out + 1] = _str(v)
   elseif t == "table" and getmetatable(v) == RAW then
     out[#out + 1] = v[1]
   elseif t == "table" then
@@ -101,7 +107,7 @@ local function _enc(v, out, depth)
         if xt ~= "function" and xt ~= "thread" and x ~= nil then
           if not first then out[#out + 1] = "," end
           first = false
-          out[#out + 1] = cjson.encode(k)
+          out[#out + 1] = _str(k)
           out[#out + 1] = ":"
           _enc(x, out, depth + 1)
         end

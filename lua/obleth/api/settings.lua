@@ -243,8 +243,7 @@ local function resources(ctx)
   app.cache.resources_busy = nil
   if not ok then error(doc, 0) end
   if not doc then
-    local status = (err.kind == "unreachable" or err.kind == "timeout") and 502 or (err.kind == "auth" and 502 or 502)
-    return errors.fail(status, "slurm_" .. tostring(err.kind), "slurmrestd: " .. tostring(err.message))
+    return errors.fail(502, "slurm_" .. tostring(err.kind), "slurmrestd: " .. tostring(err.message))
   end
   doc.fetched_at = app.now()
   doc.cached = false

@@ -1,0 +1,124 @@
+--- GET /api/v1/openapi.json: an OpenAPI 3 document generated from the route
+-- table (so it names exactly the registered routes), with the main schemas.
+local json = require "obleth.api.json"
+
+local M = {}
+
+local function nullable(t) t.nullable = true; return t end
+local function str() return { type = "string" } end
+local function int(lo, hi) return { type = "integer", minimum = lo, maximum = hi } end
+local function arr(items) return { type = "array", items = items } end
+
+M.schemas = {
+  Error = { type = "object", required = { "error" }, properties = {
+    error = { type = "object", required = { "code", "message" }, properties = {
+      code = str(), message = str(), field = str() } } } },
+  ModelInput = { type = "object", additionalProperties = false, properties = {
+    name = { type = "string", pattern = "^[A-Za-z0-9._:/-]{1,128}$" }, description = nullable(str()) } },
+  Model = { type = "object", properties = {
+    id = { type = "integer" }, name = str(), description = nullable(str()),
+    status = { type = "string", enum = { "staged", "active" } }, endpoints = arr(str()),
+    managed = { type = "boolean" }, created_at = { type = "integer" }, updated_at = { type = "integer" } } },
+  EndpointInput = { type = "object", required = { "url" }, additionalProperties = false,
+    properties = { url = { type = "string", format = "uri" } } },
+  ManagedSpec = { type = "object", additionalProperties = false,
+    description = "docs/managed-spec.md; exactly one of script_body / launch_command",
+    properties = {
+      enabled = { type = "boolean", default = true }, replicas = int(0, 64),
+      partition = nullable({ type = "string", pattern = "^[A-Za-z0-9_.-]{1,64}$" }),
+      account = nullable(str()), qos = nullable(str()),
+      time_limit = { oneOf = { int(1, 525600),
+        { type = "string", description = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS" } } },
+      nodes = int(1, 64), gpus_per_node = int(0, 64), gpu_type = nullable(str()), cpus_per_node = int(1, 1024),
+      memory_per_node = int(0, 16777216), constraint = nullable(str()), exclude = nullable(str()),
+      script_body = nullable(str()), launch_command = nullable(str()), image = nullable(str()),
+      preamble = arr(str()), environment = { type = "object", additionalProperties = str() },
+      stdout = nullable(str()), stderr = nullable(str()),
+      health = { type = "object", additionalProperties = false, properties = {
+        path = str(), interval = int(1, 3600), timeout = int(1, 600), startup_grace = int(0, 604800),
+        failure_threshold = int(1, 100) } },
+      recipe_id = nullable(str()), inputs = { type = "object" }, rollover_margin = nullable(int(0, 10080)),
+      generation = { type = "integer", readOnly = true }, provision_error = nullable({ type = "object", readOnly = true }),
+    } },
+  SlurmConnection = { type = "object", properties = {
+    url = nullable(str()), socket = nullable(str()), user = nullable(str()),
+    token = nullable({ type = "string", description = "the JWT; \"********\" (the mask) keeps the stored one" }),
+    verify = { type = "boolean" }, ca_file = nullable(str()), api_version = str(),
+    timeout = { type = "number" } } },
+  SlurmSettings = { allOf = { { ["$ref"] = "#/components/schemas/SlurmConnection" }, { type = "object", properties = {
+    enabled = { type = "boolean" },
+    defaults = { type = "object", properties = {
+      model_cache_dir = nullable(str()), image_dir = nullable(str()), log_dir = nullable(str()),
+      modules = arr(str()), partition = nullable(str()), account = nullable(str()), qos = nullable(str()),
+      hf_token = nullable({ type = "string", description = "masked in answers; the mask keeps the stored one" }),
+      port_range = { type = "array", items = int(1024, 65535), minItems = 2, maxItems = 2 },
+      environment = { type = "object", additionalProperties = str() } } } } } } },
+  ProvisionerReport = { type = "object", required = { "pass" }, additionalProperties = false, properties = {
+    pass = { type = "object", properties = { started_at = { type = "number" }, duration = { type = "number" },
+      error = nullable(str()) } },
+    replicas = arr({ type = "object", required = { "nonce" } }),
+    outcomes = arr({ type = "object", required = { "model_id", "state" } }),
+    endpoints = { type = "object", additionalProperties = arr(str()) },
+    provision_errors = { type = "object", additionalProperties = nullable({ type = "object" }) },
+    acknowledged = { type = "object", properties = { restart = arr({ type = "integer" }),
+      clear_lost = arr({ type = "integer" }) } } } },
+  Recipe = { type = "object", required = { "id" }, description = "a recipe (see recipes/*.yaml), as JSON" },
+}
+
+--- Build the document for a route table (server.load_routes()).
+---@param routes table[]
+---@return table
+function M.document(routes)
+  local paths = {}
+  local schemas = {}
+  for k, v in pairs(M.schemas) do schemas[k] = v end
+  for _, r in ipairs(routes) do
+    for k, v in pairs(r.schemas or {}) do schemas[k] = schemas[k] or v end
+    if r.body and not schemas[r.body] then schemas[r.body] = { type = "object", description = r.body } end
+  end
+  for _, r in ipairs(routes) do
+    paths[r.path] = paths[r.path] or {}
+    local params = json.array()
+    for p in r.path:gmatch("{([%w_]+)}") do
+      params[#params + 1] = { name = p, ["in"] = "path", required = true, schema = { type = "string" } }
+    end
+    for _, q in ipairs(r.query or {}) do
+      params[#params + 1] = { name = q, ["in"] = "query", required = false, schema = { type = "string" } }
+    end
+    local op = {
+      summary = r.summary or (r.method .. " " .. r.path),
+      operationId = (r.method:lower() .. r.path:gsub("[{}]", ""):gsub("[^%w]+", "_")),
+      tags = { r.tag },
+      parameters = params,
+      responses = {
+        ["200"] = { description = "OK", content = { ["application/json"] = { schema = { type = "object" } } } },
+        default = { description = "An error", content = { ["application/json"] = {
+          schema = { ["$ref"] = "#/components/schemas/Error" } } } },
+      },
+    }
+    if r.body then
+      op.requestBody = { required = true, content = { ["application/json"] = {
+        schema = { ["$ref"] = "#/components/schemas/" .. r.body } } } }
+    end
+    paths[r.path][r.method:lower()] = op
+  end
+  return {
+    openapi = "3.0.3",
+    info = { title = "obleth Management API", version = "1",
+      description = "Models, managed specs, replicas, Slurm settings, launches, recipes and the provisioner "
+        .. "protocol. Every route needs Authorization: Bearer <admin token>." },
+    security = { { bearer = json.array() } },
+    components = { securitySchemes = { bearer = { type = "http", scheme = "bearer" } }, schemas = schemas },
+    paths = paths,
+  }
+end
+
+local function serve(ctx)
+  return 200, M.document(ctx.app.routes)
+end
+
+M.routes = {
+  { "GET", "/api/v1/openapi.json", serve, summary = "This document" },
+}
+
+return M

@@ -1,0 +1,126 @@
+--- `obleth serve`: the Management API (/api/v1/...) over the store.
+---
+--- Settings: --listen HOST:PORT (env OBLETH_LISTEN, default 127.0.0.1:8080),
+--- --db PATH (env OBLETH_DB, default ./obleth.db or $STATE_DIRECTORY/obleth.db),
+--- the admin token from OBLETH_ADMIN_TOKEN (or a file named by OBLETH_ADMIN_TOKEN_FILE).
+--- Exit status: 0 after SIGTERM/SIGINT, 1 when the database or the port fails, 2 for bad usage.
+local args = require "obleth.args"
+
+local M = {}
+
+M.usage = [[
+usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
+
+The Management API. Every /api/ route needs Authorization: Bearer <admin token>;
+the token comes from the environment (never a flag: it would show in ps):
+
+  OBLETH_ADMIN_TOKEN       the admin token (at least 16 characters)
+  OBLETH_ADMIN_TOKEN_FILE  or a file holding it
+  OBLETH_LISTEN            default for --listen (127.0.0.1:8080)
+  OBLETH_DB                default for --db (./obleth.db)
+]]
+
+local spec = {
+  listen = { kind = "string", arg = "HOST:PORT", help = "address to listen on (default 127.0.0.1:8080)" },
+  db = { kind = "string", arg = "PATH", help = "SQLite database file (created when missing)" },
+  body_limit = { kind = "integer", arg = "BYTES", help = "largest request body (default 1048576)" },
+  help = { kind = "boolean", short = "h", help = "this help" },
+}
+
+--- Split HOST:PORT ("[::1]:8080" for IPv6).
+---@return string|nil host, integer|string port_or_err
+function M.parse_listen(s)
+  local host, port = s:match("^%[([%x:]+)%]:(%d+)$")
+  if not host then host, port = s:match("^([^:]+):(%d+)$") end
+  if not host then return nil, ("--listen %q: expected HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)"):format(s) end
+  local p = math.tointeger(tonumber(port))
+  if not p or p > 65535 then return nil, ("--listen %q: the port must be 0..65535"):format(s) end
+  return host, p
+end
+
+local function _die(msg, code)
+  io.stderr:write("obleth serve: ", msg, "\n")
+  return code or 1
+end
+
+--- The admin token from the environment, or nil and a message saying how to set one.
+function M.admin_token(env)
+  env = env or os.getenv
+  local tok = env("OBLETH_ADMIN_TOKEN")
+  local file = env("OBLETH_ADMIN_TOKEN_FILE")
+  if (not tok or tok == "") and file and file ~= "" then
+    local fh, err = io.open(file)
+    if not fh then return nil, "cannot read OBLETH_ADMIN_TOKEN_FILE: " .. tostring(err) end
+    tok = (fh:read("a") or ""):gsub("%s+$", "")
+    fh:close()
+  end
+  if not tok or tok == "" then
+    return nil, "no admin token: set OBLETH_ADMIN_TOKEN (for example: export OBLETH_ADMIN_TOKEN=$(openssl rand -hex 32))"
+      .. " or OBLETH_ADMIN_TOKEN_FILE to a file holding it"
+  end
+  if #tok < 16 or tok:find("%s") then
+    return nil, "the admin token must be at least 16 characters without spaces (try: openssl rand -hex 32)"
+  end
+  return tok
+end
+
+function M.main(argv)
+  local o, perr = args.parse(argv or {}, spec)
+  if not o then return _die(perr .. "\n\n" .. M.usage, 2) end
+  if o.help then io.stdout:write(M.usage, "\noptions:\n", args.help(spec), "\n"); return 0 end
+  if o[1] then return _die(("unexpected argument %q\n\n%s"):format(o[1], M.usage), 2) end
+  local listen = o.listen or os.getenv("OBLETH_LISTEN") or "127.0.0.1:8080"
+  local host, port = M.parse_listen(listen)
+  if not host then return _die(port, 2) end
+  local token, terr = M.admin_token()
+  if not token then return _die(terr, 2) end
+  local body_limit = o.body_limit or 1048576
+  if body_limit < 1024 then return _die("--body-limit must be at least 1024", 2) end
+  local state_dir = os.getenv("STATE_DIRECTORY")
+  local dbpath = o.db or os.getenv("OBLETH_DB") or ((state_dir and state_dir:match("^[^:]+") or ".") .. "/obleth.db")
+
+  local log = require "obleth.log"
+  local loop = require "obleth.loop"
+  local http = require "obleth.http"
+  local sys = require "obleth.sys"
+  log.add_secret(token)
+
+  local store, serr = require("obleth.store").open(dbpath, { log = log })
+  if not store then return _die(serr, 1) end
+  local app = require("obleth.server").new { store = store, admin_token = token, log = log }
+  local srv, berr, bcode = http.server { host = host, port = port, handler = app:handler(), body_limit = body_limit }
+  if not srv then
+    store:close()
+    return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
+  end
+  local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
+  log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
+    routes = #app.routes })
+  io.stdout:write(("obleth serve listening on %s\n"):format(url))
+  io.stdout:flush()
+  pcall(sys.sd_notify, "READY=1")
+
+  local stopping = false
+  local handles = {}
+  for _, sig in ipairs({ "TERM", "INT" }) do
+    handles[#handles + 1] = loop.on_signal(sig, function(name)
+      if stopping then return end
+      stopping = true
+      app.draining = true
+      log.info("serve_stopping", { signal = name, inflight = app.inflight })
+      loop.spawn(function()
+        local t0 = loop.monotonic()
+        while app.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        loop.stop(0)
+      end)
+    end)
+  end
+  local code = loop.run()
+  for _, h in ipairs(handles) do h:cancel() end
+  srv:close()
+  store:close()
+  log.info("serve_stopped", { exit = code })
+  return code
+end
+
+return M
