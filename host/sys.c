@@ -13,6 +13,7 @@
  *   listdir(path)           -> array of names (no "." / "..") | nil, err
  *   mkdir(path, mode?)      -> true | nil, err (exists is fine)
  *   rename(from, to)        -> true | nil, err (atomic on one filesystem)
+ *   chmod(path, mode)       -> true | nil, err
  *   isatty(fd)              -> boolean
  *   sd_notify(state)        -> true if a notification socket was set (systemd)
  *   exit_now(code)          _exit(2): no cleanup — for fault injection only
@@ -150,6 +151,15 @@ static int l_rename(lua_State *L) {
     return 1;
 }
 
+static int l_chmod(lua_State *L) {
+    const char *p = luaL_checkstring(L, 1);
+    lua_Integer mode = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, mode >= 0 && mode <= 07777, 2, "mode must be 0..07777");
+    if (chmod(p, (mode_t)mode) != 0) return push_errno(L, p);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_isatty(lua_State *L) {
     lua_pushboolean(L, isatty((int)luaL_optinteger(L, 1, 0)));
     return 1;
@@ -177,7 +187,7 @@ int luaopen_obleth_sys(lua_State *L) {
     static const luaL_Reg funcs[] = {
         {"getpid", l_getpid},     {"kill", l_kill},       {"hostname", l_hostname},
         {"random_hex", l_random_hex}, {"consteq", l_consteq}, {"stat", l_stat},
-        {"listdir", l_listdir},   {"mkdir", l_mkdir},     {"rename", l_rename},
+        {"listdir", l_listdir},   {"mkdir", l_mkdir},     {"rename", l_rename}, {"chmod", l_chmod},
         {"isatty", l_isatty},     {"sd_notify", l_sd_notify}, {"exit_now", l_exit_now},
         {NULL, NULL}};
     luaL_newlib(L, funcs);

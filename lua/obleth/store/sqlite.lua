@@ -108,6 +108,15 @@ M.migrations = {
       updated_at INTEGER NOT NULL
     );
   ]],
+  -- 2: the installation id, written into every job tag so two installations
+  -- sharing a cluster never touch each other's jobs (docs/managed-spec.md)
+  [2] = [[
+    CREATE TABLE installation (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      instance TEXT NOT NULL CHECK (length(instance) = 8)
+    );
+    INSERT INTO installation (id, instance) VALUES (1, lower(hex(randomblob(4))));
+  ]],
 }
 
 local Store = {}
@@ -175,6 +184,13 @@ function M.open(path, opts)
   local db, err = sqlite.open(path, { wal = true, foreign_keys = true, synchronous = "FULL",
     busy_timeout = opts.busy_timeout or 5000 })
   if not db then return nil, ("cannot open the database %s: %s"):format(path, err and err.message or "?") end
+  if path ~= ":memory:" then
+    -- it holds the JWT and the Hugging Face token: owner only
+    local sys = require "obleth.sys"
+    for _, suffix in ipairs({ "", "-wal", "-shm" }) do
+      if sys.stat(path .. suffix) then sys.chmod(path .. suffix, tonumber("600", 8)) end
+    end
+  end
   local self = setmetatable({ db = db, path = path, log = opts.log }, Store)
   local ok, merr = self:migrate()
   if not ok then
@@ -587,6 +603,13 @@ end
 
 --- Everything one provisioner pass needs (see docs/managed-spec.md). Secrets in clear.
 ---@param now number epoch seconds
+--- The installation id: 8 hex characters created with the store.
+---@return string
+function Store:instance()
+  local r = self:_one("SELECT instance FROM installation WHERE id = 1")
+  return r and r.instance
+end
+
 function Store:snapshot(now)
   local models = json.array()
   local rows = self:_q([[SELECT m.* FROM models m WHERE
@@ -615,7 +638,7 @@ function Store:snapshot(now)
   for _, r in ipairs(self:_q("SELECT model_id FROM clear_lost_requests ORDER BY model_id")) do
     clear[#clear + 1] = r.model_id
   end
-  return { now = now, models = models, restart = restart, clear_lost = clear }
+  return { now = now, instance = self:instance(), models = models, restart = restart, clear_lost = clear }
 end
 
 local REPLICA_COLS = { "state", "generation", "job_id", "node", "port", "endpoint", "submitted_at", "started_at",
