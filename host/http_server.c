@@ -13,6 +13,7 @@
  *   }                                    -> server | nil, message, code
  *   code: "addr_in_use" | "permission" | "addr_not_available" | "bad_address" | "error"
  *   srv:port() -> the bound port;  srv:close()
+ *   srv:stop_listening()  refuse new connections, keep serving open ones
  *
  *   req = {method=, target= (raw request target), path= (raw, before '?'),
  *          query = {name = value} (decoded), headers = {["lower-name"] = v},
@@ -50,6 +51,7 @@
 
 typedef struct {
     struct evhttp *http;
+    struct evhttp_bound_socket *bound; /* NULL once no longer listening */
     int handler_ref;
     int self_ref;
     int port;
@@ -373,6 +375,17 @@ static void server_free(lua_State *L, server *s) {
 }
 
 static int server_close(lua_State *L) { server_free(L, check_server(L)); return 0; }
+
+/* srv:stop_listening(): close the listening socket; requests in flight and
+   open keep-alive connections are still served (for a graceful shutdown). */
+static int server_stop_listening(lua_State *L) {
+    server *s = check_server(L);
+    if (s->http && s->bound) {
+        evhttp_del_accept_socket(s->http, s->bound);
+        s->bound = NULL;
+    }
+    return 0;
+}
 static int server_gc(lua_State *L) { server_free(L, check_server(L)); return 0; }
 
 static int server_port(lua_State *L) {
@@ -397,7 +410,7 @@ static int l_server(lua_State *L) {
     luaL_argcheck(L, limit > 0, 1, "'body_limit' must be > 0");
 
     server *s = lua_newuserdatauv(L, sizeof *s, 0);
-    s->http = NULL; s->handler_ref = LUA_NOREF; s->self_ref = LUA_NOREF; s->port = 0;
+    s->http = NULL; s->bound = NULL; s->handler_ref = LUA_NOREF; s->self_ref = LUA_NOREF; s->port = 0;
     luaL_setmetatable(L, SERVER_MT);
     s->http = evhttp_new(obleth_base());
     if (!s->http) return luaL_error(L, "out of memory");
@@ -445,6 +458,7 @@ static int l_server(lua_State *L) {
         lua_pushstring(L, code);
         return 3;
     }
+    s->bound = h;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(evhttp_bound_socket_get_fd(h), (struct sockaddr *)&ss, &sl) == 0) {
@@ -460,7 +474,8 @@ static int l_server(lua_State *L) {
 
 void obleth_http_server_open(lua_State *L) {
     /* stack: module table */
-    static const luaL_Reg server_m[] = {{"port", server_port}, {"close", server_close}, {NULL, NULL}};
+    static const luaL_Reg server_m[] = {{"port", server_port}, {"close", server_close},
+                                        {"stop_listening", server_stop_listening}, {NULL, NULL}};
     static const luaL_Reg res_m[] = {{"send", res_send}, {"start", res_start}, {"write", res_write},
                                      {"finish", res_finish}, {"sent", res_sent}, {"closed", res_closed},
                                      {NULL, NULL}};

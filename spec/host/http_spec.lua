@@ -191,3 +191,25 @@ describe("obleth.http", function()
     end)
   end)
 end)
+
+describe("obleth.http server shutdown", function()
+  it("stop_listening refuses new connections while a request in flight still completes", function()
+    local started = false
+    local srv = assert(http.server { port = 0, handler = function()
+      started = true
+      loop.sleep(0.3)
+      return { status = 200, body = "done" }
+    end })
+    local base = ("http://127.0.0.1:%d"):format(srv:port())
+    local result
+    loop.spawn(function() result = http.request { url = base .. "/slow", timeout = 5 } end)
+    while not started do loop.sleep(0.01) end
+    srv:stop_listening()
+    local r, err = http.request { url = base .. "/new", timeout = 2 }
+    assert.is_nil(r)
+    assert.equal("unreachable", err.code)
+    while not result do loop.sleep(0.02) end
+    srv:close()
+    assert.equal("done", result.body)
+  end)
+end)

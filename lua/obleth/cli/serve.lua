@@ -106,6 +106,9 @@ function M.main(argv)
     handles[#handles + 1] = loop.on_signal(sig, function(name)
       if stopping then return end
       stopping = true
+      -- no new connections; requests in flight finish (keep-alive
+      -- connections still open get 503 shutting_down)
+      srv:stop_listening()
       app.draining = true
       log.info("serve_stopping", { signal = name, inflight = app.inflight })
       loop.spawn(function()
