@@ -117,6 +117,18 @@ M.migrations = {
     );
     INSERT INTO installation (id, instance) VALUES (1, lower(hex(randomblob(4))));
   ]],
+  -- 3: client API keys for the OpenAI-compatible router (docs/router.md): only the
+  -- SHA-256 of a key is kept; keyless access is the `router` row of settings
+  [3] = [[
+    CREATE TABLE api_keys (
+      id INTEGER PRIMARY KEY,
+      name TEXT NOT NULL,
+      prefix TEXT NOT NULL,
+      hash TEXT NOT NULL UNIQUE CHECK (length(hash) = 64),
+      created_at INTEGER NOT NULL,
+      revoked_at INTEGER
+    );
+  ]],
 }
 
 local Store = {}
@@ -683,14 +695,15 @@ function Store:_upsert_replica(r, now, ignored)
     _abort("invalid", ("replica %s belongs to model %d, not %d"):format(r.nonce, cur.model_id, r.model_id),
       "replicas")
   end
-  local sets, args = {}, {}
+  local sets, args, n = {}, {}, 0
   for _, c in ipairs(REPLICA_COLS) do
     if r[c] ~= nil then
       if c == "state" and r[c] == NULL then _abort("invalid", "a replica's state cannot be null", "replicas") end
       if c == "check_failures" and r[c] == NULL then r[c] = 0 end
       if c == "restart_requested" and r[c] == NULL then r[c] = false end
       sets[#sets + 1] = c .. " = ?"
-      args[#args + 1] = _sqlv(r[c])
+      n = n + 1 -- a JSON null clears the column: args may hold nil, so count explicitly
+      args[n] = _sqlv(r[c])
     end
   end
   local e = r["end"]
@@ -700,14 +713,15 @@ function Store:_upsert_replica(r, now, ignored)
     for k, col in pairs(END_COLS) do
       if e[k] ~= nil then
         sets[#sets + 1] = col .. " = ?"
-        args[#args + 1] = _sqlv(e[k])
+        n = n + 1
+        args[n] = _sqlv(e[k])
       end
     end
   end
   sets[#sets + 1] = "updated_at = ?"
-  args[#args + 1] = now
-  args[#args + 1] = cur.id
-  self:_x("UPDATE replicas SET " .. table.concat(sets, ", ") .. " WHERE id = ?", table.unpack(args))
+  args[n + 1] = now
+  args[n + 2] = cur.id
+  self:_x("UPDATE replicas SET " .. table.concat(sets, ", ") .. " WHERE id = ?", table.unpack(args, 1, n + 2))
 end
 
 --- Apply one pass's report in one transaction (see docs/managed-spec.md).
@@ -868,6 +882,76 @@ function Store:delete_recipe(id)
     end
     return true
   end)
+end
+
+---------------------------------------------------------------------------
+-- client API keys and routing reads (obleth.router, obleth.api.keys)
+---------------------------------------------------------------------------
+
+local function _key_out(r)
+  if not r then return nil end
+  return { id = r.id, name = r.name, prefix = r.prefix, created_at = r.created_at, revoked_at = r.revoked_at or NULL }
+end
+
+--- Store a new client key (its hash only; the key itself is never stored).
+---@param k {name: string, prefix: string, hash: string} hash = SHA-256 hex of the key
+---@return table|nil key {id, name, prefix, created_at, revoked_at}, table|nil err
+function Store:create_api_key(k)
+  return self:transaction(function()
+    local _, id = self:_x("INSERT INTO api_keys (name, prefix, hash, created_at) VALUES (?, ?, ?, ?)",
+      k.name, k.prefix, k.hash, _now())
+    return _key_out(self:_one("SELECT * FROM api_keys WHERE id = ?", id))
+  end)
+end
+
+--- Every client key, without secrets, by id.
+function Store:list_api_keys()
+  local out = json.array()
+  for _, r in ipairs(self:_q("SELECT * FROM api_keys ORDER BY id")) do out[#out + 1] = _key_out(r) end
+  return out
+end
+
+--- Revoke a key (idempotent: a revoked key keeps its first revoked_at).
+---@return table|nil key, table|nil err (not_found)
+function Store:revoke_api_key(id)
+  return self:transaction(function()
+    if not self:_one("SELECT 1 AS x FROM api_keys WHERE id = ?", id) then
+      _abort("not_found", ("API key %s does not exist"):format(tostring(id)))
+    end
+    self:_x("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", _now(), id)
+    return _key_out(self:_one("SELECT * FROM api_keys WHERE id = ?", id))
+  end)
+end
+
+--- The id of the unrevoked key with this hash, or nil.
+---@param hash string SHA-256 hex of the presented key
+---@return integer|nil
+function Store:api_key_id(hash)
+  local r = self:_one("SELECT id FROM api_keys WHERE hash = ? AND revoked_at IS NULL", hash)
+  return r and r.id
+end
+
+--- What the router needs to send one request: the model's id, status and endpoints
+--- (in order), read in one statement; nil for an unknown name.
+---@param name string the API model name
+---@return table|nil {id, name, status, endpoints: string[]}
+function Store:route_model(name)
+  local r = self:_one([[SELECT m.id, m.status, (SELECT group_concat(url, char(10)) FROM
+      (SELECT url FROM endpoints e WHERE e.model_id = m.id ORDER BY position, url)) AS urls
+    FROM models m WHERE m.name = ?]], name)
+  if not r then return nil end
+  local eps = {}
+  if r.urls then for u in r.urls:gmatch("[^\n]+") do eps[#eps + 1] = u end end
+  return { id = r.id, name = name, status = r.status, endpoints = eps }
+end
+
+--- Every model with its endpoint count and healthy replica count (for /v1/models and /metrics).
+---@return table[] {id, name, created_at, endpoints: integer, healthy: integer}
+function Store:route_models()
+  return self:_q([[SELECT m.id, m.name, m.created_at,
+      (SELECT count(*) FROM endpoints e WHERE e.model_id = m.id) AS endpoints,
+      (SELECT count(*) FROM replicas r WHERE r.model_id = m.id AND r.state = 'healthy') AS healthy
+    FROM models m ORDER BY m.id]])
 end
 
 return M
