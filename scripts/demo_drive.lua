@@ -50,8 +50,9 @@ api("PUT", "/api/v1/settings/slurm", {
     port_range = { 20000, 20999 } },
 })
 local test = api("POST", "/api/v1/settings/slurm/test", {})
-print(("demo: slurmrestd %s, Slurm %s, JWT expires in %s s"):format(tostring(test.api_version),
-  tostring(test.slurm_release or test.release), tostring(test.token_seconds_left or test.seconds_left or "?")))
+local left = test.token and test.token.seconds_left
+print(("demo: Test connection: slurmrestd API %s, Slurm %s, JWT expires in %s"):format(tostring(test.api_version),
+  tostring(test.release), left and require("obleth.format").duration(left) or "?"))
 
 local m = find_model() or api("POST", "/api/v1/models", { name = MODEL })
 m = m.model or m
