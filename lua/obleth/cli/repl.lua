@@ -117,28 +117,6 @@ function M.eval(env, src, out)
   return "ok"
 end
 
-local function connect(o)
-  local slurm = require "obleth.slurm"
-  local copts
-  local base, token = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
-  if not (o.url or o.socket or os.getenv("OBLETH_SLURM_URL") or os.getenv("OBLETH_SLURM_SOCKET")) and base and token then
-    -- the saved settings, through the Management API
-    local snap, err = require("obleth.provisioner.api").new(base, token):snapshot()
-    if not snap then return nil, err.message end
-    local s = snap.settings or {}
-    require("obleth.log").add_secret(s.token or "")
-    copts = { url = s.url, socket = s.socket, user = s.user, token = s.token, version = s.api_version or "auto",
-      verify = s.verify ~= false, ca_file = s.ca_file }
-  else
-    local e
-    copts, e = slurm_cli.connection_options(o)
-    if not copts then return nil, e end
-  end
-  local conn, err = slurm.connect(copts)
-  if not conn then return nil, ("%s: %s"):format(err.kind, err.message) end
-  return conn
-end
-
 function M.main(argv)
   local o, perr = args.parse(argv, spec)
   if not o or o.help then
@@ -155,7 +133,7 @@ function M.main(argv)
   env.sys = require "obleth.sys"
   env.pp = function(...) print(results_text(select("#", ...), ...)) end
   env.slurm_lib = require "obleth.slurm"
-  local conn, cerr = connect(o)
+  local conn, cerr = slurm_cli.connect(o)
   if conn then
     env.slurm = M.guard(conn, o.write)
   else

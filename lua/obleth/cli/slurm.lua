@@ -1,6 +1,7 @@
 --- `obleth slurm SUBCOMMAND`: look at and act on a cluster through slurmrestd.
 -- Connection from flags, else OBLETH_SLURM_URL / OBLETH_SLURM_SOCKET,
--- OBLETH_SLURM_USER, OBLETH_SLURM_TOKEN (or OBLETH_SLURM_TOKEN_FILE).
+-- OBLETH_SLURM_USER, OBLETH_SLURM_TOKEN (or OBLETH_SLURM_TOKEN_FILE), else the
+-- connection saved in obleth serve (OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN).
 local args = require "obleth.args"
 local slurm = require "obleth.slurm"
 local fmt = require "obleth.format"
@@ -36,7 +37,8 @@ function M.connection_options(o)
   local url = o.url or (not o.socket and os.getenv("OBLETH_SLURM_URL")) or nil
   local socket = o.socket or (not url and os.getenv("OBLETH_SLURM_SOCKET")) or nil
   if not url and not socket then
-    return nil, "no slurmrestd given: pass --url or --socket, or set OBLETH_SLURM_URL"
+    return nil, "no slurmrestd given: pass --url or --socket, set OBLETH_SLURM_URL, or set OBLETH_ADMIN_BASE_URL "
+      .. "and OBLETH_ADMIN_TOKEN to use the connection saved in obleth serve"
   end
   return {
     url = url, socket = socket, token = token,
@@ -44,6 +46,30 @@ function M.connection_options(o)
     version = o.api_version or os.getenv("OBLETH_SLURM_API_VERSION") or "auto",
     ca_file = o.ca_file, verify = not o.insecure, timeout = o.timeout,
   }
+end
+
+--- Connect from flags, the environment, or else the Management API's saved
+--- settings (OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN).
+---@return table|nil conn, string|nil err
+function M.connect(o)
+  local copts
+  local base, token = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
+  if not (o.url or o.socket or os.getenv("OBLETH_SLURM_URL") or os.getenv("OBLETH_SLURM_SOCKET")) and base and token then
+    local snap, err = require("obleth.provisioner.api").new(base, token):snapshot()
+    if not snap then return nil, err.message end
+    local s = snap.settings or {}
+    if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
+    if not (s.url or s.socket) then return nil, "the Management API has no Slurm connection saved" end
+    copts = { url = s.url, socket = s.socket, user = s.user, token = s.token, version = s.api_version or "auto",
+      verify = s.verify ~= false, ca_file = s.ca_file }
+  else
+    local e
+    copts, e = M.connection_options(o)
+    if not copts then return nil, e end
+  end
+  local conn, err = slurm.connect(copts)
+  if not conn then return nil, ("%s: %s"):format(err.kind, err.message) end
+  return conn
 end
 
 local function spec_with(extra)
@@ -219,10 +245,8 @@ function M.main(argv)
     return 0
   end
   if not sub[cmd] then return die(("unknown subcommand '%s'\n%s"):format(cmd, usage), 2) end
-  local copts, cerr = M.connection_options(o)
-  if not copts then return die(cerr, 2) end
-  local conn, err = slurm.connect(copts)
-  if not conn then return die(errmsg(err)) end
+  local conn, err = M.connect(o)
+  if not conn then return die(err) end
   return sub[cmd](conn, o)
 end
 
