@@ -224,8 +224,9 @@ describe("obleth.slurm on the harness cluster", function()
     local srv = server.start()
     local status = srv:request("PUT", "/api/v1/settings/slurm", { enabled = true, url = URL, user = USER, token = TOKEN })
     assert.equal(200, status)
-    local fh = io.popen(("env -u OBLETH_SLURM_URL -u OBLETH_SLURM_TOKEN OBLETH_ADMIN_BASE_URL=%s OBLETH_ADMIN_TOKEN=%s %s slurm ping --json 2>&1")
-      :format(util.shq(srv.base), util.shq(srv.token), util.shq(util.obleth())))
+    local fh = io.popen(("env -u OBLETH_SLURM_URL -u OBLETH_SLURM_TOKEN OBLETH_ADMIN_BASE_URL=%s "
+      .. "OBLETH_ADMIN_TOKEN=%s %s slurm ping --json 2>&1"):format(util.shq(srv.base), util.shq(srv.token),
+      util.shq(util.obleth())))
     local out = fh:read("a")
     fh:close()
     srv:stop()
