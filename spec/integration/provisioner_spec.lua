@@ -39,9 +39,10 @@ describe("obleth-provisioner on the harness cluster", function()
   local srv, prov, conn
   local logdir, instance
 
+  local plain = require("obleth.provisioner.api").plain
   local function api(method, path, body)
     local status, doc, raw = srv:request(method, path, body)
-    return status, doc, raw
+    return status, plain(doc), raw
   end
 
   local function ok(method, path, body)
