@@ -187,7 +187,7 @@ describe("obleth-provisioner on the harness cluster", function()
     local node, job_id = r.node, r.job_id
     local code, out = sh(util.shq(util.root() .. "/spec/cluster/node.sh") .. " stop " .. node)
     assert.equal(0, code, out)
-    local ok_restart = pcall(function()
+    local ok_restart, restart_err = pcall(function()
       wait_until(function()
         for _, x in ipairs(replicas(mid)) do
           if x.job_id == job_id and x.state == "ended" then return x end
@@ -210,7 +210,7 @@ describe("obleth-provisioner on the harness cluster", function()
     sh(util.shq(util.root() .. "/spec/cluster/node.sh") .. " start " .. node)
     ok("DELETE", "/api/v1/models/" .. mid .. "/managed")
     wait_until(function() return #slurm_jobs(mid) == 0 end, 30, "no job")
-    assert.is_true(ok_restart)
+    assert.is_true(ok_restart, tostring(restart_err))
   end)
 
   it("a refused submit becomes the spec's provision_error, with no resubmission loop", function()

@@ -87,6 +87,23 @@ describe("provisioner plan: reconcile", function()
     assert.matches("AccountNotAllowed", st.rows[1].problem)
   end)
 
+  it("follows a requeued job: out of the endpoints, the interruption recorded with the node it left", function()
+    local r = { nonce = "0000000000000041", model_id = 1, slot = 1, state = "healthy", job_id = 95, port = 20000,
+      node = "n1", endpoint = "http://127.0.0.1:20000", started_at = NOW - 100, healthy_at = NOW - 90 }
+    local st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { r } } }),
+      { job(1, 1, r.nonce, "PENDING", { id = 95, reason = "BeginTime" }) })
+    local row = st.rows[1]
+    assert.equal("submitted", row.state)
+    assert.is_nil(row.endpoint)
+    assert.is_nil(row.node)
+    assert.equal(0, #st.submits) -- never a second job for the replica
+    assert.equal(1, #st.outcomes)
+    assert.same({ "REQUEUED", "n1", 95, "BeginTime" },
+      { st.outcomes[1].state, st.outcomes[1].node, st.outcomes[1].job_id, st.outcomes[1].reason })
+    local eps = plan.health(st, {}, NOW)
+    assert.same({}, eps["1"])
+  end)
+
   it("a pending reason that can clear is not a problem", function()
     local r = { nonce = "0000000000000003", model_id = 1, slot = 1, state = "submitted", job_id = 44, port = 20000 }
     local st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { r } } }),

@@ -42,7 +42,8 @@ describe("obleth.slurm.submit", function()
         minimum_cpus_per_node = 4, memory_per_node = 16000, constraints = "a100&ib",
         exclude_nodes = "n[1-2]", environment = { HF_HOME = "/srv/hf", PATH = submit.DEFAULT_PATH },
         standard_output = "/srv/out-%j", standard_error = "/srv/err-%j",
-        current_working_directory = "/srv", requeue = false,
+        -- requeue = false is left out: 22.05 reads any value as true
+        current_working_directory = "/srv",
       }, b.job)
     end)
 
@@ -214,5 +215,16 @@ describe("obleth.slurm.submit", function()
       end
       assert.is_false(submit.never_starts(nil))
     end)
+  end)
+  it("leaves requeue = false out on v0.0.38, where slurmrestd 22.05 would read it as true", function()
+    local b38 = assert(submit.body({ name = "x", script = "#!/bin/sh\n", requeue = false, working_directory = "/tmp" },
+      "v0.0.38"))
+    assert.is_nil(b38.job.requeue)
+    local b38t = assert(submit.body({ name = "x", script = "#!/bin/sh\n", requeue = true, working_directory = "/tmp" },
+      "v0.0.38"))
+    assert.is_true(b38t.job.requeue)
+    local b40 = assert(submit.body({ name = "x", script = "#!/bin/sh\n", requeue = false, working_directory = "/tmp" },
+      "v0.0.40"))
+    assert.is_false(b40.job.requeue)
   end)
 end)

@@ -161,6 +161,15 @@ function M.reconcile(input)
             row["end"] = { state = "UNKNOWN", reason = "job no longer known to Slurm" }
           end
         elseif base == "PENDING" or base == "REQUEUED" or base == "SUSPENDED" or base == "REQUEUE_HOLD" then
+          if row.node and (row.state == "starting" or row.state == "healthy" or row.state == "unhealthy") then
+            -- Slurm requeued the running job (a node failure where JobRequeue=1,
+            -- or an admin's requeue): the replica follows its job, out of the
+            -- endpoints until it runs again, and the interruption is recorded
+            out.outcomes[#out.outcomes + 1] = { nonce = row.nonce, model_id = mm.id, replica_id = row.id,
+              launch_id = row.launch_id, job_id = row.job_id, state = "REQUEUED", reason = job.reason,
+              node = row.node, started_at = row.started_at, ended_at = now, healthy = row.healthy_at ~= nil }
+            row.started_at, row.healthy_at, row.check_failures = nil, nil, 0
+          end
           if row.state ~= "ending" then row.state = "submitted" end
           row.pending_reason = job.reason
           if never_starts(job.reason) then

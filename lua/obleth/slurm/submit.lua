@@ -75,7 +75,9 @@ for _, v in ipairs(VERSIONS) do
     stderr = { property = "job.standard_error", shape = "string" },
     working_directory = { property = "job.current_working_directory",
       shape = old and "string (defaults to /tmp)" or "string, required" },
-    requeue = { property = "job.requeue", shape = "boolean" },
+    requeue = { property = "job.requeue", shape = old
+      and "true only: slurmrestd 22.05 reads any value as true, so false is left out and JobRequeue applies"
+      or "boolean" },
   }
 end
 
@@ -196,7 +198,12 @@ function M.body(desc, version)
     return nil, _err("required", "working_directory",
       "slurmrestd " .. version .. " needs current_working_directory (mandatory from Slurm 23.11)")
   end
-  if desc.requeue ~= nil then job.requeue = desc.requeue and true or false end
+  -- slurmrestd 22.05 (v0.0.38) records Requeue=1 for any value of "requeue",
+  -- false included (seen on the harness cluster): there, false is left out so
+  -- the cluster's JobRequeue applies
+  if desc.requeue ~= nil and (n ~= 38 or desc.requeue) then
+    job.requeue = desc.requeue and true or false
+  end
   if n >= 41 then
     job.script = desc.script
     return { job = job }
