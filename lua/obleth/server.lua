@@ -22,6 +22,7 @@ M.ROUTE_MODULES = {
   "obleth.api.recipes",
   "obleth.api.hf",
   "obleth.api.launch",
+  "obleth.api.keys",
   "obleth.api.openapi",
 }
 
@@ -264,9 +265,19 @@ function App:handle(req)
   return res
 end
 
---- A function for http.server{handler = ...}.
+--- A function for http.server{handler = ...}: `/v1/...` and `/metrics` go to the
+--- OpenAI-compatible router (obleth.router, which may stream through res), the rest here.
 function App:handler()
-  return function(req) return self:handle(req) end
+  local router = require("obleth.router").new { app = self, admin_token = self._token }
+  self.router = router
+  return function(req, res)
+    local p = req.path or "/"
+    if p:sub(1, 4) == "/v1/" or p == "/metrics" then return router:serve(req, res) end
+    local out = self:handle(req)
+    -- every store write comes through a write request: the router reads afresh
+    if req.method ~= "GET" and req.method ~= "HEAD" then router:invalidate() end
+    return out
+  end
 end
 
 --- An integer path parameter, or nil.

@@ -1,0 +1,441 @@
+--- obleth.router — the OpenAI-compatible router of `obleth serve` (docs/router.md).
+--
+-- Clients call `/v1/...` with a client API key; each request goes to a healthy
+-- endpoint of the model it names, chosen per request from the store (so the
+-- provisioner's endpoint changes take effect at once): fewest requests in
+-- flight, round robin on ties. A connection that fails before any byte of the
+-- answer is retried once on another replica. Bodies are forwarded as they came
+-- (the engines serve the API model name already). Streamed answers are passed
+-- through chunk by chunk; a client that goes away cancels its upstream request.
+-- `/metrics` serves Prometheus text.
+--
+--   local router = require("obleth.router").new{app = app, admin_token = token}
+--   http.server{handler = function(req, res) return router:serve(req, res) end}
+--
+-- Errors are in the OpenAI shape {"error": {"message", "type", "param", "code"}}.
+local cjson = require "cjson"
+local json = require "obleth.api.json"
+local balancer = require "obleth.router.balancer"
+local unavailable = require "obleth.router.unavailable"
+local metrics = require "obleth.metrics"
+
+local M = {}
+
+--- Seconds to wait for a connection to an endpoint (a dead node must not hold a request long).
+M.CONNECT_TIMEOUT = 5
+--- Seconds a whole upstream transfer may take (long generations stream for minutes).
+M.TIMEOUT = 3600
+
+local NULL = cjson.null
+
+-- request headers never forwarded: hop-by-hop, the client's credentials, and what curl sets itself
+local DROP_REQUEST = {
+  authorization = true, host = true, ["content-length"] = true, connection = true, ["keep-alive"] = true,
+  ["transfer-encoding"] = true, te = true, trailer = true, upgrade = true, expect = true,
+  ["proxy-authorization"] = true, ["proxy-connection"] = true,
+}
+-- response headers never passed back (the server frames the answer itself)
+local DROP_RESPONSE = {
+  connection = true, ["keep-alive"] = true, ["transfer-encoding"] = true, ["content-length"] = true,
+  te = true, trailer = true, upgrade = true, ["proxy-authenticate"] = true,
+}
+
+local JSON_HEADERS = { ["Content-Type"] = "application/json" }
+
+--- An OpenAI-shaped error body.
+---@param message string
+---@param kind string the error type ("invalid_request_error", "server_error", ...)
+---@param param string|nil the request field it is about
+---@param code string|nil a stable short code
+---@return string JSON text
+function M.error_body(message, kind, param, code)
+  return json.encode({ error = { message = message, type = kind, param = param or NULL, code = code or NULL } })
+end
+
+local function _fail(res, status, message, kind, param, code, headers)
+  local h = { ["Content-Type"] = "application/json" }
+  for k, v in pairs(headers or {}) do h[k] = v end
+  res:send(status, h, M.error_body(message, kind, param, code))
+  return status
+end
+
+-- The model a request names: the JSON body's "model", a multipart form field
+-- "model", or ?model=. Returns name | nil, and the decoded JSON body if any.
+local function _model_of(req)
+  local body = req.body
+  local ctype = req.headers["content-type"] or ""
+  if body and body ~= "" then
+    if ctype:find("multipart/form-data", 1, true) then
+      local b = ctype:match('boundary="([^"]+)"') or ctype:match("boundary=([^;%s]+)")
+      if b then
+        local name = body:match('[Cc]ontent%-[Dd]isposition:%s*form%-data;%s*name="model"[^\r\n]*\r\n.-\r\n\r\n(.-)\r\n%-%-'
+          .. b:gsub("%p", "%%%0"))
+        if name then return name end
+      end
+    elseif body:find("^%s*{") then
+      local ok, doc = pcall(cjson.decode, body)
+      if not ok then return nil, nil, "bad_json" end
+      if type(doc) == "table" then
+        if type(doc.model) == "string" then return doc.model, doc end
+        return nil, doc
+      end
+    end
+  end
+  return req.query and req.query.model or nil
+end
+
+local function _base(url)
+  url = url:gsub("/+$", "")
+  if url:sub(-3) == "/v1" then url = url:sub(1, -4) end
+  return url
+end
+
+-- Worth trying another replica: the connection failed before any byte of an answer.
+local function _retryable(err)
+  if err.code == "unreachable" or err.code == "closed" then return true end
+  if err.code == "timeout" then
+    local m = tostring(err.message)
+    return m:find("onnect", 1, true) ~= nil or m:find("esolv", 1, true) ~= nil
+  end
+  return false
+end
+
+local Router = {}
+Router.__index = Router
+
+--- Make a router.
+---@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil}
+---  app is the obleth.server application (store, log, clock, now, draining, inflight, slurm_settings)
+function M.new(opts)
+  local app = opts.app
+  if type(app) ~= "table" or not app.store then error("router.new: app with a store is required", 2) end
+  local reg = metrics.new()
+  local self = setmetatable({
+    app = app, store = app.store, log = app.log or require("obleth.log"),
+    clock = app.clock or require("obleth.loop").monotonic,
+    now = app.now or require("obleth.loop").now,
+    http = opts.http or require("obleth.http"),
+    consteq = require("obleth.sys").consteq, sha256 = require("obleth.crypto").sha256_hex,
+    admin_token = opts.admin_token,
+    connect_timeout = opts.connect_timeout or M.CONNECT_TIMEOUT, timeout = opts.timeout or M.TIMEOUT,
+    balancer = balancer.new(opts.balancer), registry = reg,
+  }, Router)
+  self:invalidate()
+  self.m_requests = reg:counter("obleth_router_requests_total",
+    "Client requests to /v1/ by model and HTTP status (499: the client went away first)", { "model", "status" })
+  self.m_latency = reg:histogram("obleth_router_upstream_latency_seconds",
+    "Time from sending a request to an endpoint until its answer's headers arrived (time to first byte)",
+    { "model" }, metrics.LATENCY_BUCKETS)
+  self.m_inflight = reg:gauge("obleth_router_in_flight_requests", "Client requests being answered by a replica",
+    { "model" })
+  self.m_retries = reg:counter("obleth_router_upstream_retries_total",
+    "Requests retried on another replica after a failed connection", { "model" })
+  local store = self.store
+  local rows -- one store read per scrape, shared by the two per-model gauges
+  reg:gauge("obleth_model_healthy_replicas", "Healthy replicas per model", { "model" }, function(set)
+    rows = store:route_models()
+    for _, r in ipairs(rows) do set({ r.name }, r.healthy) end
+  end)
+  reg:gauge("obleth_model_endpoints", "Endpoints the router sends to, per model", { "model" }, function(set)
+    for _, r in ipairs(rows or {}) do set({ r.name }, r.endpoints) end
+  end)
+  local now = self.now
+  reg:gauge("obleth_provisioner_last_checkin_age_seconds",
+    "Seconds since the provisioner last reported a pass (NaN: never)", nil, function(set)
+      local at = store:provisioner_status().checked_in_at
+      set({}, type(at) == "number" and math.max(0, now() - at) or 0 / 0)
+    end)
+  reg:gauge("obleth_provisioner_failed_passes", "Provisioner passes failed in a row", nil, function(set)
+    set({}, store:provisioner_status().failed_passes or 0)
+  end)
+  return self
+end
+
+--- Forget what was read from the store (models, valid keys, settings). obleth serve calls
+--- it after every write request to the Management API (every store write comes through
+--- one: the provisioner's report, endpoints, keys, settings), so changes take effect at once.
+function Router:invalidate()
+  self._models, self._keys, self._settings = {}, {}, nil
+  self._cached_at = self.clock()
+end
+
+-- The cache also expires after CACHE_TTL seconds, for a write made behind obleth's back.
+M.CACHE_TTL = 2
+
+function Router:_fresh()
+  if self.clock() - self._cached_at > M.CACHE_TTL then self:invalidate() end
+end
+
+-- A known model {id, name, status, endpoints} (unknown names are not cached: clients choose them).
+function Router:_model(name)
+  local m = self._models[name]
+  if m then return m end
+  m = self.store:route_model(name)
+  if m then self._models[name] = m end
+  return m
+end
+
+--- The Prometheus text of every router and store metric.
+function Router:metrics_text()
+  return self.registry:render()
+end
+
+-- Is the request allowed? true | nil, code, message
+function Router:_authorize(req)
+  local st = self._settings
+  if st == nil then
+    st = self.store:get_settings("router") or false
+    self._settings = st
+  end
+  if st and st.keyless == true then return true end
+  local h = req.headers.authorization
+  local tok = type(h) == "string" and h:match("^[Bb]earer%s+(%S+)%s*$")
+  if not tok then
+    return nil, "missing_api_key", "You didn't provide an API key: send Authorization: Bearer <key> "
+      .. "(an operator creates keys with POST /api/v1/keys)."
+  end
+  if self.admin_token and self.consteq(tok, self.admin_token) then
+    return nil, "invalid_api_key", "The admin token is not a client API key; create one with POST /api/v1/keys."
+  end
+  if self._keys[tok] then return true end
+  if self.store:api_key_id(self.sha256(tok)) then
+    self._keys[tok] = true -- only valid keys are kept (a revocation is a write: it clears them)
+    return true
+  end
+  return nil, "invalid_api_key", "Incorrect API key provided (unknown or revoked)."
+end
+
+function Router:_list_models(res)
+  local data = json.array()
+  for _, r in ipairs(self.store:route_models()) do
+    data[#data + 1] = { id = r.name, object = "model", created = r.created_at, owned_by = "obleth" }
+  end
+  res:send(200, JSON_HEADERS, json.encode({ object = "list", data = data }))
+  return 200
+end
+
+function Router:_get_model(res, name)
+  local m = self.store:route_model(name)
+  if not m then
+    return _fail(res, 404, ("The model `%s` does not exist."):format(name), "invalid_request_error", "model",
+      "model_not_found")
+  end
+  local row = self.store:get_model(m.id)
+  res:send(200, JSON_HEADERS, json.encode({ id = name, object = "model", created = row and row.created_at or 0,
+    owned_by = "obleth" }))
+  return 200
+end
+
+-- 503 with the reason nothing can answer now.
+function Router:_unavailable(res, model)
+  local ok, msg, retry = pcall(function()
+    local slurm = self.store:get_settings("slurm")
+    return unavailable.explain {
+      model = model, spec = self.store:get_spec(model.id),
+      replicas = self.store:list_replicas({ model_id = model.id, live = true }),
+      slurm_enabled = slurm and slurm.enabled == true, checked_in_at = self.store:provisioner_status().checked_in_at,
+      now = self.now(),
+    }
+  end)
+  if not ok then
+    self.log.error("router_explain_failed", { model = model.name, error = tostring(msg) })
+    msg, retry = ("model %q has no healthy replica yet"):format(model.name), 10
+  end
+  return _fail(res, 503, msg, "server_error", NULL, "model_not_ready", { ["Retry-After"] = tostring(retry) })
+end
+
+local function _headers_out(h)
+  local out = {}
+  for k, v in pairs(h) do
+    if not DROP_RESPONSE[k] then out[k] = v end
+  end
+  return out
+end
+
+-- Pass an answer through chunk by chunk (first, the chunks already read).
+-- Returns the status to record, and why it ended early ("client_gone" | "upstream_broke", err).
+local function _pipe(res, resp, first)
+  if not res:start(resp.status, _headers_out(resp.headers)) then
+    resp:close()
+    return 499, "client_gone"
+  end
+  for _, chunk in ipairs(first or {}) do
+    if not res:write(chunk) then
+      resp:close()
+      return 499, "client_gone"
+    end
+  end
+  while true do
+    local chunk, err = resp:read()
+    if chunk then
+      if not res:write(chunk) then
+        resp:close() -- the client went away: cancel the upstream request
+        return 499, "client_gone"
+      end
+    else
+      res:finish()
+      if err then return resp.status, "upstream_broke", err end
+      return resp.status
+    end
+  end
+end
+
+--- Answers up to this size that were not asked as a stream are sent in one piece
+--- (with a Content-Length); a longer one, or any text/event-stream, is passed through.
+M.BUFFER_LIMIT = 1048576
+
+-- Deliver an upstream answer to the client. Returns status, "client_gone" | "upstream_broke" | nil, err.
+local function _deliver(res, resp, stream)
+  local ctype = resp.headers["content-type"]
+  if stream or (ctype and ctype:find("text/event-stream", 1, true)) then return _pipe(res, resp) end
+  local parts, size = {}, 0
+  while true do
+    local chunk, err = resp:read()
+    if chunk then
+      parts[#parts + 1] = chunk
+      size = size + #chunk
+      if size > M.BUFFER_LIMIT then return _pipe(res, resp, parts) end
+    elseif err then
+      -- the answer broke before anything reached the client
+      return nil, "upstream_broke", err
+    else
+      res:send(resp.status, _headers_out(resp.headers), table.concat(parts))
+      return resp.status
+    end
+  end
+end
+
+-- Send the request to one of the model's endpoints (retrying once elsewhere when
+-- the connection fails before any answer). Returns status, endpoint.
+function Router:_forward(req, res, model, stream)
+  local headers = {}
+  for k, v in pairs(req.headers) do
+    if not DROP_REQUEST[k] then headers[k] = v end
+  end
+  if req.remote_addr then
+    local xff = req.headers["x-forwarded-for"]
+    headers["x-forwarded-for"] = xff and (xff .. ", " .. req.remote_addr) or req.remote_addr
+  end
+  local body = req.body
+  if body == "" and (req.method == "GET" or req.method == "HEAD" or req.method == "DELETE") then body = nil end
+  local bal, name = self.balancer, model.name
+  local tried, last_err, last_url
+  local labels = { name }
+  self.m_inflight:add(labels, 1)
+  local ok, status, detail = pcall(function()
+    for attempt = 1, 2 do
+      local url = bal:pick(name, model.endpoints, tried, self.clock())
+      if not url then break end
+      if attempt > 1 then self.m_retries:inc(labels) end
+      bal:acquire(url)
+      local t0 = self.clock()
+      local resp, err = self.http.request { url = _base(url) .. req.target, method = req.method, headers = headers,
+        body = body, stream = true, timeout = self.timeout, connect_timeout = self.connect_timeout }
+      if resp then
+        self.m_latency:observe(labels, self.clock() - t0)
+        local pok, st, why, perr = pcall(_deliver, res, resp, stream)
+        bal:release(url)
+        if not pok then
+          resp:close()
+          error(st, 0)
+        end
+        if why == "upstream_broke" then
+          self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = perr and perr.message })
+          if not st then
+            return _fail(res, 502, ("The replica of model `%s` broke off its answer; try again."):format(name),
+              "server_error", nil, "upstream_broke"), url
+          end
+        end
+        return st, url
+      end
+      bal:release(url)
+      last_err, last_url = err, url
+      local again = _retryable(err)
+      self.log.warn("router_upstream_failed", { model = name, endpoint = url, code = err.code, error = err.message,
+        retry = again and attempt == 1 })
+      if not again then break end
+      bal:failed(url, self.clock())
+      tried = tried or {}
+      tried[url] = true
+    end
+    if not last_err then
+      -- every endpoint was tried (only one, or they left while we tried)
+      return self:_unavailable(res, model)
+    end
+    if last_err.code == "timeout" and not _retryable(last_err) then
+      return _fail(res, 504, ("The replica of model `%s` did not answer in time."):format(name), "server_error", nil,
+        "upstream_timeout"), last_url
+    end
+    return _fail(res, 502, ("No replica of model `%s` could be reached (%s); try again."):format(name,
+      last_err.code), "server_error", nil, "upstream_unreachable"), last_url
+  end)
+  self.m_inflight:add(labels, -1)
+  if not ok then error(status, 0) end
+  return status, detail
+end
+
+function Router:_route(req, res)
+  local path, method = req.path, req.method
+  if self.app.draining then
+    return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
+      { ["Retry-After"] = "1" })
+  end
+  if path == "/metrics" then
+    if method ~= "GET" and method ~= "HEAD" then
+      return _fail(res, 405, "Use GET /metrics.", "invalid_request_error", nil, "method_not_allowed", { Allow = "GET, HEAD" })
+    end
+    res:send(200, { ["Content-Type"] = metrics.CONTENT_TYPE, ["Cache-Control"] = "no-store" }, self:metrics_text())
+    return 200
+  end
+  self:_fresh()
+  local allowed, code, why = self:_authorize(req)
+  if not allowed then
+    return _fail(res, 401, why, "invalid_request_error", nil, code, { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
+  end
+  if path == "/v1/models" and (method == "GET" or method == "HEAD") then return self:_list_models(res) end
+  if path:sub(1, 11) == "/v1/models/" and (method == "GET" or method == "HEAD") then
+    local name = path:sub(12):gsub("%%(%x%x)", function(x) return string.char(tonumber(x, 16)) end)
+    return self:_get_model(res, name)
+  end
+  local name, doc, bad = _model_of(req)
+  if bad then
+    return _fail(res, 400, "We could not parse the JSON body of your request.", "invalid_request_error", nil,
+      "bad_json")
+  end
+  if not name then
+    return _fail(res, 400, "You must provide a model parameter.", "invalid_request_error", "model", "missing_model")
+  end
+  local model = self:_model(name)
+  if not model then
+    return _fail(res, 404, ("The model `%s` does not exist."):format(name), "invalid_request_error", "model",
+      "model_not_found")
+  end
+  req.model = model.name
+  if #model.endpoints == 0 then return self:_unavailable(res, model) end
+  return self:_forward(req, res, model, type(doc) == "table" and doc.stream == true)
+end
+
+--- Answer one /v1/ or /metrics request (an http.server handler): counts it in the
+--- app's in-flight requests (shutdown waits for them), records metrics and logs one line.
+function Router:serve(req, res)
+  local app = self.app
+  local t0 = self.clock()
+  app.inflight = (app.inflight or 0) + 1
+  local ok, status, endpoint = xpcall(self._route, debug.traceback, self, req, res)
+  app.inflight = app.inflight - 1
+  if not ok then
+    self.log.error("router_error", { method = req.method, path = req.path, error = tostring(status) })
+    if not res:sent() then
+      _fail(res, 500, "Internal server error (see the server log).", "server_error", nil, "internal")
+    elseif not res:closed() then
+      res:finish()
+    end
+    status = 500
+  end
+  if req.path ~= "/metrics" then self.m_requests:inc({ req.model or "", tostring(status) }) end
+  self.log.info("http_request", { method = req.method, path = req.path, status = status, model = req.model,
+    upstream = type(endpoint) == "string" and endpoint or nil,
+    ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })
+end
+
+return M

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Router benchmark: wrk against the smoke engine directly, through obleth serve's
+# router, and through nginx as a plain reverse proxy (keepalive upstream) to the
+# same engine. Loopback only; every process it starts is stopped on exit.
+#
+# Two runs per target:
+#   load     DURATION s (10), THREADS (2), CONNECTIONS (32): throughput and latency under load
+#   latency  LAT_DURATION s (5), 1 thread, 1 connection: what one request costs end to end
+# Added latency = p50 through the proxy - p50 direct (same run kind); the ratio is
+# obleth's added latency over nginx's (<= 1 means obleth adds no more than nginx).
+#
+# Both proxies get one worker (obleth serve is one event loop; nginx worker_processes 1),
+# and both log every request (obleth's request line to a file, nginx's access log).
+#   spec/bench/router.sh            (make bench runs it too)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+OBLETH=${OBLETH:-$root/build/obleth}
+DURATION=${DURATION:-10}
+THREADS=${THREADS:-2}
+CONNECTIONS=${CONNECTIONS:-32}
+LAT_DURATION=${LAT_DURATION:-5}
+
+need() { command -v "$1" >/dev/null 2>&1 || [ -x "$1" ]; }
+if ! need wrk || ! { need nginx || need /usr/sbin/nginx; }; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq wrk nginx-light >/dev/null
+  else
+    echo "router bench: needs wrk and nginx (apt-get install wrk nginx-light)" >&2
+    exit 1
+  fi
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$OBLETH" ] || { echo "router bench: build obleth first (make)" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+  "$OBLETH" lua -e 'local s = assert(require("obleth.http").server{host = "127.0.0.1", port = 0,
+    handler = function() end}); print(s:port()); s:close()'
+}
+wait_http() { # url: until it answers at all (any status), at most 10 s
+  for _ in $(seq 100); do
+    if curl -s -o /dev/null "$1"; then return 0; fi
+    sleep 0.1
+  done
+  echo "router bench: $1 did not come up" >&2
+  exit 1
+}
+
+MODEL=bench
+engine_port=$(free_port)
+"$OBLETH" smoke-engine --host 127.0.0.1 --port "$engine_port" --model "$MODEL" >/dev/null 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$engine_port/health"
+
+# obleth serve with a fresh database, the engine as the model's endpoint, a client key
+admin=$("$OBLETH" lua -e 'print(require("obleth.sys").random_hex(24))')
+serve_port=$(free_port)
+OBLETH_ADMIN_TOKEN=$admin "$OBLETH" serve --listen "127.0.0.1:$serve_port" --db "$tmp/obleth.db" \
+  >/dev/null 2>"$tmp/serve.log" &
+pids+=($!)
+wait_http "http://127.0.0.1:$serve_port/metrics"
+api() { curl -sf -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' "$@"; }
+mid=$(api -X POST "http://127.0.0.1:$serve_port/api/v1/models" -d "{\"name\":\"$MODEL\"}" |
+  sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+api -X POST "http://127.0.0.1:$serve_port/api/v1/models/$mid/endpoints" \
+  -d "{\"url\":\"http://127.0.0.1:$engine_port\"}" >/dev/null
+key=$(api -X POST "http://127.0.0.1:$serve_port/api/v1/keys" -d '{"name":"bench"}' |
+  sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
+[ -n "$key" ] || { echo "router bench: could not create a client key" >&2; exit 1; }
+
+# nginx: a plain reverse proxy with a keepalive upstream
+nginx_port=$(free_port)
+mkdir -p "$tmp/nginx"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log $tmp/nginx/access.log;
+  client_body_temp_path $tmp/nginx/body;
+  proxy_temp_path $tmp/nginx/proxy;
+  fastcgi_temp_path $tmp/nginx/fastcgi;
+  uwsgi_temp_path $tmp/nginx/uwsgi;
+  scgi_temp_path $tmp/nginx/scgi;
+  upstream engine {
+    server 127.0.0.1:$engine_port;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:$nginx_port;
+    location / {
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+"$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" 2>/dev/null &
+pids+=($!)
+wait_http "http://127.0.0.1:$nginx_port/health"
+
+# a correct answer through each before measuring
+for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http://127.0.0.1:$nginx_port"; do
+  out=$(curl -sf -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" "$base/v1/chat/completions")
+  case $out in *'"chat.completion"'*) ;; *) echo "router bench: bad answer from $base: $out" >&2; exit 1 ;; esac
+done
+
+declare -A RPS P50 P99 ERR
+run() { # kind name url threads connections seconds
+  local kind=$1 name=$2 url=$3 t=$4 c=$5 d=$6 line
+  # warm up (connections, caches), then measure
+  BENCH_MODEL=$MODEL BENCH_KEY=$key wrk -t1 -c"$c" -d1s -s spec/bench/router/wrk.lua "$url" >/dev/null
+  line=$(BENCH_MODEL=$MODEL BENCH_KEY=$key wrk -t"$t" -c"$c" -d"${d}s" --timeout 10s \
+    -s spec/bench/router/wrk.lua "$url" | grep '^RESULT')
+  RPS[$kind.$name]=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$line")
+  P50[$kind.$name]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
+  P99[$kind.$name]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+  ERR[$kind.$name]=$(sed -n 's/.*errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1+\2/p' <<<"$line")
+}
+
+targets=(direct obleth nginx)
+declare -A URL=([direct]="http://127.0.0.1:$engine_port" [obleth]="http://127.0.0.1:$serve_port"
+  [nginx]="http://127.0.0.1:$nginx_port")
+for name in "${targets[@]}"; do run load "$name" "${URL[$name]}" "$THREADS" "$CONNECTIONS" "$DURATION"; done
+for name in "${targets[@]}"; do run latency "$name" "${URL[$name]}" 1 1 "$LAT_DURATION"; done
+
+echo "router benchmark: POST /v1/chat/completions (smoke engine), $(nproc) CPUs, loopback"
+for kind in load latency; do
+  if [ "$kind" = load ]; then
+    echo; echo "load: ${DURATION}s, $THREADS threads, $CONNECTIONS connections"
+  else
+    echo; echo "latency: ${LAT_DURATION}s, 1 thread, 1 connection"
+  fi
+  printf '  %-8s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 errors
+  for name in "${targets[@]}"; do
+    added=$(( ${P50[$kind.$name]} - ${P50[$kind.direct]} ))
+    [ "$name" = direct ] && added=-
+    printf '  %-8s %10s %10s %10s %10s %8s\n' "$name" "${RPS[$kind.$name]}" "${P50[$kind.$name]}" \
+      "${P99[$kind.$name]}" "$added" "${ERR[$kind.$name]}"
+  done
+  a_ob=$(( ${P50[$kind.obleth]} - ${P50[$kind.direct]} ))
+  a_ng=$(( ${P50[$kind.nginx]} - ${P50[$kind.direct]} ))
+  awk -v o="$a_ob" -v n="$a_ng" -v k="$kind" 'BEGIN {
+    if (n <= 0) printf "  %s: obleth adds %d us at p50; nginx adds %d us (no ratio)\n", k, o, n;
+    else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim <= 1)\n", k, o, n, o / n }'
+done

@@ -1,0 +1,23 @@
+-- wrk script for spec/bench/router.sh: POST one small chat completion per request
+-- and print one machine-readable line at the end:
+--   RESULT rps=<requests/s> p50_us=<µs> p99_us=<µs> requests=<n> errors=<n> non2xx=<n>
+-- Environment: BENCH_MODEL (model name), BENCH_KEY (client key, optional).
+-- wrk runs this under its own LuaJIT (not the obleth runtime), with its globals.
+-- luacheck: globals wrk done
+local model = os.getenv("BENCH_MODEL") or "bench"
+local key = os.getenv("BENCH_KEY")
+
+wrk.method = "POST"
+wrk.path = "/v1/chat/completions"
+wrk.headers["Content-Type"] = "application/json"
+if key and key ~= "" then wrk.headers["Authorization"] = "Bearer " .. key end
+wrk.body = '{"model":"' .. model .. '","messages":[{"role":"user","content":"Say hello in five words."}],'
+  .. '"max_tokens":5}'
+
+function done(summary, latency)
+  local secs = summary.duration / 1e6
+  local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
+  io.write(("RESULT rps=%.1f p50_us=%d p99_us=%d requests=%d errors=%d non2xx=%d\n"):format(
+    summary.requests / secs, latency:percentile(50), latency:percentile(99), summary.requests, errs,
+    summary.errors.status))
+end

@@ -1,0 +1,338 @@
+-- The router in-process: obleth serve's application on a real port in front of
+-- in-process smoke engines on real ports, over a SQLite store in memory.
+-- Needs the obleth runtime (sockets, event loop); under plain lua5.4 it is pending.
+local has_host = pcall(require, "obleth.http")
+
+describe("router in-process", function()
+  if not has_host then
+    it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
+    return
+  end
+
+  local http = require "obleth.http"
+  local loop = require "obleth.loop"
+  local cjson = require "cjson"
+  local smoke = require "obleth.smoke_engine"
+  local keys = require "obleth.api.keys"
+
+  local ADMIN = "admin-token-for-router-spec-0123"
+  local store, app, srv, base, key
+  local engines = {}
+
+  local function engine(label, opts)
+    opts = opts or {}
+    opts.model = opts.model or "m"
+    opts.replica = label
+    local e = smoke.new(opts)
+    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = e:handler() })
+    engines[#engines + 1] = s
+    return e, "http://127.0.0.1:" .. s:port(), s
+  end
+
+  -- a port nothing listens on
+  local function dead_url()
+    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
+    local port = s:port()
+    s:close()
+    return "http://127.0.0.1:" .. port
+  end
+
+  local function req(method, path, body, headers, opts)
+    local h = { Authorization = "Bearer " .. key }
+    for k, v in pairs(headers or {}) do h[k] = v end
+    if h.Authorization == false then h.Authorization = nil end
+    if type(body) == "table" then body = cjson.encode(body); h["Content-Type"] = "application/json" end
+    local o = { url = base .. path, method = method, headers = h, body = body, timeout = 10 }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return assert(http.request(o))
+  end
+
+  local function chat(model, text, extra)
+    local b = { model = model, messages = { { role = "user", content = text or "hello" } } }
+    for k, v in pairs(extra or {}) do b[k] = v end
+    return req("POST", "/v1/chat/completions", b)
+  end
+
+  local function model(name, urls)
+    local m = assert(store:create_model { name = name })
+    for _, u in ipairs(urls or {}) do assert(store:add_endpoint(m.id, u)) end
+    return m
+  end
+
+  local function decode(r)
+    return cjson.decode(r.body)
+  end
+
+  setup(function()
+    store = assert(require("obleth.store").open(":memory:"))
+    app = require("obleth.server").new { store = store, admin_token = ADMIN }
+    srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
+    base = "http://127.0.0.1:" .. srv:port()
+    local g = keys.generate()
+    assert(store:create_api_key { name = "spec", prefix = g.prefix, hash = g.hash })
+    key = g.key
+  end)
+
+  teardown(function()
+    for _, s in ipairs(engines) do s:close() end
+    if srv then srv:close() end
+    if store then store:close() end
+  end)
+
+  it("lists every model in the OpenAI list shape", function()
+    model("listed-a")
+    local r = req("GET", "/v1/models")
+    assert.equal(200, r.status)
+    local doc = decode(r)
+    assert.equal("list", doc.object)
+    local found
+    for _, d in ipairs(doc.data) do
+      if d.id == "listed-a" then found = d end
+    end
+    assert.equal("model", found.object)
+    assert.equal("obleth", found.owned_by)
+    assert.is_number(found.created)
+    local one = req("GET", "/v1/models/listed-a")
+    assert.equal(200, one.status)
+    assert.equal("listed-a", decode(one).id)
+    assert.equal(404, req("GET", "/v1/models/nope").status)
+  end)
+
+  it("forwards a chat completion, an embedding and a completion with their bodies unchanged", function()
+    local _, u = engine("fwd-1")
+    model("m", { u })
+    local r = chat("m", "hi there")
+    assert.equal(200, r.status)
+    assert.equal("[fwd-1] hi there", decode(r).choices[1].message.content)
+    assert.equal("fwd-1", r.headers["x-obleth-replica"])
+    local e = req("POST", "/v1/embeddings", { model = "m", input = "abc" })
+    assert.equal(200, e.status)
+    assert.equal(8, #decode(e).data[1].embedding)
+    local c = req("POST", "/v1/completions", { model = "m", prompt = "once" })
+    assert.equal(200, c.status)
+    assert.equal("[fwd-1] once", decode(c).choices[1].text)
+  end)
+
+  it("keeps an upstream error's status and body", function()
+    local r = req("POST", "/v1/chat/completions", { model = "m", messages = {} })
+    assert.equal(400, r.status)
+    assert.equal("messages", decode(r).error.param)
+    -- other /v1/ paths pass through, model from ?model=
+    local p = req("GET", "/v1/nothing-here?model=m")
+    assert.equal(404, p.status)
+    assert.matches("Unknown path /v1/nothing%-here", decode(p).error.message)
+  end)
+
+  it("answers 404 for an unknown model and 400 without a model, in the OpenAI error shape", function()
+    local r = chat("no-such-model")
+    assert.equal(404, r.status)
+    local e = decode(r).error
+    assert.equal("model_not_found", e.code)
+    assert.equal("invalid_request_error", e.type)
+    assert.equal("model", e.param)
+    assert.matches("no%-such%-model", e.message)
+    local r2 = req("POST", "/v1/chat/completions", { messages = {} })
+    assert.equal(400, r2.status)
+    assert.equal("model", decode(r2).error.param)
+    local r3 = req("POST", "/v1/chat/completions", "{not json", { ["Content-Type"] = "application/json" })
+    assert.equal(400, r3.status)
+    assert.equal("bad_json", decode(r3).error.code)
+  end)
+
+  it("answers 503 with Retry-After and the Slurm reason while no replica is healthy", function()
+    local m = model("staged-1")
+    assert(store:put_spec(m.id, { replicas = 1, enabled = true, partition = "gpu", launch_command = "x" }))
+    assert(store:apply_report({ pass = { started_at = loop.now(), duration = 0.1, error = cjson.null },
+      replicas = { { nonce = "0123456789abcdef", model_id = m.id, slot = 1, state = "submitted", job_id = 4242,
+        pending_reason = "Resources" } },
+      outcomes = {}, endpoints = {}, provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} } },
+      loop.now()))
+    local r = chat("staged-1")
+    assert.equal(503, r.status)
+    assert.equal("15", r.headers["retry-after"])
+    local e = decode(r).error
+    assert.equal("model_not_ready", e.code)
+    assert.equal("server_error", e.type)
+    assert.equal(cjson.null, e.param)
+    assert.matches("job 4242 is pending in Slurm (reason: Resources)", e.message, 1, true)
+  end)
+
+  it("spreads requests round robin, and sends to the endpoint with fewest in flight", function()
+    local _, u1 = engine("rr-1", { model = "rr", tokens = 10, token_delay = 0.1 })
+    local _, u2 = engine("rr-2", { model = "rr" })
+    model("rr", { u1, u2 })
+    local seen = {}
+    for i = 1, 4 do seen[i] = chat("rr").headers["x-obleth-replica"] end
+    assert.same({ "rr-1", "rr-2", "rr-1", "rr-2" }, seen)
+    -- hold a stream on rr-1: the next three requests all go to rr-2
+    local done = false
+    loop.spawn(function()
+      local r = req("POST", "/v1/chat/completions", { model = "rr", stream = true,
+        messages = { { role = "user", content = "slow" } } }, nil, { stream = true })
+      assert.equal("rr-1", r.headers["x-obleth-replica"])
+      while r:read() do end
+      done = true
+    end)
+    loop.sleep(0.1)
+    for _ = 1, 3 do assert.equal("rr-2", chat("rr").headers["x-obleth-replica"]) end
+    while not done do loop.sleep(0.05) end
+  end)
+
+  it("retries a request whose connection failed on another replica; with none left answers 502", function()
+    local _, u = engine("alive", { model = "half-dead" })
+    local dead = dead_url()
+    model("half-dead", { dead, u })
+    for _ = 1, 6 do
+      local r = chat("half-dead")
+      assert.equal(200, r.status)
+      assert.equal("alive", r.headers["x-obleth-replica"])
+    end
+    local text = req("GET", "/metrics", nil, { Authorization = false }).body
+    assert.matches('obleth_router_upstream_retries_total{model="half-dead"} 1\n', text, 1, true)
+    model("all-dead", { dead_url(), dead_url() })
+    local r = chat("all-dead")
+    assert.equal(502, r.status)
+    local e = decode(r).error
+    assert.equal("upstream_unreachable", e.code)
+    assert.equal("server_error", e.type)
+    assert.not_matches("127.0.0.1", e.message, 1, true) -- endpoints stay internal
+  end)
+
+  it("streams server-sent events chunk by chunk as the engine writes them", function()
+    local _, u = engine("sse", { model = "sse", tokens = 6, token_delay = 0.1 })
+    model("sse", { u })
+    local t0 = loop.monotonic()
+    local r = req("POST", "/v1/chat/completions", { model = "sse", stream = true,
+      messages = { { role = "user", content = "one two three four five six" } } }, nil, { stream = true })
+    assert.equal(200, r.status)
+    assert.matches("text/event-stream", r.headers["content-type"], 1, true)
+    local arrivals, text = {}, {}
+    while true do
+      local c, err = r:read()
+      assert.is_nil(err)
+      if not c then break end
+      arrivals[#arrivals + 1] = loop.monotonic() - t0
+      text[#text + 1] = c
+    end
+    local all = table.concat(text)
+    assert.matches("data: %[DONE%]\n\n$", all)
+    assert.is_true(#arrivals >= 5, "chunks: " .. #arrivals)
+    -- the first piece came long before the last: nothing was held back
+    assert.is_true(arrivals[#arrivals] - arrivals[1] >= 0.4, ("first %.3f last %.3f"):format(arrivals[1],
+      arrivals[#arrivals]))
+  end)
+
+  it("cancels the upstream request when the client of a stream goes away", function()
+    local e, u = engine("cancel", { model = "cancel", tokens = 50, token_delay = 0.05 })
+    model("cancel", { u })
+    local r = req("POST", "/v1/chat/completions", { model = "cancel", stream = true,
+      messages = { { role = "user", content = "long answer please" } } }, nil, { stream = true })
+    assert.truthy(r:read())
+    r:close()
+    local t_end = loop.monotonic() + 3
+    while e:stats().streams_aborted == 0 and loop.monotonic() < t_end do loop.sleep(0.05) end
+    assert.equal(1, e:stats().streams_aborted)
+    local text = req("GET", "/metrics", nil, { Authorization = false }).body
+    assert.matches('obleth_router_requests_total{model="cancel",status="499"} 1', text, 1, true)
+    assert.matches('obleth_router_in_flight_requests{model="cancel"} 0', text, 1, true)
+  end)
+
+  it("takes endpoint changes at once, and lets a request in flight to a leaving endpoint finish", function()
+    local _, u1 = engine("chg-1", { model = "chg", tokens = 5, token_delay = 0.1 })
+    local _, u2 = engine("chg-2", { model = "chg" })
+    local m = model("chg", { u1 })
+    local finished
+    loop.spawn(function()
+      local r = req("POST", "/v1/chat/completions", { model = "chg", stream = true,
+        messages = { { role = "user", content = "drain me" } } }, nil, { stream = true })
+      local parts = {}
+      while true do
+        local c = r:read()
+        if not c then break end
+        parts[#parts + 1] = c
+      end
+      finished = table.concat(parts)
+    end)
+    loop.sleep(0.1)
+    -- the provisioner's report swaps the endpoints (a rollover drains chg-1)
+    local rep = req("POST", "/api/v1/provisioner/report", { pass = { started_at = loop.now(), duration = 0.1 },
+      endpoints = { [tostring(m.id)] = { u2 } } }, { Authorization = "Bearer " .. ADMIN })
+    assert.equal(200, rep.status, rep.body)
+    for _ = 1, 3 do assert.equal("chg-2", chat("chg").headers["x-obleth-replica"]) end
+    local t_end = loop.monotonic() + 3
+    while not finished and loop.monotonic() < t_end do loop.sleep(0.05) end
+    assert.matches("data: %[DONE%]", finished)
+  end)
+
+  describe("client keys", function()
+    local function status(headers)
+      return req("GET", "/v1/models", nil, headers).status
+    end
+
+    it("needs a key: none, a wrong one and the admin token get 401 in the OpenAI shape", function()
+      local r = req("GET", "/v1/models", nil, { Authorization = false })
+      assert.equal(401, r.status)
+      assert.equal("missing_api_key", decode(r).error.code)
+      assert.equal("invalid_request_error", decode(r).error.type)
+      assert.equal(401, status { Authorization = "Bearer obk_wrongwrongwrong" })
+      local a = req("GET", "/v1/models", nil, { Authorization = "Bearer " .. ADMIN })
+      assert.equal(401, a.status)
+      assert.matches("admin token is not a client API key", decode(a).error.message, 1, true)
+    end)
+
+    it("are made, listed without secrets and revoked through the Management API", function()
+      local admin = { Authorization = "Bearer " .. ADMIN }
+      local c = req("POST", "/api/v1/keys", { name = "team-a" }, admin)
+      assert.equal(201, c.status)
+      local k = decode(c)
+      assert.matches("^obk_%x+$", k.key)
+      assert.equal(k.key:sub(1, 12), k.prefix)
+      assert.equal(200, status { Authorization = "Bearer " .. k.key })
+      local l = decode(req("GET", "/api/v1/keys", nil, admin))
+      local listed
+      for _, x in ipairs(l.keys) do
+        assert.is_nil(x.key)
+        assert.is_nil(x.hash)
+        if math.tointeger(x.id) == math.tointeger(k.id) then listed = x end
+      end
+      assert.equal("team-a", listed.name)
+      assert.equal(cjson.null, listed.revoked_at)
+      -- only the hash is stored
+      local row = store.db:first("SELECT * FROM api_keys WHERE id = ?", math.tointeger(k.id))
+      assert.equal(require("obleth.crypto").sha256_hex(k.key), row.hash)
+      assert.is_nil(store.db:first("SELECT 1 AS x FROM api_keys WHERE hash = ? OR prefix = ?", k.key, k.key))
+      local d = req("DELETE", "/api/v1/keys/" .. math.tointeger(k.id), nil, admin)
+      assert.equal(200, d.status)
+      assert.is_number(decode(d).revoked_at)
+      assert.equal(401, status { Authorization = "Bearer " .. k.key })
+      assert.equal(404, req("DELETE", "/api/v1/keys/999999", nil, admin).status)
+      -- the client key is no admin token
+      assert.equal(401, req("GET", "/api/v1/keys", nil, { Authorization = "Bearer " .. key }).status)
+    end)
+
+    it("are not needed when the router setting allows keyless access", function()
+      local admin = { Authorization = "Bearer " .. ADMIN }
+      assert.equal(400, req("PUT", "/api/v1/settings/router", { keyless = "yes" }, admin).status)
+      assert.equal(200, req("PUT", "/api/v1/settings/router", { keyless = true }, admin).status)
+      assert.is_true(decode(req("GET", "/api/v1/settings/router", nil, admin)).keyless)
+      assert.equal(200, status { Authorization = false })
+      assert.equal(200, req("PUT", "/api/v1/settings/router", { keyless = false }, admin).status)
+      assert.equal(401, status { Authorization = false })
+    end)
+  end)
+
+  it("serves /metrics without a key: requests by model and status, latency, in flight, healthy replicas", function()
+    local r = req("GET", "/metrics", nil, { Authorization = false })
+    assert.equal(200, r.status)
+    assert.matches("text/plain; version=0.0.4", r.headers["content-type"], 1, true)
+    local t = r.body
+    assert.matches('obleth_router_requests_total{model="m",status="200"} %d+', t)
+    assert.not_matches('model="no-such-model"', t, 1, true) -- unknown names never become labels
+    assert.matches('obleth_router_requests_total{model="",status="404"} %d+', t)
+    assert.matches('obleth_router_upstream_latency_seconds_bucket{model="m",le="+Inf"} ', t, 1, true)
+    assert.matches('obleth_router_in_flight_requests{model="m"} 0', t, 1, true)
+    assert.matches('obleth_model_healthy_replicas{model="m"} 0', t, 1, true)
+    assert.matches('obleth_model_endpoints{model="rr"} 2', t, 1, true)
+    assert.matches("obleth_provisioner_last_checkin_age_seconds %d", t)
+  end)
+end)
