@@ -35,6 +35,9 @@ UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
   build/asan/obleth lua $busted $out "$lpath" spec/unit spec/host || tier_fail=1
 
 tier "integration specs (harness Slurm cluster)"
+# was the cluster already running (a developer's, left up on purpose)?
+cluster_was_up=0
+if [ -f build/cluster/env ] && spec/cluster/node.sh status >/dev/null 2>&1; then cluster_was_up=1; fi
 if [ "${OBLETH_SKIP_CLUSTER:-}" = 1 ]; then
   missing_tier "integration tier skipped by OBLETH_SKIP_CLUSTER=1"
 elif spec/cluster/up.sh >build/cluster-up.log 2>&1; then
@@ -43,6 +46,28 @@ elif spec/cluster/up.sh >build/cluster-up.log 2>&1; then
 else
   tail -30 build/cluster-up.log
   missing_tier "the harness cluster did not start (build/cluster-up.log)"
+fi
+
+tier "cluster lifecycle"
+if [ "$cluster_was_up" = 1 ] || [ "${OBLETH_SKIP_CLUSTER:-}" = 1 ]; then
+  echo "  (the cluster was running before this run: left up)"
+else
+  # up.sh again is a no-op on a healthy cluster; down.sh leaves no harness daemon
+  t0=$(date +%s)
+  if spec/cluster/up.sh >>build/cluster-up.log 2>&1 && [ $(( $(date +%s) - t0 )) -le 5 ]; then
+    echo "  ok    cluster up.sh twice: the second run is a quick no-op"; echo "1 0 0" >>"$counts"
+  else
+    echo "  FAIL  cluster up.sh twice: the second run failed or restarted daemons"; echo "0 1 0" >>"$counts"
+  fi
+  pids=$(cat build/cluster/run/*.pid 2>/dev/null | tr '\n' ' ')
+  spec/cluster/down.sh >build/cluster-down.log 2>&1
+  alive=""
+  for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+  if [ -z "$alive" ] && [ -n "$pids" ]; then
+    echo "  ok    cluster down.sh leaves no harness daemon running"; echo "1 0 0" >>"$counts"
+  else
+    echo "  FAIL  cluster down.sh left daemons running:${alive:- (no pid files were found)}"; echo "0 1 0" >>"$counts"
+  fi
 fi
 
 tier "luacheck"
