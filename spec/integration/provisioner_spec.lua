@@ -235,9 +235,12 @@ describe("obleth-provisioner on the harness cluster", function()
 
   it("shows a job Slurm accepted but will never start as a problem on its replica", function()
     local mid = launch({ replicas = 1, partition = "debug", account = "teaching", time_limit = 5 })
+    -- first Slurm's submit warning, then (next pass) the pending reason that means never
     local r = wait_until(function()
-      for _, x in ipairs(replicas(mid, true)) do if x.problem then return x end end
-    end, 30, "a problem on the replica")
+      for _, x in ipairs(replicas(mid, true)) do
+        if x.problem and x.problem:find("never start", 1, true) then return x end
+      end
+    end, 30, "a never-start problem on the replica")
     assert.equal("submitted", r.state)
     assert.matches("never start", r.problem)
     ok("DELETE", "/api/v1/models/" .. mid .. "/managed")
