@@ -21,7 +21,7 @@ local INSTANCE = "0badcafe"
 
 local function job(model_id, slot, n, base, extra)
   local j = { id = extra and extra.id or (1000 + counter), name = tag.name(INSTANCE, model_id, slot, n),
-    comment = tag.comment(INSTANCE, model_id, slot, n, 1), state = { base = base, flags = {} } }
+    comment = tag.comment(INSTANCE, model_id, slot, n, 1, 20500), state = { base = base, flags = {} } }
   for k, v in pairs(extra or {}) do j[k] = v end
   return j
 end
@@ -212,6 +212,7 @@ describe("provisioner plan: reconcile", function()
     assert.equal(1, #st.adopted)
     assert.equal(60, st.adopted[1].job_id)
     assert.equal(n, st.adopted[1].nonce)
+    assert.equal(20500, st.adopted[1].port) -- from the comment: the endpoint can be rebuilt
   end)
 
   it("never touches jobs without a well-formed tag", function()

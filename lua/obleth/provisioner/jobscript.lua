@@ -87,7 +87,7 @@ function M.desc(model, replica, spec, defaults, bindir, exe)
   local gpus = spec.gpus_per_node
   return {
     name = tag.name(model.instance, model.id, replica.slot, replica.nonce),
-    comment = tag.comment(model.instance, model.id, replica.slot, replica.nonce, spec.generation),
+    comment = tag.comment(model.instance, model.id, replica.slot, replica.nonce, spec.generation, replica.port),
     partition = spec.partition or defaults.partition,
     account = spec.account or defaults.account,
     qos = spec.qos or defaults.qos,

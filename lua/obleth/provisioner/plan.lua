@@ -110,7 +110,7 @@ function M.reconcile(input)
       else
         local row = { nonce = nonce, model_id = mm.id, slot = jt.tag.slot, state = "submitted",
           job_id = jt.job.id, submitted_at = jt.job.submit_time or now, adopted = true,
-          generation = jt.tag.generation }
+          generation = jt.tag.generation, port = jt.tag.port }
         mm.rows[#mm.rows + 1] = row
         out.adopted[#out.adopted + 1] = row
       end
