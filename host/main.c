@@ -34,7 +34,7 @@ static const char usage[] =
     "requests to their healthy replicas.\n"
     "\n"
     "commands:\n"
-    "  serve               the Management API, dashboard and OpenAI-compatible router\n"
+    "  serve               the Management API and the OpenAI-compatible router\n"
     "  provisioner         keep every managed model's replicas running on Slurm\n"
     "                      (also run as obleth-provisioner)\n"
     "  slurm SUBCOMMAND    talk to slurmrestd: ping, partitions, nodes, jobs, job ID,\n"

@@ -1,6 +1,7 @@
 /*
  * sys.c — small operating-system helpers for Lua (obleth.sys).
  *
+ *   version                 "0.1.0"
  *   paths                   {lua = dir, share = dir, exe = path}: where the
  *                           host found its Lua modules and shared files
  *                           (recipes/, web/)
@@ -191,6 +192,8 @@ int luaopen_obleth_sys(lua_State *L) {
         {"isatty", l_isatty},     {"sd_notify", l_sd_notify}, {"exit_now", l_exit_now},
         {NULL, NULL}};
     luaL_newlib(L, funcs);
+    lua_pushliteral(L, OBLETH_VERSION);
+    lua_setfield(L, -2, "version");
     lua_createtable(L, 0, 3);
     lua_pushstring(L, g_lua_dir);
     lua_setfield(L, -2, "lua");

@@ -13,21 +13,29 @@ mkdir -p "$state"
 port=${OBLETH_DEMO_PORT:-8080}
 export OBLETH_ADMIN_TOKEN=${OBLETH_ADMIN_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 export OBLETH_ADMIN_BASE_URL=http://127.0.0.1:$port
+export OBLETH_DEMO_STATE=$state
+# the admin token for your own calls (owner-only file, never printed)
+(umask 077; printf '%s\n' "$OBLETH_ADMIN_TOKEN" >"$state/admin-token")
 
 cluster_was_up=0
 if [ -f build/cluster/env ] && spec/cluster/node.sh status >/dev/null 2>&1; then cluster_was_up=1; fi
 pids=()
 cleanup() {
+  local code=$?
   trap - INT TERM EXIT
   echo
   echo "demo: stopping (cancelling the demo's jobs, then the daemons)"
   build/obleth lua scripts/demo_drive.lua stop 2>/dev/null || true
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # whatever the daemons could not cancel: every job of this demo's installation
+  build/obleth lua scripts/demo_drive.lua sweep 2>/dev/null || true
   if [ "$cluster_was_up" = 0 ] && [ "${OBLETH_DEMO_KEEP_CLUSTER:-0}" != 1 ]; then spec/cluster/down.sh || true; fi
   echo "demo: stopped; logs are in $state"
+  exit "$code"
 }
-trap cleanup INT TERM EXIT
+trap cleanup EXIT
+trap 'exit 0' INT TERM
 
 echo "demo: starting the local Slurm cluster (spec/cluster/up.sh)"
 spec/cluster/up.sh | sed 's/^/  /'
@@ -40,14 +48,16 @@ fi
 rm -f "$state/obleth.db" "$state/obleth.db-wal" "$state/obleth.db-shm"
 mkdir -p "$state/logs" && chmod 1777 "$state/logs"
 echo "demo: obleth serve on 127.0.0.1:$port (log: $state/serve.log)"
-OBLETH_LISTEN=127.0.0.1:$port OBLETH_DB=$state/obleth.db build/obleth serve >"$state/serve.log" 2>&1 &
+# own sessions (setsid): a Ctrl-C at the terminal reaches this script only, which then
+# cancels the demo's jobs through them before stopping them
+OBLETH_LISTEN=127.0.0.1:$port OBLETH_DB=$state/obleth.db setsid build/obleth serve >"$state/serve.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 50); do
   (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
   sleep 0.1
 done
 echo "demo: obleth-provisioner (log: $state/provisioner.log)"
-OBLETH_PASS_INTERVAL=2 build/obleth-provisioner >"$state/provisioner.log" 2>&1 &
+OBLETH_PASS_INTERVAL=2 setsid build/obleth-provisioner >"$state/provisioner.log" 2>&1 &
 pids+=($!)
 
 OBLETH_DEMO_LOG_DIR=$state/logs build/obleth lua scripts/demo_drive.lua start

@@ -27,7 +27,38 @@ local function find_model()
   for _, m in ipairs(list.models or list) do if m.name == MODEL then return m end end
 end
 
+local state_dir = os.getenv("OBLETH_DEMO_STATE") or "build/demo"
+
+local function write_private(name, text)
+  local path = state_dir .. "/" .. name
+  local fh = assert(io.open(path, "w"))
+  fh:write(text, "\n")
+  fh:close()
+  require("obleth.sys").chmod(path, tonumber("600", 8))
+  return path
+end
+
 local cmd = ... or "start"
+if cmd == "sweep" then
+  -- cancel every live job tagged with this demo's installation id, straight through slurmrestd
+  local fh = io.open(state_dir .. "/instance")
+  local instance = fh and fh:read("l")
+  if fh then fh:close() end
+  if not instance then return 0 end
+  local slurm = require "obleth.slurm"
+  local conn = slurm.connect { url = os.getenv("OBLETH_SLURM_URL"), user = os.getenv("OBLETH_SLURM_USER"),
+    token = os.getenv("OBLETH_SLURM_TOKEN") }
+  if not conn then return 1 end
+  local tag = require "obleth.provisioner.tag"
+  for _, j in ipairs(conn:jobs() or {}) do
+    local t = tag.parse(j)
+    if t and t.instance == instance and require("obleth.provisioner.plan").LIVE[j.state.base] then
+      conn:cancel(j.id)
+      print(("demo: cancelled job %d"):format(j.id))
+    end
+  end
+  return 0
+end
 if cmd == "stop" then
   local m = find_model()
   if m then
@@ -42,6 +73,7 @@ if cmd == "stop" then
   return 0
 end
 
+write_private("instance", api("GET", "/api/v1/provisioner/snapshot").instance)
 print("demo: saving the Slurm connection (Settings → Slurm)")
 api("PUT", "/api/v1/settings/slurm", {
   enabled = true, url = os.getenv("OBLETH_SLURM_URL"), user = os.getenv("OBLETH_SLURM_USER"),
@@ -66,18 +98,22 @@ api("PUT", "/api/v1/models/" .. m.id .. "/managed", {
 local t0 = loop.monotonic()
 local last
 while true do
-  local reps = api("GET", "/api/v1/models/" .. m.id .. "/replicas?state=live")
+  local reps = api("GET", "/api/v1/models/" .. m.id .. "/replicas")
   reps = reps.replicas or reps
   local parts, healthy = {}, 0
-  table.sort(reps, function(a, b) return (a.slot or 0) < (b.slot or 0) end)
+  table.sort(reps, function(a, b) return (a.slot or 0) < (b.slot or 0) or (a.slot == b.slot and a.id < b.id) end)
   for _, r in ipairs(reps) do
+    local e = r["end"]
     parts[#parts + 1] = ("replica %s: %s%s%s"):format(tostring(r.slot), r.state,
       r.job_id and (" (job " .. r.job_id .. (r.node and (" on " .. r.node) or "") .. ")") or "",
-      r.problem and (" — " .. r.problem) or "")
+      e and e.state and (" — " .. e.state .. (e.node and (" on " .. e.node) or "") .. ", replaced")
+        or (r.problem and (" — " .. r.problem) or ""))
     if r.state == "healthy" then healthy = healthy + 1 end
   end
   local line = table.concat(parts, "; ")
-  if line ~= last then print(("  [%4.1fs] %s"):format(loop.monotonic() - t0, line ~= "" and line or "waiting for the provisioner")) end
+  if line ~= last then
+    print(("  [%4.1fs] %s"):format(loop.monotonic() - t0, line ~= "" and line or "waiting for the provisioner"))
+  end
   last = line
   if healthy >= 2 then break end
   if loop.monotonic() - t0 > 180 then
@@ -93,15 +129,23 @@ print(("\ndemo: model %q is %s with endpoints:"):format(MODEL, tostring(model.st
 for _, e in ipairs(model.endpoints or {}) do print("  " .. (type(e) == "table" and e.url or e)) end
 local ep = model.endpoints and model.endpoints[1]
 ep = type(ep) == "table" and ep.url or ep
-print("\nCall a replica directly:")
-print(("  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-  .. "    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'"):format(ep, MODEL))
-local r = http.request { url = ep .. "/v1/chat/completions", method = "POST", timeout = 5,
-  headers = { ["Content-Type"] = "application/json" },
-  body = cjson.encode { model = MODEL, messages = { { role = "user", content = "hello" } } } }
+local body = cjson.encode { model = MODEL, messages = { { role = "user", content = "hello" } } }
+
+-- a client API key, and one call through obleth's router
+local key = api("POST", "/api/v1/keys", { name = "demo" }).key
+local key_file = write_private("api-key", key)
+print("\nCall the model through obleth (requests go only to healthy replicas):")
+print(("  curl -s %s/v1/chat/completions -H \"Authorization: Bearer $(cat %s)\" \\\n"
+  .. "    -H 'Content-Type: application/json' -d '%s'"):format(base, key_file, body))
+local r = http.request { url = base .. "/v1/chat/completions", method = "POST", timeout = 10,
+  headers = { ["Content-Type"] = "application/json", Authorization = "Bearer " .. key }, body = body }
 if r and r.status == 200 then
-  local doc = cjson.decode(r.body)
-  print("  → " .. tostring(doc.choices[1].message.content))
+  print("  → " .. tostring(cjson.decode(r.body).choices[1].message.content))
+else
+  print("  → HTTP " .. tostring(r and r.status) .. " " .. tostring(r and r.body))
 end
-print("\nThe Management API: " .. base .. "/api/v1/models  (Authorization: Bearer $OBLETH_ADMIN_TOKEN)")
+print("\nCall a replica directly:")
+print(("  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '%s'"):format(ep, body))
+print(("\nThe Management API: %s/api/v1/models with the admin token:\n"
+  .. "  curl -s -H \"Authorization: Bearer $(cat %s/admin-token)\" %s/api/v1/models"):format(base, state_dir, base))
 return 0

@@ -141,6 +141,7 @@ function M.kv(t)
     local v = t[k]
     if type(v) == "table" then
       if v.base then v = state_str(v)
+      elseif k == "exit_code" then v = tostring(v.code) .. (v.signal and (" (signal " .. v.signal .. ")") or "")
       else
         local ok, enc = pcall(require("cjson").encode, M.jsonable(v))
         v = ok and enc or tostring(v)

@@ -306,6 +306,17 @@ function M.preview(p)
     errors[#errors + 1] = { field = field, message = message, code = code }
   end
   for _, e in ipairs(res.errors) do err(e.field, e.message, "invalid") end
+  if values.partition == nil then
+    -- neither the recipe, the user nor the cluster defaults name one: Slurm's default partition
+    for _, part in ipairs(facts and facts.partitions or {}) do
+      if part.default then values.partition = part.name end
+    end
+    if values.partition then
+      res.provenance.partition = "cluster_default"
+    else
+      err("partition", "no partition: choose one, or set a default partition in Cluster defaults", "required")
+    end
+  end
   if values.api_name and not seen.api_model_name then
     local _, merr = validate.model({ name = values.api_name })
     if merr then err("api_model_name", (merr.message:gsub("^name:", "api_model_name:")), "invalid") end

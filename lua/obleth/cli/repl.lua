@@ -138,6 +138,9 @@ function M.main(argv)
     env.slurm = M.guard(conn, o.write)
   else
     io.stderr:write("obleth repl: not connected to Slurm: ", tostring(cerr), "\n")
+    env.slurm = setmetatable({}, { __index = function()
+      error("not connected to Slurm: " .. tostring(cerr) .. " (see obleth repl --help)", 2)
+    end })
   end
   local function out(s) io.stdout:write(s, "\n") io.stdout:flush() end
   if o.eval then
@@ -152,7 +155,7 @@ function M.main(argv)
     hist = os.getenv("HOME") and (os.getenv("HOME") .. "/.obleth_history")
     if hist then rl.read_history(hist) end
     rl.set_completer(function(text) return M.complete(env, text) end)
-    out(("obleth %s REPL — %s; %s"):format(require("obleth.sys").paths and "0.1" or "",
+    out(("obleth %s REPL — %s; %s"):format(require("obleth.sys").version,
       conn and ("slurm: " .. conn:version() .. " at " .. tostring((conn:info()).url or (conn:info()).socket))
         or "no Slurm connection",
       o.write and "writes ALLOWED" or "read-only (start with --write to submit or cancel)"))
