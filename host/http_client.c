@@ -16,6 +16,7 @@
  *                                          -- turned off only by verify = false
  *     max_body = 67108864,                 -- bytes; larger responses fail "too_large"
  *     stream = false,                      -- true: return after the headers
+ *     path_as_is = false,                  -- true: send "/a/../b" as written
  *   }
  *   -> {status = 200, headers = {["lower-case-name"] = "value"}, body = "..."}
  *   -> nil, {code = "timeout"|"unreachable"|"tls"|"bad_url"|"too_large"|
@@ -401,6 +402,7 @@ static int l_request(lua_State *L) {
     double max_body = opt_number(L, 1, "max_body", 64.0 * 1024 * 1024);
     int verify = opt_bool(L, 1, "verify", 1);
     int stream = opt_bool(L, 1, "stream", 0);
+    int path_as_is = opt_bool(L, 1, "path_as_is", 0);
     size_t bodylen = 0;
     const char *body = NULL;
     lua_getfield(L, 1, "body");
@@ -463,6 +465,7 @@ static int l_request(lua_State *L) {
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(ctimeout * 1000) > 0 ? (long)(ctimeout * 1000) : 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    if (path_as_is) curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     if (unix_socket) curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, unix_socket);
     if (ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, ca_file);
     if (!verify) {

@@ -211,7 +211,8 @@ function App:_dispatch(req)
     return _reply(errors.fail(503, "shutting_down", "the server is shutting down"))
   end
   local path = req.path or "/"
-  if path:sub(1, 5) == "/api/" and not self:_authorized(req) then
+  -- every route outside the router (/v1, /metrics) needs the admin token
+  if not self:_authorized(req) then
     return _reply(401, { error = { code = "unauthorized",
       message = "this route needs the admin token: Authorization: Bearer <OBLETH_ADMIN_TOKEN>" } },
       { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
@@ -267,11 +268,32 @@ end
 
 --- A function for http.server{handler = ...}: `/v1/...` and `/metrics` go to the
 --- OpenAI-compatible router (obleth.router, which may stream through res), the rest here.
+--- True when path is canonical: it starts with "/", and no segment is empty,
+--- "." or ".." (percent-encoded ones included) or hides a "/" or "\".
+--- Anything else is refused before routing, so "//api/..." cannot dodge the
+--- admin check and "/v1/../health" cannot reach an engine path outside /v1.
+---@param path string
+---@return boolean
+function M.canonical_path(path)
+  if type(path) ~= "string" or path:sub(1, 1) ~= "/" then return false end
+  if path == "/" then return true end
+  local body = path:sub(2)
+  if body:sub(-1) == "/" then body = body:sub(1, -2) end -- one trailing slash is fine
+  for seg in (body .. "/"):gmatch("([^/]*)/") do
+    local d = seg:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
+    if seg == "" or d == "." or d == ".." or d:find("[/\\%z]") then return false end
+  end
+  return true
+end
+
 function App:handler()
   local router = require("obleth.router").new { app = self, admin_token = self._token }
   self.router = router
   return function(req, res)
     local p = req.path or "/"
+    if not M.canonical_path(p) then
+      return _reply(errors.fail(400, "bad_path", "the path must not have empty, '.' or '..' segments"))
+    end
     if p:sub(1, 4) == "/v1/" or p == "/metrics" then return router:serve(req, res) end
     local out = self:handle(req)
     -- every store write comes through a write request: the router reads afresh

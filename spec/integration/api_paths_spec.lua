@@ -1,0 +1,37 @@
+-- Paths that try to dodge the admin check or escape /v1 are refused before routing.
+local server = require "spec.support.server"
+local http = require "obleth.http"
+
+describe("obleth serve: path tricks", function()
+  local srv
+  setup(function() srv = server.start() end)
+  teardown(function() srv:stop(); srv:cleanup() end)
+
+  local function get(path, headers)
+    local r = assert(http.request { url = srv.base .. path, headers = headers, timeout = 5, path_as_is = true })
+    return r
+  end
+
+  it("a doubled slash cannot reach an admin route without the token", function()
+    for _, p in ipairs({ "//api/v1/provisioner/snapshot", "/api//v1/provisioner/snapshot", "///api/v1/models" }) do
+      local r = get(p)
+      assert.equal(400, r.status, p)
+      assert.matches('"code":"bad_path"', r.body, 1, true)
+    end
+    local r = assert(http.request { url = srv.base .. "//api/v1/keys", method = "POST", body = '{"name":"x"}',
+      headers = { ["Content-Type"] = "application/json" } })
+    assert.equal(400, r.status)
+  end)
+
+  it("every path outside /v1 and /metrics needs the admin token", function()
+    assert.equal(401, get("/").status)
+    assert.equal(401, get("/anything").status)
+    assert.equal(404, get("/anything", { Authorization = "Bearer " .. srv.token }).status)
+  end)
+
+  it("dot segments cannot escape /v1 to an engine path", function()
+    for _, p in ipairs({ "/v1/../health", "/v1/%2e%2e/health", "/v1/./models" }) do
+      assert.equal(400, get(p).status, p)
+    end
+  end)
+end)
