@@ -187,12 +187,16 @@ local function _check_script_context(parts)
       end
       if not where then
         end_word()
-        local last = cmd_words[#cmd_words]
-        if word == "" and last == "-c" then
-          where = "as the argument of -c (it would run as shell code)"
-        else
-          for _, w in ipairs(cmd_words) do
-            if w == "eval" then where = "in an eval command (it would run as shell code)" end
+        -- commands that parse their argument as code again: a shell's -c
+        -- (also in a flag cluster like -lc or -xc), eval, source, trap,
+        -- arithmetic (let, declare -i, [[ -eq ]]), su -c / ssh / srun wrappers
+        for _, w in ipairs(cmd_words) do
+          if w:match("^%-%a*c%a*$") or w == "--command" or w:match("^%-%-command=") then
+            where = "after " .. w .. " (the value would run as shell code)"
+          elseif w == "eval" or w == "source" or w == "." or w == "trap" or w == "let"
+            or w == "declare" or w == "typeset" or w == "[[" or w == "((" or w == "ssh" or w == "su"
+            or w == "runuser" or w == "xargs" then
+            where = ("in a %s command (it may evaluate the value as code)"):format(w)
           end
         end
       end
@@ -945,6 +949,22 @@ local function _render_argv_element(ctx, text, field)
   return { table.concat(word) }, { table.concat(shown) }
 end
 
+-- The job-environment name that carries a reference's value into a script:
+-- OBLETH_IN_<NAME> for inputs, OBLETH_<NS>_<NAME> for the other namespaces.
+local function _env_name(p, i)
+  local ns = p.ns == "inputs" and "IN" or p.ns:upper()
+  local n = ("OBLETH_%s_%s"):format(ns, p.name:upper():gsub("[^%w]", "_"))
+  if i then n = n .. "_" .. i end
+  return n
+end
+
+-- In a script template (and a preamble line) a reference never becomes
+-- text of the script: it renders as "${OBLETH_IN_NAME}", and the value
+-- travels in the job's environment (ctx.env). The result of a parameter
+-- expansion is never parsed as shell code, so whatever the template's
+-- context (a heredoc, quotes, a case pattern, lines split over the
+-- preamble), a value reaches the program as data; the contexts that parse
+-- text again (-c, eval, arithmetic) are refused by _check_script_context.
 local function _render_script(ctx, text, field)
   local parts, err = M.parse_template(text)
   if not parts then return nil, field .. ": " .. err end
@@ -958,10 +978,16 @@ local function _render_script(ctx, text, field)
       if e then return nil, e end
       if type(v) == "table" then
         local words = {}
-        for i, x in ipairs(v) do words[i] = shell.quote(x) end
+        for i, x in ipairs(v) do
+          local name = _env_name(p, i)
+          ctx.env[name] = tostring(x)
+          words[i] = '"${' .. name .. '}"'
+        end
         out[#out + 1] = table.concat(words, " ")
       else
-        out[#out + 1] = shell.quote(v)
+        local name = _env_name(p)
+        ctx.env[name] = tostring(v)
+        out[#out + 1] = '"${' .. name .. '}"'
       end
     end
   end
@@ -1001,7 +1027,7 @@ function M.render(recipe, inputs, defaults, model, resources)
   for k, v in pairs(M.SPEC_DEFAULTS) do res[k] = v end
   for k, v in pairs(recipe.resources or {}) do res[k] = v end
   for k, v in pairs(resources or {}) do if M.RESOURCE_KEYS[k] then res[k] = v end end
-  local ctx = { inputs = inputs or {}, defaults = defaults or {}, model = model or {}, resources = res }
+  local ctx = { inputs = inputs or {}, defaults = defaults or {}, model = model or {}, resources = res, env = {} }
   local errors = {}
   local function fail(field, msg) errors[#errors + 1] = { field = field, message = msg } end
   local out = { preamble = {}, environment = {} }
@@ -1045,6 +1071,8 @@ function M.render(recipe, inputs, defaults, model, resources)
     if not s then fail("environment." .. k, err)
     elseif s ~= "" then out.environment[k] = s end -- a value that renders empty is left out
   end
+  -- the values script templates and preamble lines refer to
+  for k, v in pairs(ctx.env) do out.environment[k] = v end
   if #errors > 0 then return nil, errors end
   return out
 end

@@ -108,8 +108,12 @@ describe("recipe rendering against /bin/sh", function()
     end
     local script = dir .. "/job.sh"
     write(script, body)
-    local cmd = ("cd %s && env PATH=%s OBLETH_PORT=20001 ARGV_OUT=%s /bin/sh %s"):format(
-      shell.quote(dir), shell.quote(bin .. ":/usr/bin:/bin"), shell.quote(out), shell.quote(script))
+    -- the job environment, as Slurm sets it from the submit's environment
+    local envs = {}
+    for k, v in pairs(rendered.environment or {}) do envs[#envs + 1] = k .. "=" .. shell.quote(v) end
+    local cmd = ("cd %s && env PATH=%s OBLETH_PORT=20001 ARGV_OUT=%s %s /bin/sh %s"):format(
+      shell.quote(dir), shell.quote(bin .. ":/usr/bin:/bin"), shell.quote(out), table.concat(envs, " "),
+      shell.quote(script))
     assert(sh(cmd), "the job script failed:\n" .. body)
     return split_nul(assert(read(out), "the engine did not run"))
   end
@@ -162,6 +166,32 @@ describe("recipe rendering against /bin/sh", function()
       assert.same(expected(), got)
       assert.is_false(exists(pwned), "an injected command ran")
       assert.is_true(exists(sentinel), "an injected rm ran")
+    end)
+  end
+
+  -- templates found by trying to break it: each either is refused when the
+  -- recipe is checked, or runs with the value as data
+  local tricky = {
+    { "heredoc with an odd delimiter", "#!/bin/bash\ncat <<EOF+X\nEOF\n{{ inputs.x }}\nEOF+X\n" },
+    { "case inside a command substitution", '#!/bin/bash\necho "$(case a in a) echo " {{ inputs.x }} " ;; esac)"\n' },
+    { "a shell's -c in a flag cluster", "#!/bin/bash\nbash -lc {{ inputs.x }}\n" },
+    { "a heredoc split over lines", "#!/bin/bash\ncat <<EOF\n{{ inputs.x }}\nEOF\n" },
+    { "a quote split over lines", '#!/bin/bash\necho "\n{{ inputs.x }}\n"\n' },
+    { "arithmetic", "#!/bin/bash\necho $(( {{ inputs.x }} ))\n" },
+  }
+  for _, t in ipairs(tricky) do
+    it(("a script template with %s never runs a hostile value"):format(t[1]), function()
+      local tbl = { id = "tricky", engine = "custom", inputs = { x = { type = "string" } }, script = t[2] }
+      local r = recipe.validate(tbl)
+      if not r then return end -- refused: fine
+      local value = "$(touch " .. pwned .. ")`touch " .. pwned .. "`;touch " .. pwned
+      local rendered = assert(recipe.render(r, { x = value }, {}, { api_name = "m" }))
+      local envs = {}
+      for k, v in pairs(rendered.environment or {}) do envs[#envs + 1] = k .. "=" .. shell.quote(v) end
+      write(dir .. "/tricky.sh", rendered.script_body)
+      os.execute(("cd %s && env %s /bin/bash %s >/dev/null 2>&1"):format(shell.quote(dir), table.concat(envs, " "),
+        shell.quote(dir .. "/tricky.sh")))
+      assert.is_false(exists(pwned), "an injected command ran for: " .. t[1])
     end)
   end
 
@@ -286,8 +316,8 @@ describe("library recipes", function()
       "--served-model-name", "chat", "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.9",
       "--dtype", "auto" }, out.argv)
     assert.equal("/health", r.health.path)
-    assert.same({ "module load 'cuda/12'" }, out.preamble)
-    assert.same({ HF_HOME = "/site/models" }, out.environment)
+    assert.same({ 'module load "${OBLETH_DEFAULTS_MODULES_1}"' }, out.preamble)
+    assert.same({ HF_HOME = "/site/models", OBLETH_DEFAULTS_MODULES_1 = "cuda/12" }, out.environment)
     assert.is_nil(out.image)
   end)
 
@@ -320,10 +350,12 @@ describe("library recipes", function()
     local r, out, res = render("ollama")
     assert.equal("/site/models/ollama", res.values.inputs.models_dir)
     assert.equal("cluster_default", res.provenance["inputs.models_dir"])
-    assert.matches("export OLLAMA_MODELS='/site/models/ollama'", out.script_body, 1, true)
+    assert.matches('export OLLAMA_MODELS="${OBLETH_IN_MODELS_DIR}"', out.script_body, 1, true)
+    assert.equal("/site/models/ollama", out.environment.OBLETH_IN_MODELS_DIR)
     assert.matches('OLLAMA_HOST="0.0.0.0:${OBLETH_PORT}"', out.script_body, 1, true)
     assert.matches("ollama create \"$NAME\"", out.script_body, 1, true)
-    assert.matches("NAME='chat'", out.script_body, 1, true)
+    assert.matches('NAME="${OBLETH_MODEL_API_NAME}"', out.script_body, 1, true)
+    assert.equal("chat", out.environment.OBLETH_MODEL_API_NAME)
     assert.equal("/api/tags", r.health.path)
   end)
 
@@ -336,8 +368,10 @@ describe("library recipes", function()
   it("vllm-multinode: Ray head and workers by srun, TP = GPUs per node, PP = nodes", function()
     local r, out = render("vllm-multinode")
     assert.equal(2, r.resources.nodes)
-    assert.matches("TP='4'", out.script_body, 1, true)
-    assert.matches("PP='2'", out.script_body, 1, true)
+    assert.matches('TP="${OBLETH_RESOURCES_GPUS_PER_NODE}"', out.script_body, 1, true)
+    assert.matches('PP="${OBLETH_RESOURCES_NODES}"', out.script_body, 1, true)
+    assert.equal("4", out.environment.OBLETH_RESOURCES_GPUS_PER_NODE)
+    assert.equal("2", out.environment.OBLETH_RESOURCES_NODES)
     assert.matches("ray start --head", out.script_body, 1, true)
     assert.matches("--pipeline-parallel-size \"$PP\"", out.script_body, 1, true)
     assert.matches("--tensor-parallel-size \"$TP\"", out.script_body, 1, true)

@@ -193,7 +193,10 @@ describe("obleth.recipe", function()
         preamble = { { when = "defaults.modules", line = "module load {{ defaults.modules }}" } } }))
       local out = assert(recipe.render(r, {}, { modules = { "cuda/12", "a b" } }, {}))
       assert.equal("'e' 'cuda/12' 'a b' 'x'", out.launch_command)
-      assert.same({ "module load 'cuda/12' 'a b'" }, out.preamble)
+      -- in a preamble line each item reaches the shell as its own "${...}" word, its value in the job environment
+      assert.same({ 'module load "${OBLETH_DEFAULTS_MODULES_1}" "${OBLETH_DEFAULTS_MODULES_2}"' }, out.preamble)
+      assert.equal("cuda/12", out.environment.OBLETH_DEFAULTS_MODULES_1)
+      assert.equal("a b", out.environment.OBLETH_DEFAULTS_MODULES_2)
       out = assert(recipe.render(r, {}, { modules = {} }, {}))
       assert.equal("'e' 'x'", out.launch_command)
       assert.same({}, out.preamble)
@@ -213,13 +216,27 @@ describe("obleth.recipe", function()
       assert.equal("launch[2]", errs[1].field)
     end)
 
-    it("renders a script with each value single-quoted and newlines kept inside the quotes", function()
+    it("renders a script whose values never become script text: each is a quoted environment reference", function()
       local tbl = base({ script = "#!/bin/sh\nexec engine {{ inputs.model }} --name={{ model.api_name }}\n" })
       tbl.launch = nil
       local r = valid(tbl)
       local out = assert(recipe.render(r, { model = "x'y\nz" }, {}, { api_name = "$(id)" }))
-      assert.equal("#!/bin/sh\nexec engine 'x'\\''y\nz' --name='$(id)'\n", out.script_body)
+      assert.equal('#!/bin/sh\nexec engine "${OBLETH_IN_MODEL}" --name="${OBLETH_MODEL_API_NAME}"\n', out.script_body)
+      assert.equal("x'y\nz", out.environment.OBLETH_IN_MODEL)
+      assert.equal("$(id)", out.environment.OBLETH_MODEL_API_NAME)
       assert.is_nil(out.launch_command)
+    end)
+
+    it("refuses references where the shell would parse the value again", function()
+      for _, script in ipairs({ "bash -lc {{ inputs.model }}", "sh -xc {{ inputs.model }}", "eval {{ inputs.model }}",
+        "let n={{ inputs.model }}", "[[ {{ inputs.model }} -gt 1 ]]", "ssh host {{ inputs.model }}",
+        "trap {{ inputs.model }} EXIT" }) do
+        local tbl = base({ script = "#!/bin/bash\n" .. script .. "\n" })
+        tbl.launch = nil
+        local r, errs = recipe.validate(tbl)
+        assert.is_nil(r, script)
+        assert.equal("script", errs[1].field, script)
+      end
     end)
 
     it("renders image and environment as plain strings and leaves out empty ones", function()
