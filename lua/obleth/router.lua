@@ -59,6 +59,40 @@ local function _fail(res, status, message, kind, param, code, headers)
   return status
 end
 
+--- The value of a plain (non-file) field of a multipart/form-data body
+--- (RFC 7578), or nil. Linear in the body's size: parts are found with plain
+--- searches for the delimiter, at most `max_parts` (64) are looked at, and
+--- only each part's header block (up to 1 KiB) is matched.
+---@param body string
+---@param boundary string
+---@param field string
+---@return string|nil
+function M.multipart_field(body, boundary, field)
+  local delim = "--" .. boundary
+  local pos = body:find(delim, 1, true)
+  local parts = 0
+  while pos and parts < 64 do
+    parts = parts + 1
+    local start = pos + #delim
+    if body:sub(start, start + 1) == "--" then return nil end -- the closing delimiter
+    local nxt = body:find("\r\n" .. delim, start, true)
+    local hdr_end = body:find("\r\n\r\n", start, true)
+    if not hdr_end or (nxt and hdr_end > nxt) then return nil end
+    if hdr_end - start <= 1024 then
+      local headers = body:sub(start, hdr_end):lower()
+      local disp = headers:match("\r\ncontent%-disposition:[ \t]*form%-data([^\r\n]*)")
+      if disp and not disp:find("filename", 1, true) then
+        local name = disp:match(';%s*name="([^"]*)"') or disp:match(";%s*name=([^;%s]+)")
+        if name == field:lower() then
+          return body:sub(hdr_end + 4, (nxt or (#body + 1)) - 1)
+        end
+      end
+    end
+    pos = nxt and nxt + 2 or nil
+  end
+  return nil
+end
+
 -- The model a request names: the JSON body's "model", a multipart form field
 -- "model", or ?model=. Returns name | nil, and the decoded JSON body if any.
 local function _model_of(req)
@@ -68,8 +102,7 @@ local function _model_of(req)
     if ctype:find("multipart/form-data", 1, true) then
       local b = ctype:match('boundary="([^"]+)"') or ctype:match("boundary=([^;%s]+)")
       if b then
-        local name = body:match('[Cc]ontent%-[Dd]isposition:%s*form%-data;%s*name="model"[^\r\n]*\r\n.-\r\n\r\n(.-)\r\n%-%-'
-          .. b:gsub("%p", "%%%0"))
+        local name = M.multipart_field(body, b, "model")
         if name then return name end
       end
     elseif body:find("^%s*{") then
