@@ -305,7 +305,12 @@ function M.preview(p)
     seen[field] = true
     errors[#errors + 1] = { field = field, message = message, code = code }
   end
-  for _, e in ipairs(res.errors) do err(e.field, e.message, "invalid") end
+  for _, e in ipairs(res.errors) do
+    err(e.field, e.message, "invalid")
+    -- a value that failed its check goes no further (the policies expect checked values)
+    local top = tostring(e.field):match("^[^%.%[]+")
+    if top and top ~= "inputs" and top ~= "health" then values[top] = nil end
+  end
   if values.partition == nil then
     -- neither the recipe, the user nor the cluster defaults name one: Slurm's default partition
     for _, part in ipairs(facts and facts.partitions or {}) do

@@ -23,6 +23,11 @@ local timefmt = require "obleth.timefmt"
 
 local M = {}
 
+--- Limits that keep an input's `pattern` check cheap (Lua patterns backtrack):
+--- repetition operators per pattern, and the longest value checked against one.
+M.MAX_PATTERN_REPEATS = 2
+M.MAX_PATTERN_VALUE = 4096
+
 M.ENGINES = { vllm = true, sglang = true, llamacpp = true, ollama = true, smoke = true, custom = true }
 M.INPUT_TYPES = { string = true, integer = true, number = true, boolean = true, enum = true, path = true }
 M.PROVENANCE = { "recipe", "cluster_default", "learned", "user" }
@@ -397,6 +402,9 @@ local function _check_typed_value(def, v, field)
       if v:find("\n", 1, true) then return nil, field .. " must not contain a newline" end
       if v:sub(1, 1) ~= "/" then return nil, field .. " must be an absolute path (starting with /)" end
     end
+    if def.pattern and #v > M.MAX_PATTERN_VALUE then
+      return nil, ("%s is longer than %d characters"):format(field, M.MAX_PATTERN_VALUE)
+    end
     if def.pattern and not v:find("^" .. def.pattern:gsub("^%^", ""):gsub("%$$", "") .. "$") then
       return nil, ("%s does not match the pattern %s"):format(field, def.pattern)
     end
@@ -480,6 +488,10 @@ local function _validate_inputs(src, out, add, positions)
           add(def, "pattern", f .. ".pattern", "pattern applies to string and path inputs")
         elseif type(d.pattern) ~= "string" or not pcall(string.find, "", d.pattern) then
           add(def, "pattern", f .. ".pattern", "pattern must be a valid Lua pattern")
+        elseif #d.pattern > 200 or select(2, d.pattern:gsub("[%*%-%+%?]", "")) > M.MAX_PATTERN_REPEATS then
+          -- Lua patterns backtrack: n repetitions cost O(len^n) on a hostile value
+          add(def, "pattern", f .. ".pattern", ("pattern may use at most %d repetition operators (* - + ?) "
+            .. "and 200 characters"):format(M.MAX_PATTERN_REPEATS))
           ok = false
         end
       end

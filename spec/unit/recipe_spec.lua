@@ -338,3 +338,28 @@ describe("obleth.recipe", function()
     end)
   end)
 end)
+
+describe("obleth.recipe input patterns stay cheap", function()
+  local recipe = require "obleth.recipe"
+  local function with_pattern(p)
+    return recipe.validate({ id = "p", engine = "custom", inputs = { x = { type = "string", pattern = p } },
+      launch = { "e", "{{ inputs.x }}" } })
+  end
+
+  it("refuses a pattern with more than two repetition operators", function()
+    local r, errs = with_pattern(".-.-.-.-.-!")
+    assert.is_nil(r)
+    assert.equal("inputs.x.pattern", errs[1].field)
+  end)
+
+  it("checks the worst allowed pattern against the longest allowed value quickly", function()
+    local r = assert(with_pattern(".-.-!"))
+    local t0 = os.clock()
+    local ok, err = recipe.check_input(r.inputs.x, ("a"):rep(recipe.MAX_PATTERN_VALUE), "inputs.x")
+    assert.is_nil(ok)
+    assert.matches("does not match", err)
+    assert.is_true(os.clock() - t0 < 2, "took " .. (os.clock() - t0) .. " s")
+    local _, long = recipe.check_input(r.inputs.x, ("a"):rep(recipe.MAX_PATTERN_VALUE + 1), "inputs.x")
+    assert.matches("longer than", long)
+  end)
+end)

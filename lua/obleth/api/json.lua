@@ -34,8 +34,15 @@ end
 --- Decode text. Returns value or nil, message naming where ("at character N").
 ---@param text string
 ---@return any|nil value, string|nil err
+-- Request bodies: a separate cjson instance that refuses nesting deeper
+-- than 32 (a stored value the encoder could not write back would break
+-- every later read of it).
+M.MAX_DEPTH = 32
+local _decoder = cjson.new()
+_decoder.decode_max_depth(M.MAX_DEPTH)
+
 function M.decode(text)
-  local ok, v = pcall(cjson.decode, text)
+  local ok, v = pcall(_decoder.decode, text)
   if not ok then
     local msg = tostring(v):gsub("^.-:%d+: ", "")
     return nil, msg
