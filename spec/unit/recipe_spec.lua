@@ -340,7 +340,6 @@ describe("obleth.recipe", function()
 end)
 
 describe("obleth.recipe input patterns stay cheap", function()
-  local recipe = require "obleth.recipe"
   local function with_pattern(p)
     return recipe.validate({ id = "p", engine = "custom", inputs = { x = { type = "string", pattern = p } },
       launch = { "e", "{{ inputs.x }}" } })
