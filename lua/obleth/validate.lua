@@ -86,6 +86,7 @@ local function _str(v, field, opts)
   if not opts.multiline and v:find("[\r\n]") then return _err(field, "must be one line") end
   if opts.nonempty and v:match("^%s*$") then return _err(field, "must not be empty") end
   if opts.pattern and not v:match(opts.pattern) then
+    if opts.secret then return _err(field, "is not valid: %s", opts.rule or "bad characters") end
     return _err(field, "%q is not valid: %s", v:sub(1, 80), opts.rule or "bad characters")
   end
   return v
@@ -372,7 +373,8 @@ local API_VERSIONS = _set({ "auto", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", 
 local function _secret(v, field)
   if v == nil or v == M.MASK then return M.KEEP end
   if _null(v) or v == "" then return nil end
-  return _str(v, field, { max = 16384, pattern = "^%S+$", rule = "no spaces" })
+  -- never echo any part of a secret in an error
+  return _str(v, field, { max = 16384, pattern = "^%S+$", rule = "no spaces", secret = true })
 end
 
 --- Validate the connection part (also the body of POST /settings/slurm/test).

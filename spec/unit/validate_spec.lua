@@ -186,3 +186,20 @@ describe("validate.model", function()
     assert.is_truthy(validate.model({}, true))
   end)
 end)
+
+describe("validate: secrets in errors", function()
+  local validate = require "obleth.validate"
+  it("a refused JWT or Hugging Face token is never echoed in the error", function()
+    for _, body in ipairs({
+      { enabled = true, url = "http://x:1", user = "u", token = "eyJhbGciOi secret-part" },
+      { enabled = true, url = "http://x:1", user = "u", defaults = { hf_token = "hf_abcdefgh secret-part" } },
+    }) do
+      local ok, err = validate.settings(body)
+      assert.is_nil(ok)
+      local text = require("cjson").encode(err)
+      assert.is_nil(text:find("secret-part", 1, true), text)
+      assert.is_nil(text:find("eyJhbGciOi", 1, true), text)
+      assert.is_nil(text:find("hf_abcdefgh", 1, true), text)
+    end
+  end)
+end)
