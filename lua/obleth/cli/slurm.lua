@@ -165,7 +165,7 @@ end
 
 function sub.job(conn, o)
   local id = math.tointeger(tonumber(o[2]))
-  if not id then return die("job: give a job id", 2) end
+  if not id or id <= 0 then return die("job: give a job id (a positive whole number)", 2) end
   local j, err = conn:job(id)
   if not j then return die(errmsg(err)) end
   emit(o, j, function(x) return fmt.kv(x) end)
@@ -174,7 +174,7 @@ end
 
 function sub.cancel(conn, o)
   local id = math.tointeger(tonumber(o[2]))
-  if not id then return die("cancel: give a job id", 2) end
+  if not id or id <= 0 then return die("cancel: give a job id (a positive whole number)", 2) end
   local ok, err = conn:cancel(id, o.signal)
   if not ok then return die(errmsg(err)) end
   if not o.json then print(("cancelled job %d"):format(id)) else print(cjson.encode({ cancelled = id })) end
@@ -189,7 +189,7 @@ function sub.submit(conn, o)
     if not fh then return die("cannot read --script: " .. e, 2) end
     script = fh:read("a")
     fh:close()
-  elseif o.wrap then
+  elseif o.wrap and o.wrap:match("%S") then
     script = "#!/bin/sh\nexec " .. o.wrap .. "\n"
   else
     return die("submit: give --script FILE or --wrap COMMAND", 2)
@@ -239,7 +239,7 @@ function M.main(argv)
     local token = o[2] or os.getenv("OBLETH_SLURM_TOKEN")
     if not token then return die("token-expiry: give a token or set OBLETH_SLURM_TOKEN", 2) end
     local exp, e = slurm.token_expiry(token)
-    if not exp then return die(tostring(e)) end
+    if not exp then return die("token-expiry: " .. errmsg(e)) end
     if o.json then print(cjson.encode({ exp = exp, seconds_left = exp - os.time() }))
     else print(("%s (in %s)"):format(os.date("!%Y-%m-%d %H:%M:%SZ", exp), fmt.duration(exp - os.time()))) end
     return 0
