@@ -65,7 +65,7 @@ end
 --- Reads block the calling task, so use it only where nothing else must run.
 function M.spawn_obleth(args, timeout)
   local errf = os.tmpname()
-  local cmd = ("sh -c 'echo $$; exec timeout %d \"$0\" \"$@\" 2>%s' %s"):format(
+  local cmd = ("sh -c 'echo $$; exec timeout --foreground %d \"$0\" \"$@\" 2>%s' %s"):format(
     timeout or 60, errf, cmdline(args))
   local fh = assert(io.popen(cmd))
   local pid = tonumber(fh:read("l"))
