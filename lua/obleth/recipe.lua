@@ -28,6 +28,31 @@ local M = {}
 M.MAX_PATTERN_REPEATS = 2
 M.MAX_PATTERN_VALUE = 4096
 
+--- The repetition operators (* + - ?) of a Lua pattern, outside sets and escapes.
+---@param p string
+---@return integer
+function M.pattern_repeats(p)
+  local n, i, len = 0, 1, #p
+  while i <= len do
+    local c = p:sub(i, i)
+    if c == "%" then
+      i = i + 2
+    elseif c == "[" then
+      i = i + 1
+      if p:sub(i, i) == "^" then i = i + 1 end
+      if p:sub(i, i) == "]" then i = i + 1 end -- a literal ] first in the set
+      while i <= len and p:sub(i, i) ~= "]" do
+        i = i + (p:sub(i, i) == "%" and 2 or 1)
+      end
+      i = i + 1
+    else
+      if c == "*" or c == "+" or c == "?" or (c == "-" and i > 1) then n = n + 1 end
+      i = i + 1
+    end
+  end
+  return n
+end
+
 M.ENGINES = { vllm = true, sglang = true, llamacpp = true, ollama = true, smoke = true, custom = true }
 M.INPUT_TYPES = { string = true, integer = true, number = true, boolean = true, enum = true, path = true }
 M.PROVENANCE = { "recipe", "cluster_default", "learned", "user" }
@@ -488,7 +513,7 @@ local function _validate_inputs(src, out, add, positions)
           add(def, "pattern", f .. ".pattern", "pattern applies to string and path inputs")
         elseif type(d.pattern) ~= "string" or not pcall(string.find, "", d.pattern) then
           add(def, "pattern", f .. ".pattern", "pattern must be a valid Lua pattern")
-        elseif #d.pattern > 200 or select(2, d.pattern:gsub("[%*%-%+%?]", "")) > M.MAX_PATTERN_REPEATS then
+        elseif #d.pattern > 200 or M.pattern_repeats(d.pattern) > M.MAX_PATTERN_REPEATS then
           -- Lua patterns backtrack: n repetitions cost O(len^n) on a hostile value
           add(def, "pattern", f .. ".pattern", ("pattern may use at most %d repetition operators (* - + ?) "
             .. "and 200 characters"):format(M.MAX_PATTERN_REPEATS))

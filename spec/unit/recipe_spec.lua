@@ -345,6 +345,13 @@ describe("obleth.recipe input patterns stay cheap", function()
       launch = { "e", "{{ inputs.x }}" } })
   end
 
+  it("counts repetition operators outside sets and escapes only", function()
+    assert.equal(2, recipe.pattern_repeats("[%w._-]+/[%w._-]+"))
+    assert.equal(1, recipe.pattern_repeats(".+%.gguf"))
+    assert.equal(0, recipe.pattern_repeats("%-%+%*[-+*?]"))
+    assert.equal(5, recipe.pattern_repeats(".-.-.-.-.-!"))
+  end)
+
   it("refuses a pattern with more than two repetition operators", function()
     local r, errs = with_pattern(".-.-.-.-.-!")
     assert.is_nil(r)

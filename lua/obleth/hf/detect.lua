@@ -390,7 +390,7 @@ function M.detect(info, opts)
       size_bytes = size, size_source = source, complete = true, supported = true, args = args,
       notes = { "loads Mistral's own checkpoint: vLLM needs " .. join_args(args) },
     }
-    c.prefill = prefill("vllm", { model = repo_id, revision = revision, extra_args = join_args(args) },
+    c.prefill = prefill("vllm", { model = repo_id, revision = revision, mistral_format = true },
       size, gpu_type, true)
     vllm[#vllm + 1] = c
     if not main_choice then
@@ -431,8 +431,8 @@ function M.detect(info, opts)
       c.notes[#c.notes + 1] = "an adapter whose base model the Hub does not name: read base_model_name_or_path"
         .. " in adapter_config.json, then serve that model with vLLM " .. join_args(args)
     end
-    c.prefill = prefill("vllm", { model = base_ok and base or nil, revision = nil, lora_modules = module,
-      extra_args = join_args(args) }, nil, gpu_type, true)
+    c.prefill = prefill("vllm", { model = base_ok and base or nil, revision = nil, lora_modules = module },
+      nil, gpu_type, true)
     c.prefill.gpu_estimate.notes = { "size the GPUs for the base model, not for the adapter" }
     vllm[#vllm + 1] = c
     notes[#notes + 1] = "an adapter-only repo: it runs on top of its base model"
@@ -491,8 +491,8 @@ function M.detect(info, opts)
     if g.split then lc.notes[#lc.notes + 1] = "split GGUF: llama.cpp is given the first part and loads the others" end
     if not g.complete then lc.notes[#lc.notes + 1] = "some parts are missing from the repo" end
     if mm then lc.notes[#lc.notes + 1] = "vision projector " .. mm.path .. " (--mmproj)" end
-    lc.prefill = prefill("llama-cpp", { model = repo_id, file = g.first.path, revision = revision,
-      mmproj = mm and mm.path }, size, gpu_type, false)
+    -- llama-server downloads the file itself (--hf-repo / --hf-file) into LLAMA_CACHE
+    lc.prefill = prefill("llamacpp", { hf_repo = repo_id, hf_file = g.first.path }, size, gpu_type, false)
     llama[#llama + 1] = lc
 
     local tag = g.quant or "latest"
@@ -504,7 +504,7 @@ function M.detect(info, opts)
     if not g.quant then
       oc.notes[#oc.notes + 1] = "no quantization in the file name: Ollama picks the repo's default file"
     end
-    oc.prefill = prefill("ollama", { model = "hf.co/" .. repo_id .. ":" .. tag }, size, gpu_type, false)
+    oc.prefill = prefill("ollama", { pull = "hf.co/" .. repo_id .. ":" .. tag }, size, gpu_type, false)
     ollama[#ollama + 1] = oc
   end
 
