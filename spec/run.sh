@@ -71,7 +71,7 @@ else
 fi
 
 tier "luacheck"
-if luacheck --codes lua spec >build/luacheck.log 2>&1; then
+if luacheck --codes --no-color lua spec >build/luacheck.log 2>&1; then
   echo "  ok    luacheck lua spec"; echo "1 0 0" >>"$counts"
 else
   cat build/luacheck.log; echo "  FAIL  luacheck lua spec"; echo "0 1 0" >>"$counts"

@@ -188,7 +188,6 @@ describe("validate.model", function()
 end)
 
 describe("validate: secrets in errors", function()
-  local validate = require "obleth.validate"
   it("a refused JWT or Hugging Face token is never echoed in the error", function()
     for _, body in ipairs({
       { enabled = true, url = "http://x:1", user = "u", token = "eyJhbGciOi secret-part" },
