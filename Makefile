@@ -60,7 +60,7 @@ build/asan/obleth: $(AOBJS)
 asan: build/asan/obleth
 
 lint:
-	luacheck --codes lua spec
+	luacheck --codes lua spec scripts
 
 check test: build/.deps-all-ok all asan
 	@spec/run.sh

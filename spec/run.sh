@@ -71,10 +71,10 @@ else
 fi
 
 tier "luacheck"
-if luacheck --codes --no-color lua spec >build/luacheck.log 2>&1; then
-  echo "  ok    luacheck lua spec"; echo "1 0 0" >>"$counts"
+if luacheck --codes --no-color lua spec scripts >build/luacheck.log 2>&1; then
+  echo "  ok    luacheck lua spec scripts"; echo "1 0 0" >>"$counts"
 else
-  cat build/luacheck.log; echo "  FAIL  luacheck lua spec"; echo "0 1 0" >>"$counts"
+  cat build/luacheck.log; echo "  FAIL  luacheck lua spec scripts"; echo "0 1 0" >>"$counts"
 fi
 
 read -r passed failed skipped < <(awk '{p+=$1; f+=$2; s+=$3} END {print p+0, f+0, s+0}' "$counts")
