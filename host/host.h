@@ -84,4 +84,10 @@ int luaopen_obleth_crypto(lua_State *L);
 
 void obleth_open_modules(lua_State *L);
 
+/* Register the metatable `name` (once): __index = a table of `methods`
+   (may be NULL), __gc = gc (only frees memory), __close = close (either may
+   be NULL). Leaves the stack as it was. */
+void obleth_newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
+                     lua_CFunction close);
+
 #endif

@@ -479,20 +479,8 @@ void obleth_http_server_open(lua_State *L) {
     static const luaL_Reg res_m[] = {{"send", res_send}, {"start", res_start}, {"write", res_write},
                                      {"finish", res_finish}, {"sent", res_sent}, {"closed", res_closed},
                                      {NULL, NULL}};
-    luaL_newmetatable(L, SERVER_MT);
-    luaL_newlib(L, server_m);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, server_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, server_close);
-    lua_setfield(L, -2, "__close");
-    lua_pop(L, 1);
-    luaL_newmetatable(L, RES_MT);
-    luaL_newlib(L, res_m);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, res_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
+    obleth_newclass(L, SERVER_MT, server_m, server_gc, server_close);
+    obleth_newclass(L, RES_MT, res_m, res_gc, NULL);
     if (luaL_loadbuffer(L, trampoline_src, sizeof trampoline_src - 1, "=http.trampoline") != LUA_OK)
         lua_error(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline");

@@ -491,28 +491,9 @@ int luaopen_obleth_loop(lua_State *L) {
         {"stop", l_stop},         {"now", l_now},             {"monotonic", l_monotonic},
         {"in_task", l_in_task},   {NULL, NULL}};
 
-    luaL_newmetatable(L, "obleth.sleeper");
-    lua_pushcfunction(L, sleeper_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
-
-    luaL_newmetatable(L, TIMER_MT);
-    luaL_newlib(L, timer_m);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, timer_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, timer_cancel);
-    lua_setfield(L, -2, "__close");
-    lua_pop(L, 1);
-
-    luaL_newmetatable(L, SIGNAL_MT);
-    luaL_newlib(L, signal_m);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, signal_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, signal_cancel);
-    lua_setfield(L, -2, "__close");
-    lua_pop(L, 1);
+    obleth_newclass(L, "obleth.sleeper", NULL, sleeper_gc, NULL);
+    obleth_newclass(L, TIMER_MT, timer_m, timer_gc, timer_cancel);
+    obleth_newclass(L, SIGNAL_MT, signal_m, signal_gc, signal_cancel);
 
     luaL_newlib(L, funcs);
     return 1;

@@ -17,3 +17,16 @@ void obleth_open_modules(lua_State *L) {
     }
     lua_pop(L, 1);
 }
+
+void obleth_newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
+                     lua_CFunction close) {
+    if (!luaL_newmetatable(L, name)) { lua_pop(L, 1); return; }
+    if (methods) {
+        lua_newtable(L);
+        luaL_setfuncs(L, methods, 0);
+        lua_setfield(L, -2, "__index");
+    }
+    if (gc) { lua_pushcfunction(L, gc); lua_setfield(L, -2, "__gc"); }
+    if (close) { lua_pushcfunction(L, close); lua_setfield(L, -2, "__close"); }
+    lua_pop(L, 1);
+}

@@ -110,6 +110,26 @@ static long long jwt_exp(const char *tok) {
     return end == x ? -1 : v;
 }
 
+/* When the token of the connection at conn_idx has an exp in the past, push
+   nil, {kind = "auth", expired = true, message} and return 1 (the caller
+   returns 2); else leave the stack as it was and return 0. */
+static int push_if_expired(lua_State *L, int conn_idx) {
+    int top = lua_gettop(L);
+    lua_getiuservalue(L, conn_idx, 1);
+    lua_getfield(L, -1, "token");
+    const char *tok = lua_tostring(L, -1);
+    long long exp = tok ? jwt_exp(tok) : -1;
+    lua_settop(L, top);
+    long long now = (long long)time(NULL);
+    if (exp <= 0 || exp > now) return 0;
+    char msg[200];
+    snprintf(msg, sizeof msg, "the JWT expired %lld s ago; mint a new one (scontrol token)", now - exp);
+    push_err(L, "auth", msg, 0);
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "expired");
+    return 1;
+}
+
 /* ---- the request through obleth.http ------------------------------------------ */
 
 /* Push http.request and its options table for method/path/body. */
@@ -482,23 +502,7 @@ static int l_connect(lua_State *L) {
     /* stack: opts, conn */
     lua_replace(L, 1);
     lua_settop(L, 1);
-    lua_getiuservalue(L, 1, 1);
-    lua_getfield(L, -1, "token");
-    const char *tok = lua_tostring(L, -1);
-    if (tok) {
-        long long exp = jwt_exp(tok);
-        if (exp > 0 && exp <= (long long)time(NULL)) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "the JWT expired %lld s ago; mint a new one (scontrol token)",
-                     (long long)time(NULL) - exp);
-            lua_settop(L, 1);
-            push_err(L, "auth", msg, 0);
-            lua_pushboolean(L, 1);
-            lua_setfield(L, -2, "expired");
-            return 2;
-        }
-    }
-    lua_settop(L, 1);
+    if (push_if_expired(L, 1)) return 2;
     if (!lua_isyieldable(L))
         return luaL_error(L, "slurm.connect must be called inside a task (loop.spawn)");
     int base = lua_gettop(L);
@@ -587,23 +591,7 @@ static int conn_call(lua_State *L) {
     luaL_checkstring(L, 3);
     if (!lua_isnoneornil(L, 4)) luaL_checkstring(L, 4);
     lua_settop(L, 4);
-    lua_getiuservalue(L, 1, 1);
-    lua_getfield(L, -1, "token");
-    const char *tok = lua_tostring(L, -1);
-    if (tok) {
-        long long exp = jwt_exp(tok);
-        if (exp > 0 && exp <= (long long)time(NULL)) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "the JWT expired %lld s ago; mint a new one (scontrol token)",
-                     (long long)time(NULL) - exp);
-            lua_settop(L, 4);
-            push_err(L, "auth", msg, 0);
-            lua_pushboolean(L, 1);
-            lua_setfield(L, -2, "expired");
-            return 2;
-        }
-    }
-    lua_settop(L, 4);
+    if (push_if_expired(L, 1)) return 2;
     return call_send(L, C_FIRST);
 }
 
