@@ -4,31 +4,14 @@
 local loop = require "obleth.loop"
 local slurm = require "obleth.slurm"
 local util = require "spec.support.util"
+local wait_until, sh = util.wait_until, util.sh
 local server = require "spec.support.server"
 local provisioner = require "spec.support.provisioner"
 local tag = require "obleth.provisioner.tag"
 
 local URL, USER, TOKEN = os.getenv("OBLETH_SLURM_URL"), os.getenv("OBLETH_SLURM_USER"), os.getenv("OBLETH_SLURM_TOKEN")
 
-local function wait_until(fn, secs, what)
-  local t_end = loop.monotonic() + (secs or 60)
-  local last
-  repeat
-    local v = table.pack(fn())
-    if v[1] then return table.unpack(v, 1, v.n) end
-    last = v[2]
-    loop.sleep(0.5)
-  until loop.monotonic() > t_end
-  error(("timed out after %d s waiting for %s%s"):format(secs or 60, what or "a condition",
-    last and (": " .. tostring(last)) or ""), 2)
-end
 
-local function sh(cmd)
-  local fh = io.popen(cmd .. " 2>&1")
-  local out = fh:read("a")
-  local _, _, code = fh:close()
-  return code, out
-end
 
 describe("obleth-provisioner on the harness cluster", function()
   if not URL then

@@ -1,15 +1,10 @@
 -- obleth repl through a real pseudo-terminal (tmux), against the harness cluster.
 local util = require "spec.support.util"
+local sh = util.sh
 local loop = require "obleth.loop"
 
 local URL = os.getenv("OBLETH_SLURM_URL")
 
-local function sh(cmd)
-  local fh = io.popen(cmd .. " 2>&1")
-  local out = fh:read("a")
-  local _, _, code = fh:close()
-  return code, out
-end
 
 describe("obleth repl", function()
   if not URL then

@@ -6,24 +6,13 @@ local http = require "obleth.http"
 local slurm = require "obleth.slurm"
 local cjson = require "cjson"
 local util = require "spec.support.util"
+local wait_until = util.wait_until
 local server = require "spec.support.server"
 local provisioner = require "spec.support.provisioner"
 local tag = require "obleth.provisioner.tag"
 
 local URL, USER, TOKEN = os.getenv("OBLETH_SLURM_URL"), os.getenv("OBLETH_SLURM_USER"), os.getenv("OBLETH_SLURM_TOKEN")
 
-local function wait_until(fn, secs, what)
-  local t_end = loop.monotonic() + (secs or 60)
-  local last
-  repeat
-    local v = table.pack(fn())
-    if v[1] then return table.unpack(v, 1, v.n) end
-    last = v[2]
-    loop.sleep(0.5)
-  until loop.monotonic() > t_end
-  error(("timed out after %d s waiting for %s%s"):format(secs or 60, what or "a condition",
-    last and (": " .. tostring(last)) or ""), 2)
-end
 
 describe("the router on the harness cluster", function()
   if not URL then

@@ -96,4 +96,29 @@ function M.sleep(s)
   require("obleth.loop").sleep(s)
 end
 
+--- Call fn until it returns a truthy first value (polling every 0.5 s inside
+--- a task); returns fn's results. Raises after `secs` (default 60), naming
+--- `what` and fn's second value (a hint) from the last try.
+function M.wait_until(fn, secs, what)
+  local loop = require "obleth.loop"
+  local t_end = loop.monotonic() + (secs or 60)
+  local last
+  repeat
+    local v = table.pack(fn())
+    if v[1] then return table.unpack(v, 1, v.n) end
+    last = v[2]
+    loop.sleep(0.5)
+  until loop.monotonic() > t_end
+  error(("timed out after %d s waiting for %s%s"):format(secs or 60, what or "a condition",
+    last and (": " .. tostring(last)) or ""), 2)
+end
+
+--- Run a shell command (stderr joined); returns exit status and output.
+function M.sh(cmd)
+  local fh = io.popen(cmd .. " 2>&1")
+  local out = fh:read("a")
+  local _, _, code = fh:close()
+  return code, out
+end
+
 return M
