@@ -342,8 +342,11 @@ end
 -- the connection fails before any answer). Returns status, endpoint.
 function Router:_forward(req, res, model, stream)
   local headers = {}
+  -- and the headers the client's Connection header names (RFC 9110 7.6.1)
+  local named = {}
+  for tok in tostring(req.headers.connection or ""):gmatch("[^,%s]+") do named[tok:lower()] = true end
   for k, v in pairs(req.headers) do
-    if not DROP_REQUEST[k] then headers[k] = v end
+    if not DROP_REQUEST[k] and not named[k] then headers[k] = v end
   end
   if req.remote_addr then
     local xff = req.headers["x-forwarded-for"]

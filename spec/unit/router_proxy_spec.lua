@@ -335,4 +335,19 @@ describe("router in-process", function()
     assert.matches('obleth_model_endpoints{model="rr"} 2', t, 1, true)
     assert.matches("obleth_provisioner_last_checkin_age_seconds %d", t)
   end)
+  it("never forwards hop-by-hop headers, nor the headers the client's Connection header names", function()
+    local seen
+    local up = assert(http.server { host = "127.0.0.1", port = 0, handler = function(r)
+      seen = r.headers
+      return { status = 200, headers = { ["Content-Type"] = "application/json" }, body = "{}" }
+    end })
+    engines[#engines + 1] = up
+    model("hop", { "http://127.0.0.1:" .. up:port() })
+    local r = req("POST", "/v1/chat/completions", { model = "hop", messages = {} },
+      { Connection = "keep-alive, X-Hop-Secret", ["X-Hop-Secret"] = "1", ["X-Kept"] = "2" })
+    assert.equal(200, r.status)
+    assert.is_nil(seen["x-hop-secret"])
+    assert.equal("2", seen["x-kept"])
+    assert.is_nil(seen.authorization) -- the client's key stays with obleth
+  end)
 end)
