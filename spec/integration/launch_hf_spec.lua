@@ -1,0 +1,50 @@
+-- From Hugging Face to a launch preview: obleth serve reads the stand-in Hub
+-- (HF_ENDPOINT), and each engine's choice previews as a runnable job of the
+-- matching library recipe. No Slurm needed: without a connection the preview
+-- skips the cluster checks (with a warning) but still renders the job.
+local server = require "spec.support.server"
+local fake_hub = require "spec.support.fake_hub"
+local plain = require("obleth.provisioner.api").plain
+
+describe("launch preview from a Hugging Face choice", function()
+  local hub, srv
+  setup(function()
+    hub = fake_hub.start()
+    srv = server.start { env = { HF_ENDPOINT = hub.url } }
+  end)
+  teardown(function()
+    srv:stop(); srv:cleanup()
+    hub.close()
+  end)
+
+  local function preview(hf)
+    local status, doc, raw = srv:request("POST", "/api/v1/deployments/preview", { hf = hf, api_model_name = "m" })
+    assert.equal(200, status, raw)
+    return plain(doc)
+  end
+
+  it("a GGUF quantization runs on llama.cpp, which downloads that file from the repo", function()
+    local p = preview({ repo_id = "bartowski/Llama-3.2-1B-Instruct-GGUF", engine = "llama.cpp" })
+    local inputs = p.settings["inputs.hf_repo"] and p.settings or nil
+    assert.is_table(inputs, "no hf_repo setting in the preview")
+    assert.equal("bartowski/Llama-3.2-1B-Instruct-GGUF", p.settings["inputs.hf_repo"].value)
+    assert.equal("Llama-3.2-1B-Instruct-Q4_K_M.gguf", p.settings["inputs.hf_file"].value)
+    assert.matches("'--hf-repo'", p.job_script, 1, true)
+    assert.matches("'--hf-file'", p.job_script, 1, true)
+    for _, w in ipairs(p.warnings or {}) do assert.is_nil(w:find("has no input", 1, true), w) end
+  end)
+
+  it("a safetensors repo runs on vLLM with the repo id as the model", function()
+    local p = preview({ repo_id = "Qwen/Qwen2.5-0.5B-Instruct", engine = "vllm" })
+    assert.equal("Qwen/Qwen2.5-0.5B-Instruct", p.settings["inputs.model"].value)
+    assert.matches("'vllm' 'serve' 'Qwen/Qwen2.5-0.5B-Instruct'", p.job_script, 1, true)
+    for _, w in ipairs(p.warnings or {}) do assert.is_nil(w:find("has no input", 1, true), w) end
+  end)
+
+  it("an engine that cannot run the repo is a field error", function()
+    local status, doc = srv:request("POST", "/api/v1/deployments/preview",
+      { hf = { repo_id = "bartowski/Llama-3.2-1B-Instruct-GGUF", engine = "vllm" }, api_model_name = "m" })
+    assert.equal(422, status)
+    assert.equal("hf.engine", doc.error.field)
+  end)
+end)
