@@ -80,7 +80,7 @@ M.SPEC_DEFAULTS = { time_limit = 60, nodes = 1, gpus_per_node = 0, cpus_per_node
 local TOP_KEYS = {
   id = true, name = true, engine = true, description = true, inputs = true, resources = true,
   health = true, script = true, image = true, launch = true, preamble = true, environment = true,
-  replicas = true,
+  replicas = true, one_of = true, requires = true,
 }
 local INPUT_KEYS = {
   type = true, default = true, required = true, description = true, pattern = true, min = true,
@@ -884,6 +884,49 @@ function M.validate(tbl, positions)
     end
   end)
 
+  -- rules across inputs: one_of = [[a, b], ...] (at least one of each group is set),
+  -- requires = {a = [b, ...]} (when a is set, so is each b)
+  local function known_inputs(list, field)
+    if type(list) ~= "table" or #list == 0 then
+      add(tbl, field:match("^[^.]+"), field, field .. " must be a list of input names"); return nil
+    end
+    for i, n in ipairs(list) do
+      if type(n) ~= "string" or not (out.inputs or {})[n] then
+        add(tbl, field:match("^[^.]+"), ("%s[%d]"):format(field, i), ("%s[%d]: %q is not an input of this recipe")
+          :format(field, i, tostring(n)))
+        return nil
+      end
+    end
+    return list
+  end
+  if tbl.one_of ~= nil then
+    out.one_of = {}
+    if type(tbl.one_of) ~= "table" then
+      add(tbl, "one_of", "one_of", "one_of must be a list of lists of input names")
+    else
+      for i, group in ipairs(tbl.one_of) do
+        local g = known_inputs(group, ("one_of[%d]"):format(i))
+        if g then out.one_of[#out.one_of + 1] = g end
+      end
+    end
+  end
+  if tbl.requires ~= nil then
+    out.requires = {}
+    if type(tbl.requires) ~= "table" then
+      add(tbl, "requires", "requires", "requires must map an input name to the inputs it needs")
+    else
+      for input, list in pairs(tbl.requires) do
+        if not (out.inputs or {})[input] then
+          add(tbl, "requires", "requires." .. tostring(input), ("requires: %q is not an input of this recipe")
+            :format(tostring(input)))
+        else
+          local l = known_inputs(list, "requires." .. input)
+          if l then out.requires[input] = l end
+        end
+      end
+    end
+  end
+
   if #errors > 0 then
     table.sort(errors, function(a, b)
       if (a.line or 0) ~= (b.line or 0) then return (a.line or 0) < (b.line or 0) end
@@ -1268,6 +1311,28 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
       set(field, v, source)
     elseif def.required then
       err(field, field .. " is required" .. (def.description and (": " .. def.description) or ""))
+    end
+  end
+
+  -- rules across inputs
+  local function set_input(n)
+    local v = values.inputs and values.inputs[n]
+    return v ~= nil and v ~= "" and v ~= false
+  end
+  for _, group in ipairs(recipe.one_of or {}) do
+    local any = false
+    for _, n in ipairs(group) do if set_input(n) then any = true end end
+    if not any then
+      local names = {}
+      for i, n in ipairs(group) do names[i] = "inputs." .. n end
+      err("inputs." .. group[1], ("give one of %s"):format(table.concat(names, ", ")))
+    end
+  end
+  for name, needs in pairs(recipe.requires or {}) do
+    if set_input(name) then
+      for _, n in ipairs(needs) do
+        if not set_input(n) then err("inputs." .. n, ("inputs.%s is required with inputs.%s"):format(n, name)) end
+      end
     end
   end
 

@@ -369,3 +369,37 @@ describe("obleth.recipe input patterns stay cheap", function()
     assert.matches("longer than", long)
   end)
 end)
+
+describe("obleth.recipe rules across inputs", function()
+  local function rec(extra)
+    local t = { id = "r", engine = "custom", launch = { "e" },
+      inputs = { a = { type = "string" }, b = { type = "string" }, c = { type = "string" } } }
+    for k, v in pairs(extra) do t[k] = v end
+    return recipe.validate(t)
+  end
+
+  it("one_of: a form that sets none of a group gets a field error naming them", function()
+    local r = assert(rec({ one_of = { { "a", "b" } } }))
+    local res = recipe.resolve(r, { api_name = "m", inputs = {} }, {}, nil)
+    assert.equal("inputs.a", res.errors[1].field)
+    assert.matches("give one of inputs.a, inputs.b", res.errors[1].message, 1, true)
+    assert.same({}, recipe.resolve(r, { api_name = "m", inputs = { b = "x" } }, {}, nil).errors)
+  end)
+
+  it("requires: setting an input needs the ones it names", function()
+    local r = assert(rec({ requires = { a = { "c" } } }))
+    local res = recipe.resolve(r, { api_name = "m", inputs = { a = "x" } }, {}, nil)
+    assert.equal("inputs.c", res.errors[1].field)
+    assert.same({}, recipe.resolve(r, { api_name = "m", inputs = { a = "x", c = "y" } }, {}, nil).errors)
+    assert.same({}, recipe.resolve(r, { api_name = "m", inputs = {} }, {}, nil).errors)
+  end)
+
+  it("refuses rules that name inputs the recipe does not have", function()
+    local r, errs = rec({ one_of = { { "a", "zz" } } })
+    assert.is_nil(r)
+    assert.equal("one_of[1][2]", errs[1].field)
+    r, errs = rec({ requires = { zz = { "a" } } })
+    assert.is_nil(r)
+    assert.equal("requires.zz", errs[1].field)
+  end)
+end)
