@@ -46,7 +46,7 @@ function M.parse_minutes(s)
     if #part > 9 then return nil, ("%q is not a time limit: a field is too long"):format(s) end
   end
   d, h, m, sec = tonumber(d or 0), tonumber(h or 0), tonumber(m or 0), tonumber(sec or 0)
-  if (h and h >= 24 and d > 0) or (m >= 60 and (h > 0 or d > 0)) or sec >= 60 and (m > 0 or h > 0 or d > 0) then
+  if (h and h >= 24 and d > 0) or (m >= 60 and (h > 0 or d > 0)) or sec >= 60 then
     return nil, ("%q is not a time limit: a field is out of range"):format(s)
   end
   local total = ((d * 24 + h) * 60 + m) * 60 + sec

@@ -8,7 +8,8 @@ describe("obleth.timefmt", function()
   end)
 
   it("refuses UNLIMITED, zero, malformed and absurd values with a message", function()
-    for _, text in ipairs({ "UNLIMITED", "0", "-1", "1:2:3:4", "abc", "99999999999999999999", "1-25", "" }) do
+    for _, text in ipairs({ "UNLIMITED", "0", "-1", "1:2:3:4", "abc", "99999999999999999999", "1-25", "", "00:60",
+      "1:00:60" }) do
       local m, err = tf.parse_minutes(text)
       assert.is_nil(m, text)
       assert.is_string(err, text)
