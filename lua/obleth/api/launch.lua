@@ -463,6 +463,18 @@ local function check_yaml(ctx)
     return 200, { ok = false, diagnostics = json.array({ { line = e.line or NULL, column = e.column or NULL,
       field = NULL, message = tostring(e.message) } }) }
   end
+  -- the settings are one document: a second one would be silently ignored
+  local all = yaml.decode_all(b.yaml)
+  if type(all) == "table" and #all > 1 then
+    local line, n, content = nil, 0, false
+    for l in (b.yaml .. "\n"):gmatch("([^\n]*)\n") do
+      n = n + 1
+      if l:match("^%-%-%-") and content then line = n break end
+      if l:match("%S") and not l:match("^%s*#") and not l:match("^%-%-%-") then content = true end
+    end
+    return 200, { ok = false, diagnostics = json.array({ { line = line or NULL, column = 1, field = NULL,
+      message = "more than one YAML document: the settings are one mapping (remove the second '---')" } }) }
+  end
   -- the recipe, to know its inputs: the one named, else a stand-in with none
   local r
   local body = { api_model_name = nil }
