@@ -75,19 +75,27 @@ function Registry:_add(m)
   return m
 end
 
+-- The series of metric m for these label values, created on first use by
+-- fresh(m) (default: a value of 0), with its own copy of the label values.
+local function _series(m, values, fresh)
+  values = values or {}
+  local k = _key(values)
+  local s = m.series[k]
+  if not s then
+    _check(m.labels, values)
+    s = fresh and fresh(m) or { v = 0 }
+    s.values = { table.unpack(values) }
+    m.series[k] = s
+  end
+  return s
+end
+
 local Counter = {}
 Counter.__index = Counter
 
 --- Add n (default 1) to the series with these label values.
 function Counter:inc(values, n)
-  values = values or {}
-  local k = _key(values)
-  local s = self.series[k]
-  if not s then
-    _check(self.labels, values)
-    s = { values = { table.unpack(values) }, v = 0 }
-    self.series[k] = s
-  end
+  local s = _series(self, values)
   s.v = s.v + (n or 1)
 end
 
@@ -102,14 +110,7 @@ Gauge.__index = Gauge
 
 --- Set a series to v.
 function Gauge:set(values, v)
-  values = values or {}
-  local k = _key(values)
-  local s = self.series[k]
-  if not s then
-    _check(self.labels, values)
-    s = { values = { table.unpack(values) }, v = 0 }
-    self.series[k] = s
-  end
+  local s = _series(self, values)
   s.v = v
 end
 
@@ -125,18 +126,15 @@ Gauge.get = Counter.get
 local Histogram = {}
 Histogram.__index = Histogram
 
+local function _empty_histogram(m)
+  local counts = {}
+  for i = 1, #m.buckets do counts[i] = 0 end
+  return { counts = counts, sum = 0, count = 0 }
+end
+
 --- Record one observation v in the series with these label values.
 function Histogram:observe(values, v)
-  values = values or {}
-  local k = _key(values)
-  local s = self.series[k]
-  if not s then
-    _check(self.labels, values)
-    local counts = {}
-    for i = 1, #self.buckets do counts[i] = 0 end
-    s = { values = { table.unpack(values) }, counts = counts, sum = 0, count = 0 }
-    self.series[k] = s
-  end
+  local s = _series(self, values, _empty_histogram)
   local b = self.buckets
   for i = 1, #b do
     if v <= b[i] then s.counts[i] = s.counts[i] + 1 break end

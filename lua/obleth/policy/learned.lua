@@ -2,6 +2,7 @@
 -- one QoS, the launch form starts with them, marked `learned`.
 -- Pure function of data; built by a factory so an operator override can
 -- change DEFAULTS (policy.d/learned.lua: `return {DEFAULTS = {window = 5}}`).
+local tables = require "obleth.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 
@@ -29,12 +30,7 @@ local function new(defaults)
     return { account = account, qos = qos, provenance = "learned", evidence = ids }
   end
 
-  M.new = function(d)
-    local merged = {}
-    for k, v in pairs(defaults) do merged[k] = v end
-    for k, v in pairs(d or {}) do merged[k] = v end
-    return new(merged)
-  end
+  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

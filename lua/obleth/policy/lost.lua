@@ -3,6 +3,7 @@
 -- `lost`: not replaced until the operator clears it ("Try once more").
 -- Before that, each resubmit waits base * 2^(n-1) seconds after the last end
 -- (n = ends in a row without becoming healthy), capped.
+local tables = require "obleth.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 
@@ -41,12 +42,7 @@ local function new(defaults)
     return { lost = failures >= k, failures = failures, backoff_until = until_, evidence = evidence }
   end
 
-  M.new = function(d)
-    local merged = {}
-    for key, v in pairs(defaults) do merged[key] = v end
-    for key, v in pairs(d or {}) do merged[key] = v end
-    return new(merged)
-  end
+  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

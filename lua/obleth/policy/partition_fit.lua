@@ -6,6 +6,7 @@
 -- node_list, max_time (minutes|math.huge), max_nodes (count|math.huge),
 -- state}, nodes {name, state={base, flags}, idle, cpus, alloc_cpus, memory,
 -- alloc_memory (MiB), gres={gpu={total, by_type}}, gres_free, features (set)}.
+local tables = require "obleth.tables"
 local hostlist = require "obleth.slurm.hostlist"
 
 local function new(defaults)
@@ -261,12 +262,7 @@ local function new(defaults)
     return out
   end
 
-  M.new = function(d)
-    local merged = {}
-    for k, v in pairs(defaults) do merged[k] = v end
-    for k, v in pairs(d or {}) do merged[k] = v end
-    return new(merged)
-  end
+  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -4,6 +4,7 @@
 --   margin  = measured start-up (healthy_at - started_at) + policy margin
 --             (DEFAULTS.margin seconds; a spec's rollover_margin, in minutes, overrides)
 --   at      = ends_at - margin; start the successor once now >= at.
+local tables = require "obleth.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 
@@ -37,12 +38,7 @@ local function new(defaults)
     return { start_successor = r.now >= at, at = at, ends_at = ends_at, margin = margin, evidence = ev }
   end
 
-  M.new = function(d)
-    local merged = {}
-    for k, v in pairs(defaults) do merged[k] = v end
-    for k, v in pairs(d or {}) do merged[k] = v end
-    return new(merged)
-  end
+  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -13,6 +13,7 @@
 --     code 0 too) -> more memory per node (doubled, up to the largest node of
 --     the partition) when the spec asks for less than a whole node, else one
 --     more node (up to the partition's MaxNodes).
+local tables = require "obleth.tables"
 local hostlist = require "obleth.slurm.hostlist"
 
 local function new(defaults)
@@ -173,12 +174,7 @@ local function new(defaults)
     return out
   end
 
-  M.new = function(d)
-    local merged = {}
-    for k, v in pairs(defaults) do merged[k] = v end
-    for k, v in pairs(d or {}) do merged[k] = v end
-    return new(merged)
-  end
+  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -9,6 +9,7 @@
 -- denied_qos (sets; nil = no restriction)}, associations {account, user,
 -- partition|nil, qos (set; empty = no restriction)}, qos {name, max_wall
 -- (minutes|nil)}.
+local tables = require "obleth.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 
@@ -165,12 +166,7 @@ local function new(defaults)
     return errors
   end
 
-  M.new = function(d)
-    local merged = {}
-    for k, v in pairs(defaults) do merged[k] = v end
-    for k, v in pairs(d or {}) do merged[k] = v end
-    return new(merged)
-  end
+  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 
