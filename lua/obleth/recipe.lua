@@ -1048,6 +1048,11 @@ end
 local function _render_script(ctx, text, field)
   local parts, err = M.parse_template(text)
   if not parts then return nil, field .. ": " .. err end
+  -- the value goes to the environment; the script gets a quoted reference to it
+  local function ref(name, value)
+    ctx.env[name] = tostring(value)
+    return '"${' .. name .. '}"'
+  end
   local out = {}
   for _, p in ipairs(parts) do
     if p.kind == "text" then
@@ -1058,16 +1063,10 @@ local function _render_script(ctx, text, field)
       if e then return nil, e end
       if type(v) == "table" then
         local words = {}
-        for i, x in ipairs(v) do
-          local name = _env_name(p, i)
-          ctx.env[name] = tostring(x)
-          words[i] = '"${' .. name .. '}"'
-        end
+        for i, x in ipairs(v) do words[i] = ref(_env_name(p, i), x) end
         out[#out + 1] = table.concat(words, " ")
       else
-        local name = _env_name(p)
-        ctx.env[name] = tostring(v)
-        out[#out + 1] = '"${' .. name .. '}"'
+        out[#out + 1] = ref(_env_name(p), v)
       end
     end
   end
