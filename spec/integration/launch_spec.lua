@@ -3,16 +3,14 @@
 -- YAML", launch (model + spec + launch record + saved recipe) and learned
 -- defaults, and a smoke-test launch that ends with healthy replicas.
 local loop = require "obleth.loop"
-local slurm = require "obleth.slurm"
 local util = require "spec.support.util"
 local wait_until, sh = util.wait_until, util.sh
 local server = require "spec.support.server"
+local harness = require "spec.support.harness"
 local provisioner = require "spec.support.provisioner"
-local tag = require "obleth.provisioner.tag"
 local submit = require "obleth.slurm.submit"
 local jobscript = require "obleth.provisioner.jobscript"
 
-local URL, USER, TOKEN = os.getenv("OBLETH_SLURM_URL"), os.getenv("OBLETH_SLURM_USER"), os.getenv("OBLETH_SLURM_TOKEN")
 local FACTS_TTL = 3 -- obleth.api.launch.FACTS_TTL: the preview reuses cluster facts this long
 
 
@@ -44,12 +42,12 @@ local function error_for(pv, field)
 end
 
 describe("the launch flow on the harness cluster", function()
-  if not URL then
+  if not harness.URL then
     it("needs the harness cluster", function() pending("harness cluster not running") end)
     return
   end
 
-  local srv, conn, logdir, prov
+  local cluster, srv, logdir, prov
   local drained = false
 
   local function ok(method, path, body)
@@ -62,33 +60,18 @@ describe("the launch flow on the harness cluster", function()
     return ok("POST", "/api/v1/deployments/preview", body)
   end
 
-  local function model_jobs(model_id)
-    local out = {}
-    for _, j in ipairs(assert(conn:jobs())) do
-      local t = tag.parse(j)
-      if t and t.model_id == model_id and (j.state.base == "PENDING" or j.state.base == "RUNNING"
-        or j.state.base == "CONFIGURING" or j.state.base == "COMPLETING") then
-        out[#out + 1] = j
-      end
-    end
-    return out
-  end
+  -- this installation's jobs of a model, also those still completing
+  local function model_jobs(model_id) return cluster:live_jobs(model_id, { COMPLETING = true }) end
 
   setup(function()
-    conn = assert(slurm.connect { url = URL, user = USER, token = TOKEN })
-    logdir = os.tmpname()
-    os.remove(logdir)
-    os.execute("mkdir -p " .. util.shq(logdir) .. " && chmod 1777 " .. util.shq(logdir))
-    srv = server.start()
-    ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = URL, user = USER, token = TOKEN,
-      defaults = { partition = "gpu", account = "research", log_dir = logdir, port_range = { 22000, 22999 } } })
+    cluster = harness.start { port_range = { 22000, 22999 } }
+    srv, logdir = cluster.srv, cluster.logdir
   end)
 
   teardown(function()
     if drained then sh("scontrol update nodename=n2 state=resume") end
     if prov then prov:stop() end
-    if srv then srv:stop(); srv:cleanup() end
-    os.execute("rm -rf " .. util.shq(logdir))
+    if cluster then cluster:stop() end
   end)
 
   it("partition fit for 4 A100 GPUs per node counts the idle A100 nodes of gpu: not the H100 node, not a drained one", function()

@@ -2,25 +2,18 @@
 -- Slurm cluster, with real jobs running the smoke-test engine and real
 -- health checks. Slow: several minutes.
 local loop = require "obleth.loop"
-local slurm = require "obleth.slurm"
 local util = require "spec.support.util"
 local wait_until, sh = util.wait_until, util.sh
-local server = require "spec.support.server"
+local harness = require "spec.support.harness"
 local provisioner = require "spec.support.provisioner"
-local tag = require "obleth.provisioner.tag"
-
-local URL, USER, TOKEN = os.getenv("OBLETH_SLURM_URL"), os.getenv("OBLETH_SLURM_USER"), os.getenv("OBLETH_SLURM_TOKEN")
-
-
 
 describe("obleth-provisioner on the harness cluster", function()
-  if not URL then
+  if not harness.URL then
     it("needs the harness cluster", function() pending("harness cluster not running (OBLETH_SLURM_URL unset)") end)
     return
   end
 
-  local srv, prov, conn
-  local logdir, instance
+  local h, srv, prov, conn
 
   local plain = require("obleth.provisioner.api").plain
   local function api(method, path, body)
@@ -35,18 +28,7 @@ describe("obleth-provisioner on the harness cluster", function()
   end
 
   -- live tagged jobs of a model, from Slurm itself
-  local function slurm_jobs(model_id)
-    local jobs = assert(conn:jobs())
-    local out = {}
-    for _, j in ipairs(jobs) do
-      local t = tag.parse(j)
-      if t and t.instance == instance and t.model_id == model_id and (j.state.base == "PENDING" or j.state.base == "RUNNING"
-        or j.state.base == "CONFIGURING") then
-        out[#out + 1] = j
-      end
-    end
-    return out
-  end
+  local function slurm_jobs(model_id) return h:live_jobs(model_id) end
 
   local function replicas(mid, live)
     local doc = ok("GET", ("/api/v1/models/%d/replicas%s"):format(mid, live and "?state=live" or ""))
@@ -82,28 +64,14 @@ describe("obleth-provisioner on the harness cluster", function()
   end
 
   setup(function()
-    conn = assert(slurm.connect { url = URL, user = USER, token = TOKEN })
-    logdir = os.tmpname()
-    os.remove(logdir)
-    os.execute("mkdir -p " .. util.shq(logdir) .. " && chmod 1777 " .. util.shq(logdir))
-    srv = server.start()
-    ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = URL, user = USER, token = TOKEN,
-      defaults = { partition = "gpu", account = "research", log_dir = logdir, port_range = { 21000, 21999 } } })
-    instance = ok("GET", "/api/v1/provisioner/snapshot").instance
-    assert.matches("^%x%x%x%x%x%x%x%x$", instance)
+    h = harness.start { port_range = { 21000, 21999 } }
+    srv, conn = h.srv, h.conn
     prov = provisioner.start { base = srv.base, token = srv.token }
   end)
 
   teardown(function()
     if prov then prov:stop() end
-    -- leave no job behind
-    for _, j in ipairs(assert(conn:jobs())) do
-      local t = tag.parse(j)
-      if t and t.instance == instance and (j.state.base == "PENDING" or j.state.base == "RUNNING") then
-        conn:cancel(j.id)
-      end
-    end
-    if srv then srv:stop(); srv:cleanup() end
+    if h then h:stop() end
   end)
 
   it("submits a new spec's replicas, they become healthy, join the endpoints, and the model turns active", function()

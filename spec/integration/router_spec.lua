@@ -3,26 +3,20 @@
 -- Slow: about a minute.
 local loop = require "obleth.loop"
 local http = require "obleth.http"
-local slurm = require "obleth.slurm"
 local cjson = require "cjson"
 local util = require "spec.support.util"
 local wait_until = util.wait_until
-local server = require "spec.support.server"
+local harness = require "spec.support.harness"
 local provisioner = require "spec.support.provisioner"
-local tag = require "obleth.provisioner.tag"
-
-local URL, USER, TOKEN = os.getenv("OBLETH_SLURM_URL"), os.getenv("OBLETH_SLURM_USER"), os.getenv("OBLETH_SLURM_TOKEN")
-
 
 describe("the router on the harness cluster", function()
-  if not URL then
+  if not harness.URL then
     it("needs the harness cluster", function() pending("harness cluster not running (OBLETH_SLURM_URL unset)") end)
     return
   end
 
   local NAME = "router-smoke"
-  local srv, prov, conn, instance, mid, key
-  local logdir
+  local cluster, srv, prov, conn, mid, key
 
   local function ok(method, path, body)
     local status, doc, raw = srv:request(method, path, body)
@@ -46,17 +40,7 @@ describe("the router on the harness cluster", function()
     return v1("POST", "/v1/chat/completions", b)
   end
 
-  local function live_jobs()
-    local out = {}
-    for _, j in ipairs(assert(conn:jobs())) do
-      local t = tag.parse(j)
-      if t and t.instance == instance and t.model_id == mid and (j.state.base == "PENDING"
-        or j.state.base == "RUNNING" or j.state.base == "CONFIGURING") then
-        out[#out + 1] = j
-      end
-    end
-    return out
-  end
+  local function live_jobs() return cluster:live_jobs(mid) end
 
   local function healthy_replicas()
     local doc = ok("GET", ("/api/v1/models/%d/replicas?state=live"):format(mid))
@@ -66,14 +50,8 @@ describe("the router on the harness cluster", function()
   end
 
   setup(function()
-    conn = assert(slurm.connect { url = URL, user = USER, token = TOKEN })
-    logdir = os.tmpname()
-    os.remove(logdir)
-    os.execute("mkdir -p " .. util.shq(logdir) .. " && chmod 1777 " .. util.shq(logdir))
-    srv = server.start()
-    ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = URL, user = USER, token = TOKEN,
-      defaults = { partition = "gpu", account = "research", log_dir = logdir, port_range = { 23000, 23999 } } })
-    instance = ok("GET", "/api/v1/provisioner/snapshot").instance
+    cluster = harness.start { port_range = { 23000, 23999 } }
+    srv, conn = cluster.srv, cluster.conn
     key = ok("POST", "/api/v1/keys", { name = "router spec" }).key
     prov = provisioner.start { base = srv.base, token = srv.token }
   end)
@@ -85,14 +63,7 @@ describe("the router on the harness cluster", function()
     end
     if prov then prov:stop() end
     -- leave no job behind, even when the wait above timed out
-    for _, j in ipairs(assert(conn:jobs())) do
-      local t = tag.parse(j)
-      if t and t.instance == instance and (j.state.base == "PENDING" or j.state.base == "RUNNING") then
-        conn:cancel(j.id)
-      end
-    end
-    if srv then srv:stop(); srv:cleanup() end
-    os.execute("rm -rf " .. util.shq(logdir))
+    if cluster then cluster:stop() end
   end)
 
   it("answers 503 with Retry-After and a reason until the first replica is healthy, then 200", function()

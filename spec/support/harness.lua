@@ -1,0 +1,64 @@
+-- The harness cluster for integration specs: a connection to its slurmrestd,
+-- and obleth serve (temporary database) with the cluster's Slurm connection
+-- saved, a job log directory the job user can write, and the installation id.
+--   local h = harness.start{port_range = {21000, 21999}}
+--   h.conn, h.srv, h.logdir, h.instance
+--   h:live_jobs(model_id?, extra_states?) -> this installation's live tagged jobs
+--   h:stop()  cancels every live job of this installation, stops the server, removes the log dir
+local slurm = require "obleth.slurm"
+local tag = require "obleth.provisioner.tag"
+local util = require "spec.support.util"
+local server = require "spec.support.server"
+
+local M = {}
+
+M.URL, M.USER, M.TOKEN = os.getenv("OBLETH_SLURM_URL"), os.getenv("OBLETH_SLURM_USER"),
+  os.getenv("OBLETH_SLURM_TOKEN")
+
+--- Job states in which a job still holds or waits for resources.
+M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true }
+
+local H = {}
+H.__index = H
+
+---@param opts {port_range: integer[]}
+function M.start(opts)
+  local h = setmetatable({}, H)
+  h.conn = assert(slurm.connect { url = M.URL, user = M.USER, token = M.TOKEN })
+  h.logdir = os.tmpname()
+  os.remove(h.logdir)
+  os.execute("mkdir -p " .. util.shq(h.logdir) .. " && chmod 1777 " .. util.shq(h.logdir))
+  h.srv = server.start()
+  local status, _, raw = h.srv:request("PUT", "/api/v1/settings/slurm", { enabled = true, url = M.URL,
+    user = M.USER, token = M.TOKEN, defaults = { partition = "gpu", account = "research", log_dir = h.logdir,
+      port_range = opts.port_range } })
+  assert(status == 200, "saving the Slurm settings: " .. tostring(raw))
+  local _, snap = h.srv:request("GET", "/api/v1/provisioner/snapshot")
+  h.instance = snap.instance
+  assert(type(h.instance) == "string" and h.instance:match("^%x%x%x%x%x%x%x%x$"), "no installation id")
+  return h
+end
+
+--- Live jobs tagged by this installation (of one model when model_id is given);
+--- extra_states adds states such as COMPLETING to the live ones.
+function H:live_jobs(model_id, extra_states)
+  local out = {}
+  for _, j in ipairs(assert(self.conn:jobs())) do
+    local t = tag.parse(j)
+    local base = j.state.base
+    if t and t.instance == self.instance and (model_id == nil or t.model_id == model_id)
+      and (M.LIVE[base] or (extra_states and extra_states[base])) then
+      out[#out + 1] = j
+    end
+  end
+  return out
+end
+
+--- Leave no job behind, then stop the server and remove the log directory.
+function H:stop()
+  for _, j in ipairs(self:live_jobs()) do self.conn:cancel(j.id) end
+  if self.srv then self.srv:stop(); self.srv:cleanup() end
+  os.execute("rm -rf " .. util.shq(self.logdir))
+end
+
+return M
