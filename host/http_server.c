@@ -31,7 +31,7 @@
  *   traceback are logged, never sent to the client.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "host.h"
+#include "http_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,8 +47,6 @@
 #include <sys/socket.h>
 
 #define SERVER_MT "obleth.http.server"
-#define RES_MT "obleth.http.res"
-
 typedef struct {
     struct evhttp *http;
     struct evhttp_bound_socket *bound; /* NULL once no longer listening */
@@ -57,15 +55,7 @@ typedef struct {
     int port;
 } server;
 
-typedef struct {
-    struct evhttp_request *req; /* NULL once answered or the connection is gone */
-    int state;                  /* 0 new, 1 streaming, 2 done */
-    int closed;
-    int writing;
-    obleth_waiter w;
-} response;
-
-static const char *reason(int status) {
+const char *obleth_http_reason(int status) {
     switch (status) {
     case 200: return "OK"; case 201: return "Created"; case 202: return "Accepted";
     case 204: return "No Content"; case 301: return "Moved Permanently"; case 302: return "Found";
@@ -97,6 +87,7 @@ static void conn_close_cb(struct evhttp_connection *evcon, void *arg) {
     (void)evcon;
     response *r = arg;
     r->closed = 1;
+    if (r->proxy) obleth_proxy_client_gone(r->proxy);
     if (r->req) {
         /* On EOF libevent detaches a request the user has not finished
            (evcon == NULL) and leaves it to us to free; a request still
@@ -115,7 +106,7 @@ static void conn_close_cb(struct evhttp_connection *evcon, void *arg) {
     }
 }
 
-static void detach_close_cb(response *r) {
+void obleth_http_detach_close_cb(response *r) {
     if (!r->req) return;
     struct evhttp_connection *c = evhttp_request_get_connection(r->req);
     if (c) evhttp_connection_set_closecb(c, NULL, NULL);
@@ -161,8 +152,8 @@ static int res_send(lua_State *L) {
     } else {
         evbuffer_add(b, body, n);
     }
-    detach_close_cb(r);
-    evhttp_send_reply(r->req, status, reason(status), b);
+    obleth_http_detach_close_cb(r);
+    evhttp_send_reply(r->req, status, obleth_http_reason(status), b);
     evbuffer_free(b);
     r->req = NULL;
     lua_pushboolean(L, 1);
@@ -176,7 +167,7 @@ static int res_start(lua_State *L) {
     r->state = 1;
     if (!r->req) { lua_pushnil(L); lua_pushliteral(L, "closed"); return 2; }
     add_headers(L, 3, r->req);
-    evhttp_send_reply_start(r->req, status, reason(status));
+    evhttp_send_reply_start(r->req, status, obleth_http_reason(status));
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -219,7 +210,7 @@ static int res_finish(lua_State *L) {
     if (r->state != 1) return luaL_error(L, "finish: call res:start first");
     r->state = 2;
     if (r->req) {
-        detach_close_cb(r);
+        obleth_http_detach_close_cb(r);
         evhttp_send_reply_end(r->req);
         r->req = NULL;
     }
@@ -240,9 +231,13 @@ static int res_closed(lua_State *L) {
 
 static int res_gc(lua_State *L) {
     response *r = check_res(L);
+    if (r->proxy) {
+        obleth_proxy_abandon(r->proxy);
+        r->proxy = NULL;
+    }
     if (r->req) {
         /* a handler task that vanished without answering (shutdown) */
-        detach_close_cb(r);
+        obleth_http_detach_close_cb(r);
         if (r->state == 1) evhttp_send_reply_end(r->req);
         else evhttp_send_error(r->req, 500, "Internal Server Error");
         r->req = NULL;
@@ -478,9 +473,10 @@ void obleth_http_server_open(lua_State *L) {
                                         {"stop_listening", server_stop_listening}, {NULL, NULL}};
     static const luaL_Reg res_m[] = {{"send", res_send}, {"start", res_start}, {"write", res_write},
                                      {"finish", res_finish}, {"sent", res_sent}, {"closed", res_closed},
-                                     {NULL, NULL}};
+                                     {"proxy", obleth_res_proxy}, {NULL, NULL}};
     obleth_newclass(L, SERVER_MT, server_m, server_gc, server_close);
     obleth_newclass(L, RES_MT, res_m, res_gc, NULL);
+    obleth_http_proxy_open(L);
     if (luaL_loadbuffer(L, trampoline_src, sizeof trampoline_src - 1, "=http.trampoline") != LUA_OK)
         lua_error(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline");

@@ -26,6 +26,7 @@
 #include "host.h"
 
 #include <event2/event.h>
+#include <stdlib.h>
 #include <lualib.h>
 #include <math.h>
 #include <signal.h>
@@ -45,6 +46,7 @@ lua_State *obleth_main_state(void) { return g_main; }
 int obleth_loop_init(void) {
     struct event_config *cfg = event_config_new();
     if (!cfg) return -1;
+    if (getenv("OBLETH_CHANGELIST")) event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     g_base = event_base_new_with_config(cfg);
     event_config_free(cfg);
     return g_base ? 0 : -1;

@@ -338,9 +338,38 @@ local function _deliver(res, resp, stream)
   end
 end
 
--- Send the request to one of the model's endpoints (retrying once elsewhere when
--- the connection fails before any answer). Returns status, endpoint.
-function Router:_forward(req, res, model, stream)
+-- An endpoint URL's parts for res:proxy: {host, port, prefix} for plain http
+-- ("http://node7:8000", "http://[fd00::7]:8000/v1"), false for anything else
+-- (https goes through the HTTP client). Cached per URL (forgotten past 4096 URLs).
+local _parsed, _nparsed = {}, 0
+local function _http_parts(url)
+  local p = _parsed[url]
+  if p ~= nil then return p end
+  if _nparsed >= 4096 then _parsed, _nparsed = {}, 0 end
+  _nparsed = _nparsed + 1
+  p = false
+  local host, rest = url:match("^[Hh][Tt][Tt][Pp]://%[([%x:%.]+)%](.*)$")
+  if not host then host, rest = url:match("^[Hh][Tt][Tt][Pp]://([%w%.%-_]+)(.*)$") end
+  if host then
+    local port, path = rest:match("^:(%d+)(.*)$")
+    if not port then port, path = "80", rest end
+    port = tonumber(port)
+    if port and port >= 1 and port <= 65535 and (path == "" or path:sub(1, 1) == "/") then
+      path = path:gsub("/+$", "")
+      if path:sub(-3) == "/v1" then path = path:sub(1, -4) end
+      p = { host = host, port = port, prefix = path }
+    end
+  end
+  _parsed[url] = p
+  return p
+end
+
+-- Nothing reached the client and the connection failed before any answer: worth another replica.
+local RETRYABLE = { unreachable = true, closed = true, connect_timeout = true }
+
+-- One attempt through the HTTP client (an endpoint res:proxy does not take: https).
+-- Returns like res:proxy: status, why, message, ttfb | nil, code, message.
+function Router:_through_client(req, res, url, stream)
   local headers = {}
   -- and the headers the client's Connection header names (RFC 9110 7.6.1)
   local named = {}
@@ -354,8 +383,30 @@ function Router:_forward(req, res, model, stream)
   end
   local body = req.body
   if body == "" and (req.method == "GET" or req.method == "HEAD" or req.method == "DELETE") then body = nil end
+  local t0 = self.clock()
+  local resp, err = self.http.request { url = _base(url) .. req.target, method = req.method, headers = headers,
+    body = body, stream = true, timeout = self.timeout, connect_timeout = self.connect_timeout }
+  if not resp then
+    local code = err.code
+    if code == "timeout" and _retryable(err) then code = "connect_timeout" end
+    return nil, code, err.message
+  end
+  local ttfb = self.clock() - t0
+  local ok, st, why, perr = pcall(_deliver, res, resp, stream)
+  if not ok then
+    resp:close()
+    error(st, 0)
+  end
+  if why == "client_gone" then return 499, why, nil, ttfb end
+  if why then return st, why, perr and perr.message, ttfb end
+  return st, nil, nil, ttfb
+end
+
+-- Send the request to one of the model's endpoints (retrying once elsewhere when
+-- the connection fails before any answer). Returns status, endpoint.
+function Router:_forward(req, res, model, stream)
   local bal, name = self.balancer, model.name
-  local tried, last_err, last_url
+  local tried, last_code, last_url
   local labels = { name }
   self.m_inflight:add(labels, 1)
   local ok, status, detail = pcall(function()
@@ -364,46 +415,48 @@ function Router:_forward(req, res, model, stream)
       if not url then break end
       if attempt > 1 then self.m_retries:inc(labels) end
       bal:acquire(url)
-      local t0 = self.clock()
-      local resp, err = self.http.request { url = _base(url) .. req.target, method = req.method, headers = headers,
-        body = body, stream = true, timeout = self.timeout, connect_timeout = self.connect_timeout }
-      if resp then
-        self.m_latency:observe(labels, self.clock() - t0)
-        local pok, st, why, perr = pcall(_deliver, res, resp, stream)
-        bal:release(url)
-        if not pok then
-          resp:close()
-          error(st, 0)
-        end
+      local parts = _http_parts(url)
+      local pok, st, why, msg, ttfb
+      if parts then
+        pok, st, why, msg, ttfb = pcall(res.proxy, res, { host = parts.host, port = parts.port,
+          target = parts.prefix ~= "" and parts.prefix .. req.target or nil, stream = stream,
+          connect_timeout = self.connect_timeout, timeout = self.timeout, buffer_limit = M.BUFFER_LIMIT })
+      else
+        pok, st, why, msg, ttfb = pcall(self._through_client, self, req, res, url, stream)
+      end
+      bal:release(url)
+      if not pok then error(st, 0) end
+      if st then
+        self.m_latency:observe(labels, ttfb)
         if why == "upstream_broke" then
-          self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = perr and perr.message })
-          if not st then
-            return _fail(res, 502, ("The replica of model `%s` broke off its answer; try again."):format(name),
-              "server_error", nil, "upstream_broke"), url
-          end
+          self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
         end
         return st, url
       end
-      bal:release(url)
-      last_err, last_url = err, url
-      local again = _retryable(err)
-      self.log.warn("router_upstream_failed", { model = name, endpoint = url, code = err.code, error = err.message,
+      last_code, last_url = why, url
+      if why == "upstream_broke" then
+        self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
+        return _fail(res, 502, ("The replica of model `%s` broke off its answer; try again."):format(name),
+          "server_error", nil, "upstream_broke"), url
+      end
+      local again = RETRYABLE[why] == true
+      self.log.warn("router_upstream_failed", { model = name, endpoint = url, code = why, error = msg,
         retry = again and attempt == 1 })
       if not again then break end
       bal:failed(url, self.clock())
       tried = tried or {}
       tried[url] = true
     end
-    if not last_err then
+    if not last_code then
       -- every endpoint was tried (only one, or they left while we tried)
       return self:_unavailable(res, model)
     end
-    if last_err.code == "timeout" and not _retryable(last_err) then
+    if last_code == "timeout" then
       return _fail(res, 504, ("The replica of model `%s` did not answer in time."):format(name), "server_error", nil,
         "upstream_timeout"), last_url
     end
     return _fail(res, 502, ("No replica of model `%s` could be reached (%s); try again."):format(name,
-      last_err.code), "server_error", nil, "upstream_unreachable"), last_url
+      last_code), "server_error", nil, "upstream_unreachable"), last_url
   end)
   self.m_inflight:add(labels, -1)
   if not ok then error(status, 0) end

@@ -277,6 +277,8 @@ end
 function M.canonical_path(path)
   if type(path) ~= "string" or path:sub(1, 1) ~= "/" then return false end
   if path == "/" then return true end
+  -- the common case, decided by one scan: no "%", ".", "\\" or empty segment
+  if not path:find("[%%%.\\%z]") and not path:find("//", 1, true) then return true end
   local body = path:sub(2)
   if body:sub(-1) == "/" then body = body:sub(1, -2) end -- one trailing slash is fine
   for seg in (body .. "/"):gmatch("([^/]*)/") do

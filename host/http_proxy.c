@@ -1,0 +1,745 @@
+/*
+ * http_proxy.c — res:proxy: pass the request being answered on to an
+ * upstream HTTP/1.1 server and its answer back, all in C (part of
+ * obleth.http). The router (lua/obleth/router.lua) picks the endpoint and
+ * keeps the books; the bytes never go through Lua.
+ *
+ *   status, why, message, ttfb = res:proxy{
+ *     host = "10.0.0.5", port = 8000,  -- the endpoint (a name is resolved once per
+ *                                      -- endpoint with getaddrinfo, then cached)
+ *     target = "/v1/chat/completions", -- default: the client's request target
+ *     stream = false,         -- pass the answer through from its first byte
+ *     connect_timeout = 5,    -- seconds to wait for the TCP connection
+ *     timeout = 3600,         -- seconds the whole exchange may take
+ *     buffer_limit = 1048576, -- bytes of a non-streamed answer held back to be
+ *                             -- sent with a Content-Length; more is passed through
+ *   }
+ *
+ * It must be called from the handler's task, before anything was sent
+ * through res. It returns when the exchange is over:
+ *   status, nil, nil, ttfb        the answer went through (status is the endpoint's)
+ *   nil, code, message            nothing reached the client; code is
+ *       "unreachable"      the connection was refused or could not be made
+ *       "connect_timeout"  no connection within connect_timeout
+ *       "closed"           the endpoint closed the connection before answering
+ *       "timeout"          no complete answer within timeout
+ *       "bad_response"     the answer's status line or headers were invalid
+ *       "upstream_broke"   the answer broke off before any of it was sent on
+ *   status, "upstream_broke", message, ttfb
+ *                                  the answer broke off after the client got its
+ *                                  start: the client connection is closed without
+ *                                  the end of the message, so it sees the break
+ *   499, "client_gone", nil, ttfb  the client went away; the upstream request was
+ *                                  cancelled (its connection closed)
+ * ttfb is the seconds from sending until the answer's headers arrived.
+ *
+ * Headers (RFC 9110 section 7.6.1): hop-by-hop headers (Connection, Keep-Alive,
+ * TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*), those the client's
+ * Connection header names, Host, Content-Length, Expect and Authorization (the
+ * client's obleth key) are not forwarded; X-Forwarded-For gets the client's
+ * address appended. The answer's hop-by-hop headers and Content-Length are
+ * dropped (the server frames the answer itself).
+ *
+ * Connections are kept alive and reused, at most POOL_MAX idle ones per
+ * endpoint; an endpoint unused for POOL_IDLE_SECS is forgotten. A request that
+ * fails on a reused connection before any byte of the answer (the endpoint
+ * closed it while idle) is sent once more on a new connection.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "http_internal.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/util.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define POOL_MAX 64             /* idle connections kept per endpoint */
+#define POOL_IDLE_SECS 300.0    /* an endpoint unused this long is forgotten */
+#define MAX_NAMED 16            /* header names a Connection header may list */
+#define CLIENT_BACKLOG (4 << 20) /* bytes queued to a slow client before reading pauses */
+
+typedef struct endpoint {
+    struct endpoint *next;
+    char *host;    /* as given */
+    char *address; /* numeric, resolved once */
+    int port;
+    int users;     /* proxies using one of its connections now */
+    double last_used;
+    int n;
+    struct evhttp_connection *idle[POOL_MAX];
+} endpoint;
+
+static endpoint *g_endpoints;
+static int g_closed; /* the Lua state is closing: keep nothing idle */
+
+struct proxy_op {
+    response *res;                  /* NULL once abandoned */
+    endpoint *ep;
+    struct evhttp_request *up;      /* the upstream request while evhttp holds it */
+    struct evhttp_connection *conn; /* the connection it goes over */
+    struct event *done_ev;          /* activated to finish outside evhttp's callbacks */
+    struct event *timer;            /* the exchange's time limit */
+    struct event *connw;            /* watches a new connection come up */
+    struct evbuffer *held;          /* a non-streamed answer, held back */
+    char *target;
+    double t0, ttfb, connect_timeout, timeout;
+    size_t buffer_limit;
+    int status;
+    int mode;        /* 0 no answer yet, 1 holding it back, 2 passing it through */
+    int stream, head, fresh, attempts;
+    int err;         /* the evhttp_request_error, or -1 */
+    int failed_connect; /* evhttp gave up before a connection was made */
+    int finished;    /* evhttp is done with up */
+    int complete;    /* the whole answer arrived */
+    int client_gone, timed_out, connect_timed_out, paused;
+};
+
+static double now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static struct timeval secs_tv(double s) {
+    struct timeval tv;
+    if (!(s > 0)) s = 0;
+    if (s > 1e9) s = 1e9;
+    tv.tv_sec = (time_t)s;
+    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
+    return tv;
+}
+
+/* ---- the connection pool --------------------------------------------------- */
+
+static void endpoint_free(endpoint *e) {
+    for (int i = 0; i < e->n; i++) evhttp_connection_free(e->idle[i]);
+    free(e->host);
+    free(e->address);
+    free(e);
+}
+
+/* Forget endpoints nobody used for POOL_IDLE_SECS (replicas come and go). */
+static void pool_prune(double now) {
+    endpoint **pp = &g_endpoints;
+    while (*pp) {
+        endpoint *e = *pp;
+        if (e->users == 0 && now - e->last_used > POOL_IDLE_SECS) {
+            *pp = e->next;
+            endpoint_free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+/* The endpoint for host:port, resolving a name once (getaddrinfo, so
+   /etc/hosts and NSS apply). NULL and *why set when it cannot be resolved. */
+static endpoint *pool_endpoint(const char *host, int port, double now, const char **why) {
+    static double last_prune;
+    if (now - last_prune > 10) {
+        pool_prune(now);
+        last_prune = now;
+    }
+    for (endpoint *e = g_endpoints; e; e = e->next)
+        if (e->port == port && strcmp(e->host, host) == 0) return e;
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, NULL, &hints, &ai);
+    if (rc != 0 || !ai) {
+        *why = gai_strerror(rc);
+        return NULL;
+    }
+    char addr[64] = "";
+    const void *src = ai->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                                                : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+    evutil_inet_ntop(ai->ai_family, src, addr, sizeof addr);
+    freeaddrinfo(ai);
+    endpoint *e = calloc(1, sizeof *e);
+    if (!e) { *why = "out of memory"; return NULL; }
+    e->host = strdup(host);
+    e->address = strdup(addr);
+    e->port = port;
+    if (!e->host || !e->address) {
+        endpoint_free(e);
+        *why = "out of memory";
+        return NULL;
+    }
+    e->next = g_endpoints;
+    g_endpoints = e;
+    return e;
+}
+
+static int conn_is_open(struct evhttp_connection *c) {
+    return bufferevent_getfd(evhttp_connection_get_bufferevent(c)) >= 0;
+}
+
+/* A connection to e: an idle open one if there is one and new_one is 0
+   (*fresh = 0), else a new one. */
+static struct evhttp_connection *pool_take(endpoint *e, int new_one, int *fresh) {
+    while (!new_one && e->n > 0) {
+        struct evhttp_connection *c = e->idle[--e->n];
+        if (conn_is_open(c)) {
+            *fresh = 0;
+            return c;
+        }
+        evhttp_connection_free(c); /* the endpoint closed it while idle */
+    }
+    *fresh = 1;
+    struct evhttp_connection *c = evhttp_connection_base_new(obleth_base(), NULL, e->address, (ev_uint16_t)e->port);
+    if (c) {
+        evhttp_connection_set_retries(c, 0);
+        evhttp_connection_set_max_headers_size(c, 64 * 1024);
+        evhttp_connection_set_flags(c, EVHTTP_CON_READ_ON_WRITE_ERROR);
+    }
+    return c;
+}
+
+static void pool_give(endpoint *e, struct evhttp_connection *c, int reusable) {
+    if (reusable && !g_closed && e->n < POOL_MAX && conn_is_open(c)) e->idle[e->n++] = c;
+    else evhttp_connection_free(c);
+}
+
+/* ---- one exchange ---------------------------------------------------------- */
+
+static int hop_by_hop(const char *name) {
+    static const char *const names[] = {"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                                        "transfer-encoding", "upgrade", "proxy-authenticate",
+                                        "proxy-authorization", NULL};
+    for (int i = 0; names[i]; i++)
+        if (strcasecmp(name, names[i]) == 0) return 1;
+    return 0;
+}
+
+/* Split a Connection header's value into the header names it lists. */
+static int connection_named(const char *value, char names[MAX_NAMED][64]) {
+    int n = 0;
+    const char *p = value;
+    while (p && *p && n < MAX_NAMED) {
+        while (*p == ',' || *p == ' ' || *p == '\t') p++;
+        size_t len = strcspn(p, ", \t");
+        if (len > 0 && len < 64) {
+            memcpy(names[n], p, len);
+            names[n][len] = '\0';
+            n++;
+        }
+        p += len;
+    }
+    return n;
+}
+
+static int named_in(const char *name, char names[MAX_NAMED][64], int n) {
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(name, names[i]) == 0) return 1;
+    return 0;
+}
+
+/* Copy the answer's end-to-end headers to the client's answer. */
+static void copy_answer_headers(struct evhttp_request *up, struct evhttp_request *client) {
+    struct evkeyvalq *in = evhttp_request_get_input_headers(up);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(client);
+    char named[MAX_NAMED][64];
+    int nn = connection_named(evhttp_find_header(in, "Connection"), named);
+    for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next) {
+        if (hop_by_hop(h->key) || strcasecmp(h->key, "content-length") == 0 || named_in(h->key, named, nn)) continue;
+        evhttp_add_header(out, h->key, h->value);
+    }
+}
+
+static void op_finish_later(struct proxy_op *op) { event_active(op->done_ev, EV_TIMEOUT, 1); }
+
+static void client_written_cb(struct evhttp_connection *evcon, void *arg) {
+    (void)evcon;
+    struct proxy_op *op = arg;
+    if (op->paused && op->conn) {
+        op->paused = 0;
+        bufferevent_enable(evhttp_connection_get_bufferevent(op->conn), EV_READ);
+    }
+}
+
+/* Pass what is in buf on to the client (it has had the answer's start). */
+static void pass_on(struct proxy_op *op, struct evbuffer *buf) {
+    struct evhttp_request *client = op->res ? op->res->req : NULL;
+    if (!client) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        return;
+    }
+    if (op->head) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        return;
+    }
+    evhttp_send_reply_chunk_with_cb(client, buf, client_written_cb, op);
+    struct evhttp_connection *cc = evhttp_request_get_connection(client);
+    if (cc && op->conn &&
+        evbuffer_get_length(bufferevent_get_output(evhttp_connection_get_bufferevent(cc))) > CLIENT_BACKLOG) {
+        op->paused = 1; /* a slow client: stop reading until its backlog is written */
+        bufferevent_disable(evhttp_connection_get_bufferevent(op->conn), EV_READ);
+    }
+}
+
+static void start_passing(struct proxy_op *op, struct evhttp_request *up) {
+    op->mode = 2;
+    struct evhttp_request *client = op->res ? op->res->req : NULL;
+    if (!client) return;
+    op->res->state = 1;
+    copy_answer_headers(up, client);
+    evhttp_send_reply_start(client, op->status, evhttp_request_get_response_code_line(up));
+}
+
+static int up_header_cb(struct evhttp_request *up, void *arg) {
+    struct proxy_op *op = arg;
+    int code = evhttp_request_get_response_code(up);
+    if (code >= 100 && code < 200) return 0; /* an interim answer: evhttp reads on */
+    op->status = code;
+    op->ttfb = now_mono() - op->t0;
+    const char *ctype = evhttp_find_header(evhttp_request_get_input_headers(up), "Content-Type");
+    if (op->stream || (ctype && strstr(ctype, "text/event-stream"))) start_passing(op, up);
+    else op->mode = 1;
+    return 0;
+}
+
+static void up_chunk_cb(struct evhttp_request *up, void *arg) {
+    struct proxy_op *op = arg;
+    struct evbuffer *in = evhttp_request_get_input_buffer(up);
+    if (op->mode == 1) {
+        evbuffer_add_buffer(op->held, in);
+        if (evbuffer_get_length(op->held) <= op->buffer_limit) return;
+        start_passing(op, up);
+        pass_on(op, op->held);
+        return;
+    }
+    pass_on(op, in);
+}
+
+static void up_error_cb(enum evhttp_request_error err, void *arg) {
+    struct proxy_op *op = arg;
+    op->err = (int)err;
+}
+
+static void up_done_cb(struct evhttp_request *up, void *arg) {
+    struct proxy_op *op = arg;
+    op->finished = 1;
+    op->up = NULL;
+    if (op->connw) event_del(op->connw);
+    if (up && evhttp_request_get_response_code(up) != 0 && op->err < 0) {
+        op->complete = 1;
+        if (op->mode == 0) { /* an answer without a body (204, 304, HEAD) */
+            op->status = evhttp_request_get_response_code(up);
+            op->ttfb = now_mono() - op->t0;
+            op->mode = 1;
+        }
+        struct evhttp_request *client = op->res ? op->res->req : NULL;
+        if (client && op->mode == 1) {
+            copy_answer_headers(up, client);
+            if (op->head) {
+                const char *cl = evhttp_find_header(evhttp_request_get_input_headers(up), "Content-Length");
+                if (cl) evhttp_add_header(evhttp_request_get_output_headers(client), "Content-Length", cl);
+                evbuffer_drain(op->held, evbuffer_get_length(op->held));
+            }
+            obleth_http_detach_close_cb(op->res);
+            evhttp_send_reply(client, op->status, evhttp_request_get_response_code_line(up), op->held);
+            op->res->req = NULL;
+            op->res->state = 2;
+        } else if (client && op->mode == 2) {
+            obleth_http_detach_close_cb(op->res);
+            evhttp_send_reply_end(client);
+            op->res->req = NULL;
+            op->res->state = 2;
+        }
+    } else if (up && op->err < 0) {
+        op->failed_connect = 1; /* evhttp gives up on a connection it could not make */
+        if (op->fresh && now_mono() - op->t0 >= op->connect_timeout * 0.99) op->connect_timed_out = 1;
+    }
+    op_finish_later(op);
+}
+
+static void connw_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    struct proxy_op *op = arg;
+    if (!op->up || !op->conn) return;
+    if (what & EV_WRITE) {
+        /* connected (or failed, which evhttp reports): from now on the idle limit is the exchange's */
+        struct timeval tv = secs_tv(op->timeout);
+        evhttp_connection_set_timeout_tv(op->conn, &tv);
+        return;
+    }
+    op->connect_timed_out = 1;
+    struct evhttp_request *up = op->up;
+    op->up = NULL;
+    op->finished = 1;
+    evhttp_cancel_request(up); /* calls up_error_cb (cancel) but not up_done_cb */
+    op_finish_later(op);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    struct proxy_op *op = arg;
+    if (!op->up) return;
+    op->timed_out = 1;
+    struct evhttp_request *up = op->up;
+    op->up = NULL;
+    op->finished = 1;
+    if (op->connw) event_del(op->connw);
+    evhttp_cancel_request(up);
+    op_finish_later(op);
+}
+
+static int op_send(struct proxy_op *op, int new_connection);
+
+/* Release what the exchange holds; the connection goes back to the pool when clean. */
+static void op_release_conn(struct proxy_op *op, int reusable) {
+    if (op->connw) event_del(op->connw);
+    if (op->conn) {
+        if (op->paused) {
+            bufferevent_enable(evhttp_connection_get_bufferevent(op->conn), EV_READ);
+            op->paused = 0;
+        }
+        pool_give(op->ep, op->conn, reusable);
+        op->conn = NULL;
+    }
+}
+
+static void op_free(struct proxy_op *op) {
+    if (op->up) {
+        struct evhttp_request *up = op->up;
+        op->up = NULL;
+        evhttp_cancel_request(up);
+    }
+    op_release_conn(op, 0);
+    if (op->ep && --op->ep->users == 0 && g_closed) {
+        for (endpoint **pp = &g_endpoints; *pp; pp = &(*pp)->next)
+            if (*pp == op->ep) {
+                *pp = op->ep->next;
+                break;
+            }
+        endpoint_free(op->ep);
+    }
+    if (op->done_ev) event_free(op->done_ev);
+    if (op->timer) event_free(op->timer);
+    if (op->connw) event_free(op->connw);
+    if (op->held) evbuffer_free(op->held);
+    free(op->target);
+    free(op);
+}
+
+/* The exchange is over (or needs another try): runs from the loop, never inside evhttp. */
+static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    struct proxy_op *op = arg;
+    if (op->client_gone && op->up) {
+        struct evhttp_request *up = op->up;
+        op->up = NULL;
+        op->finished = 1;
+        evhttp_cancel_request(up);
+    }
+    if (!op->finished) return;
+    response *r = op->res;
+    /* a reused connection the endpoint had closed: once more on a new one */
+    if (!op->complete && !op->client_gone && !op->timed_out && !op->fresh && op->mode == 0 && op->attempts == 1 &&
+        (op->err == EVREQ_HTTP_EOF || op->failed_connect) && r && r->req) {
+        op_release_conn(op, 0);
+        if (op_send(op, 1) == 0) return;
+    }
+    int reusable = op->complete && !op->client_gone;
+    op_release_conn(op, reusable);
+    if (!r) { /* abandoned at shutdown */
+        op_free(op);
+        return;
+    }
+    r->proxy = NULL;
+    lua_State *co = r->w.co;
+    int nret;
+    if (!co) {
+        op_free(op);
+        return;
+    }
+    if (op->client_gone) {
+        lua_pushinteger(co, 499);
+        lua_pushliteral(co, "client_gone");
+        lua_pushnil(co);
+        lua_pushnumber(co, op->ttfb);
+        nret = 4;
+    } else if (op->complete) {
+        lua_pushinteger(co, op->status);
+        lua_pushnil(co);
+        lua_pushnil(co);
+        lua_pushnumber(co, op->ttfb);
+        nret = 4;
+    } else {
+        const char *code, *msg;
+        if (op->connect_timed_out) {
+            code = "connect_timeout";
+            msg = "no connection within the connect timeout";
+        } else if (op->timed_out) {
+            code = "timeout";
+            msg = "no complete answer within the time limit";
+        } else if (op->failed_connect) {
+            code = "unreachable";
+            msg = "the connection was refused or could not be made";
+        } else if (op->mode != 0) {
+            code = "upstream_broke";
+            msg = "the answer broke off";
+        } else if (op->err == EVREQ_HTTP_INVALID_HEADER) {
+            code = "bad_response";
+            msg = "the answer's status line or headers were invalid";
+        } else if (op->err == EVREQ_HTTP_TIMEOUT) {
+            code = "timeout";
+            msg = "the endpoint went quiet for longer than the time limit";
+        } else {
+            code = "closed";
+            msg = "the endpoint closed the connection before answering";
+        }
+        if (op->mode == 2) {
+            /* the client has the answer's start: close its connection without the end */
+            struct evhttp_request *client = r->req;
+            if (client) {
+                struct evhttp_connection *cc = evhttp_request_get_connection(client);
+                obleth_http_detach_close_cb(r);
+                r->req = NULL;
+                if (cc) evhttp_connection_free(cc);
+            }
+            r->state = 2;
+            r->closed = 1;
+            lua_pushinteger(co, op->status);
+            lua_pushstring(co, code);
+            lua_pushstring(co, msg);
+            lua_pushnumber(co, op->ttfb);
+            nret = 4;
+        } else {
+            lua_pushnil(co);
+            lua_pushstring(co, code);
+            lua_pushstring(co, msg);
+            nret = 3;
+        }
+    }
+    op_free(op);
+    obleth_wait_resume(&r->w, nret);
+}
+
+/* Copy the client's end-to-end headers onto the upstream request. */
+static void copy_request_headers(struct evhttp_request *client, struct evhttp_request *up, endpoint *e) {
+    struct evkeyvalq *in = evhttp_request_get_input_headers(client);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(up);
+    char named[MAX_NAMED][64];
+    int nn = connection_named(evhttp_find_header(in, "Connection"), named);
+    const char *xff = NULL;
+    for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next) {
+        const char *k = h->key;
+        if (hop_by_hop(k) || strcasecmp(k, "host") == 0 || strcasecmp(k, "content-length") == 0 ||
+            strcasecmp(k, "expect") == 0 || strcasecmp(k, "authorization") == 0 || named_in(k, named, nn))
+            continue;
+        if (strcasecmp(k, "x-forwarded-for") == 0) {
+            xff = h->value;
+            continue;
+        }
+        evhttp_add_header(out, k, h->value);
+    }
+    char host[300];
+    snprintf(host, sizeof host, strchr(e->host, ':') ? "[%s]:%d" : "%s:%d", e->host, e->port);
+    evhttp_add_header(out, "Host", host);
+    char *peer = NULL;
+    ev_uint16_t pport = 0;
+    struct evhttp_connection *cc = evhttp_request_get_connection(client);
+    if (cc) evhttp_connection_get_peer(cc, &peer, &pport);
+    if (peer) {
+        char v[1024];
+        if (xff) snprintf(v, sizeof v, "%s, %s", xff, peer);
+        else snprintf(v, sizeof v, "%s", peer);
+        evhttp_add_header(out, "X-Forwarded-For", v);
+    } else if (xff) {
+        evhttp_add_header(out, "X-Forwarded-For", xff);
+    }
+}
+
+/* Send (or send again) the client's request to the endpoint. 0 | -1. */
+static int op_send(struct proxy_op *op, int new_connection) {
+    struct evhttp_request *client = op->res->req;
+    op->attempts++;
+    op->err = -1;
+    op->finished = op->complete = op->failed_connect = 0;
+    op->mode = 0;
+    op->conn = pool_take(op->ep, new_connection, &op->fresh);
+    if (!op->conn) return -1;
+    struct timeval tv = secs_tv(op->fresh ? op->connect_timeout : op->timeout);
+    evhttp_connection_set_timeout_tv(op->conn, &tv);
+    struct evhttp_request *up = evhttp_request_new(up_done_cb, op);
+    if (!up) return -1;
+    evhttp_request_set_header_cb(up, up_header_cb);
+    evhttp_request_set_chunked_cb(up, up_chunk_cb);
+    evhttp_request_set_error_cb(up, up_error_cb);
+    copy_request_headers(client, up, op->ep);
+    struct evbuffer *body = evhttp_request_get_input_buffer(client);
+    size_t n = evbuffer_get_length(body);
+    enum evhttp_cmd_type method = evhttp_request_get_command(client);
+    if (n > 0 || method == EVHTTP_REQ_POST || method == EVHTTP_REQ_PUT || method == EVHTTP_REQ_PATCH) {
+        char cl[32];
+        snprintf(cl, sizeof cl, "%zu", n);
+        evhttp_add_header(evhttp_request_get_output_headers(up), "Content-Length", cl);
+        /* copied, not moved: a second try needs the body again */
+        if (n > 0) evbuffer_add(evhttp_request_get_output_buffer(up), evbuffer_pullup(body, -1), n);
+    }
+    op->up = up;
+    op->t0 = now_mono();
+    if (evhttp_make_request(op->conn, up, method, op->target) != 0) {
+        /* evhttp freed the request */
+        op->up = NULL;
+        op->finished = 1;
+        op->failed_connect = 1;
+        op_finish_later(op);
+        return 0;
+    }
+    if (op->fresh && op->up && !op->finished) {
+        evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(op->conn));
+        if (fd >= 0) {
+            if (!op->connw) op->connw = event_new(obleth_base(), fd, EV_WRITE, connw_cb, op);
+            else event_assign(op->connw, obleth_base(), fd, EV_WRITE, connw_cb, op);
+            struct timeval ct = secs_tv(op->connect_timeout);
+            if (op->connw) event_add(op->connw, &ct);
+        }
+    }
+    return 0;
+}
+
+static double opt_number(lua_State *L, int t, const char *k, double dflt, double lo, double hi) {
+    double v = dflt;
+    if (lua_getfield(L, t, k) != LUA_TNIL) {
+        if (!lua_isnumber(L, -1)) luaL_error(L, "proxy: '%s' must be a number", k);
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    if (isnan(v) || v < lo || v > hi) luaL_error(L, "proxy: '%s' must be %f..%f", k, lo, hi);
+    return v;
+}
+
+int obleth_res_proxy(lua_State *L) {
+    response *r = luaL_checkudata(L, 1, RES_MT);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (r->state != 0) return luaL_error(L, "proxy: the response was already sent");
+    if (r->proxy) return luaL_error(L, "proxy: a proxy is already in progress");
+    lua_getfield(L, 2, "host");
+    const char *host = lua_tostring(L, -1);
+    if (!host || !*host || strlen(host) > 253 || strpbrk(host, " \t\r\n/?#@"))
+        return luaL_error(L, "proxy: 'host' must be a host name or address");
+    lua_Integer port = 0;
+    lua_getfield(L, 2, "port");
+    if (lua_isinteger(L, -1)) port = lua_tointeger(L, -1);
+    if (port < 1 || port > 65535) return luaL_error(L, "proxy: 'port' must be an integer 1..65535");
+    lua_getfield(L, 2, "target");
+    const char *target = lua_tostring(L, -1);
+    if (target) {
+        if (target[0] != '/') return luaL_error(L, "proxy: 'target' must start with '/'");
+        for (const char *p = target; *p; p++)
+            if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+                return luaL_error(L, "proxy: 'target' must not contain spaces or control characters");
+    }
+    lua_getfield(L, 2, "stream");
+    int stream = lua_toboolean(L, -1);
+    lua_pop(L, 4);
+    double connect_timeout = opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6);
+    double timeout = opt_number(L, 2, "timeout", 3600, 0.001, 1e7);
+    double limit = opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30);
+    if (!lua_isyieldable(L)) return luaL_error(L, "res:proxy must be called inside the handler's task");
+    if (!r->req) {
+        lua_pushinteger(L, 499);
+        lua_pushliteral(L, "client_gone");
+        lua_pushnil(L);
+        lua_pushnumber(L, 0);
+        return 4;
+    }
+    /* host's string stays anchored in opts */
+    const char *why = NULL;
+    endpoint *e = pool_endpoint(host, (int)port, now_mono(), &why);
+    if (!e) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "unreachable");
+        lua_pushfstring(L, "cannot resolve %s: %s", host, why ? why : "unknown error");
+        return 3;
+    }
+    struct proxy_op *op = calloc(1, sizeof *op);
+    if (!op) return luaL_error(L, "out of memory");
+    op->res = r;
+    op->ep = e;
+    e->users++;
+    e->last_used = now_mono();
+    op->stream = stream;
+    op->head = evhttp_request_get_command(r->req) == EVHTTP_REQ_HEAD;
+    op->connect_timeout = connect_timeout;
+    op->timeout = timeout;
+    op->buffer_limit = (size_t)limit;
+    op->err = -1;
+    const char *uri = target ? target : evhttp_request_get_uri(r->req);
+    op->target = strdup(uri ? uri : "/");
+    op->held = evbuffer_new();
+    op->done_ev = event_new(obleth_base(), -1, 0, done_ev_cb, op);
+    op->timer = evtimer_new(obleth_base(), timer_cb, op);
+    if (!op->target || !op->held || !op->done_ev || !op->timer) {
+        op_free(op);
+        return luaL_error(L, "out of memory");
+    }
+    if (op_send(op, 0) != 0) {
+        op_free(op);
+        return luaL_error(L, "out of memory");
+    }
+    event_base_update_cache_time(obleth_base());
+    struct timeval tv = secs_tv(timeout);
+    evtimer_add(op->timer, &tv);
+    r->proxy = op;
+    obleth_wait_begin(L, &r->w, "res:proxy");
+    return lua_yield(L, 0);
+}
+
+void obleth_proxy_client_gone(struct proxy_op *op) {
+    op->client_gone = 1;
+    op_finish_later(op);
+}
+
+void obleth_proxy_abandon(struct proxy_op *op) {
+    op->res = NULL;
+    op_free(op);
+}
+
+/* At lua_close: free the idle connections; an endpoint still in use goes with its last proxy. */
+static int pool_gc(lua_State *L) {
+    (void)L;
+    g_closed = 1;
+    endpoint **pp = &g_endpoints;
+    while (*pp) {
+        endpoint *e = *pp;
+        if (e->users == 0) {
+            *pp = e->next;
+            endpoint_free(e);
+        } else {
+            for (int i = 0; i < e->n; i++) evhttp_connection_free(e->idle[i]);
+            e->n = 0;
+            pp = &e->next;
+        }
+    }
+    return 0;
+}
+
+void obleth_http_proxy_open(lua_State *L) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.proxy_pool") != LUA_TNIL) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, pool_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.proxy_pool");
+}
