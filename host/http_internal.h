@@ -34,7 +34,8 @@ int obleth_res_proxy(lua_State *L);
 void obleth_proxy_client_gone(struct proxy_op *op);
 /* The response object is being collected (shutdown): drop the proxy without resuming. */
 void obleth_proxy_abandon(struct proxy_op *op);
-/* Register the connection pool's finalizer (once). */
+/* Add http.proxy_stats to the module table at the top of the stack and
+   register the connection pool's finalizer (once). */
 void obleth_http_proxy_open(lua_State *L);
 
 #endif

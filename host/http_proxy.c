@@ -80,6 +80,8 @@ typedef struct endpoint {
 } endpoint;
 
 static endpoint *g_endpoints;
+/* counts since start, for http.proxy_stats() */
+static struct { lua_Integer opened, reused, resent, completed, failed, client_gone; } g_stats;
 static int g_closed; /* the Lua state is closing: keep nothing idle */
 
 struct proxy_op {
@@ -192,11 +194,13 @@ static struct evhttp_connection *pool_take(endpoint *e, int new_one, int *fresh)
         struct evhttp_connection *c = e->idle[--e->n];
         if (conn_is_open(c)) {
             *fresh = 0;
+            g_stats.reused++;
             return c;
         }
         evhttp_connection_free(c); /* the endpoint closed it while idle */
     }
     *fresh = 1;
+    g_stats.opened++;
     struct evhttp_connection *c = evhttp_connection_base_new(obleth_base(), NULL, e->address, (ev_uint16_t)e->port);
     if (c) {
         evhttp_connection_set_retries(c, 0);
@@ -451,9 +455,13 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
     if (!op->complete && !op->client_gone && !op->timed_out && !op->fresh && op->mode == 0 && op->attempts == 1 &&
         (op->err == EVREQ_HTTP_EOF || op->failed_connect) && r && r->req) {
         op_release_conn(op, 0);
+        g_stats.resent++;
         if (op_send(op, 1) == 0) return;
     }
     int reusable = op->complete && !op->client_gone;
+    if (op->client_gone) g_stats.client_gone++;
+    else if (op->complete) g_stats.completed++;
+    else g_stats.failed++;
     op_release_conn(op, reusable);
     if (!r) { /* abandoned at shutdown */
         op_free(op);
@@ -711,6 +719,26 @@ void obleth_proxy_abandon(struct proxy_op *op) {
     op_free(op);
 }
 
+/* http.proxy_stats() -> {connections_opened, connections_reused, resent, completed, failed,
+   client_gone, endpoints, idle_connections}: counts since the process started, and the pool now. */
+static int l_proxy_stats(lua_State *L) {
+    lua_Integer eps = 0, idle = 0;
+    for (endpoint *e = g_endpoints; e; e = e->next) {
+        eps++;
+        idle += e->n;
+    }
+    lua_createtable(L, 0, 8);
+    lua_pushinteger(L, g_stats.opened); lua_setfield(L, -2, "connections_opened");
+    lua_pushinteger(L, g_stats.reused); lua_setfield(L, -2, "connections_reused");
+    lua_pushinteger(L, g_stats.resent); lua_setfield(L, -2, "resent");
+    lua_pushinteger(L, g_stats.completed); lua_setfield(L, -2, "completed");
+    lua_pushinteger(L, g_stats.failed); lua_setfield(L, -2, "failed");
+    lua_pushinteger(L, g_stats.client_gone); lua_setfield(L, -2, "client_gone");
+    lua_pushinteger(L, eps); lua_setfield(L, -2, "endpoints");
+    lua_pushinteger(L, idle); lua_setfield(L, -2, "idle_connections");
+    return 1;
+}
+
 /* At lua_close: free the idle connections; an endpoint still in use goes with its last proxy. */
 static int pool_gc(lua_State *L) {
     (void)L;
@@ -731,6 +759,9 @@ static int pool_gc(lua_State *L) {
 }
 
 void obleth_http_proxy_open(lua_State *L) {
+    /* stack: the obleth.http module table */
+    lua_pushcfunction(L, l_proxy_stats);
+    lua_setfield(L, -2, "proxy_stats");
     if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.proxy_pool") != LUA_TNIL) {
         lua_pop(L, 1);
         return;

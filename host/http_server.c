@@ -476,7 +476,6 @@ void obleth_http_server_open(lua_State *L) {
                                      {"proxy", obleth_res_proxy}, {NULL, NULL}};
     obleth_newclass(L, SERVER_MT, server_m, server_gc, server_close);
     obleth_newclass(L, RES_MT, res_m, res_gc, NULL);
-    obleth_http_proxy_open(L);
     if (luaL_loadbuffer(L, trampoline_src, sizeof trampoline_src - 1, "=http.trampoline") != LUA_OK)
         lua_error(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline");
@@ -484,6 +483,7 @@ void obleth_http_server_open(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.log");
     lua_pushcfunction(L, l_server);
     lua_setfield(L, -2, "server");
+    obleth_http_proxy_open(L);
 }
 
 void obleth_http_client_open(lua_State *L);

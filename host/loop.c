@@ -26,7 +26,6 @@
 #include "host.h"
 
 #include <event2/event.h>
-#include <stdlib.h>
 #include <lualib.h>
 #include <math.h>
 #include <signal.h>
@@ -46,7 +45,11 @@ lua_State *obleth_main_state(void) { return g_main; }
 int obleth_loop_init(void) {
     struct event_config *cfg = event_config_new();
     if (!cfg) return -1;
-    if (getenv("OBLETH_CHANGELIST")) event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    /* batch the epoll changes of one loop turn: evhttp enables and disables a
+       connection's events several times per request, and most of that nets out
+       (spec/bench/router.sh: about 10% more requests per second under load).
+       Safe as long as no descriptor is dup()ed, which the host never does. */
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     g_base = event_base_new_with_config(cfg);
     event_config_free(cfg);
     return g_base ? 0 : -1;
