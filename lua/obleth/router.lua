@@ -137,11 +137,18 @@ local Router = {}
 Router.__index = Router
 
 --- Make a router.
----@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil}
----  app is the obleth.server application (store, log, clock, now, draining, inflight, slurm_settings)
+---@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil,
+---  transport: "proxy"|"client"|nil}
+---  app is the obleth.server application (store, log, clock, now, draining, inflight, slurm_settings).
+---  transport: "proxy" (default) passes requests to http:// endpoints with res:proxy (host/http_proxy.c)
+---  and to others (https://) with the HTTP client; "client" sends every request with the HTTP client.
 function M.new(opts)
   local app = opts.app
   if type(app) ~= "table" or not app.store then error("router.new: app with a store is required", 2) end
+  local transport = opts.transport or "proxy"
+  if transport ~= "proxy" and transport ~= "client" then
+    error("router.new: transport must be \"proxy\" or \"client\"", 2)
+  end
   local reg = metrics.new()
   local self = setmetatable({
     app = app, store = app.store, log = app.log or require("obleth.log"),
@@ -151,7 +158,7 @@ function M.new(opts)
     consteq = require("obleth.sys").consteq, sha256 = require("obleth.crypto").sha256_hex,
     admin_token = opts.admin_token,
     connect_timeout = opts.connect_timeout or M.CONNECT_TIMEOUT, timeout = opts.timeout or M.TIMEOUT,
-    balancer = balancer.new(opts.balancer), registry = reg,
+    balancer = balancer.new(opts.balancer), registry = reg, use_proxy = transport == "proxy",
   }, Router)
   self:invalidate()
   self.m_requests = reg:counter("obleth_router_requests_total",
@@ -415,7 +422,7 @@ function Router:_forward(req, res, model, stream)
       if not url then break end
       if attempt > 1 then self.m_retries:inc(labels) end
       bal:acquire(url)
-      local parts = _http_parts(url)
+      local parts = self.use_proxy and _http_parts(url)
       local pok, st, why, msg, ttfb
       if parts then
         pok, st, why, msg, ttfb = pcall(res.proxy, res, { host = parts.host, port = parts.port,

@@ -128,14 +128,14 @@ App.__index = App
 
 --- Create the application.
 ---@param opts {store: table, admin_token: string, log: table|nil, modules: string[]|nil, now: function|nil,
----  clock: function|nil}
+---  clock: function|nil, router: table|nil}  router: options for obleth.router.new (e.g. transport)
 function M.new(opts)
   if type(opts.admin_token) ~= "string" or opts.admin_token == "" then error("server.new: admin_token", 2) end
   local log = opts.log or require("obleth.log")
   log.add_secret(opts.admin_token)
   local app = setmetatable({
     store = opts.store, log = log, routes = M.load_routes(opts.modules), inflight = 0, draining = false,
-    cache = {}, _token = opts.admin_token,
+    cache = {}, _token = opts.admin_token, _router_opts = opts.router,
     now = opts.now or function() return require("obleth.loop").now() end,
     clock = opts.clock or function() return require("obleth.loop").monotonic() end,
   }, App)
@@ -289,7 +289,9 @@ function M.canonical_path(path)
 end
 
 function App:handler()
-  local router = require("obleth.router").new { app = self, admin_token = self._token }
+  local ropts = { app = self, admin_token = self._token }
+  for k, v in pairs(self._router_opts or {}) do ropts[k] = v end
+  local router = require("obleth.router").new(ropts)
   self.router = router
   return function(req, res)
     local p = req.path or "/"

@@ -16,7 +16,7 @@ end
 -- results[] gets {status, why, message, ttfb} of each res:proxy call.
 local function front(port, opts)
   local results = {}
-  local srv, fport = serve(function(req, res)
+  local srv, fport = serve(function(_, res)
     local o = { host = "127.0.0.1", port = type(port) == "function" and port() or port }
     for k, v in pairs(opts or {}) do o[k] = v end
     local st, why, msg, ttfb = res:proxy(o)

@@ -3,7 +3,10 @@
 -- Needs the obleth runtime (sockets, event loop); under plain lua5.4 it is pending.
 local has_host = pcall(require, "obleth.http")
 
-describe("router in-process", function()
+-- Every case runs over both transports: res:proxy (http:// endpoints) and the HTTP client
+-- (https:// endpoints, or transport = "client").
+local function suite(transport)
+describe("router in-process (" .. transport .. ")", function()
   if not has_host then
     it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
     return
@@ -65,7 +68,7 @@ describe("router in-process", function()
 
   setup(function()
     store = assert(require("obleth.store").open(":memory:"))
-    app = require("obleth.server").new { store = store, admin_token = ADMIN }
+    app = require("obleth.server").new { store = store, admin_token = ADMIN, router = { transport = transport } }
     srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
     base = "http://127.0.0.1:" .. srv:port()
     local g = keys.generate()
@@ -351,3 +354,7 @@ describe("router in-process", function()
     assert.is_nil(seen.authorization) -- the client's key stays with obleth
   end)
 end)
+end
+
+suite("proxy")
+suite("client")
