@@ -159,7 +159,10 @@ function M.new(opts)
     admin_token = opts.admin_token,
     connect_timeout = opts.connect_timeout or M.CONNECT_TIMEOUT, timeout = opts.timeout or M.TIMEOUT,
     balancer = balancer.new(opts.balancer), registry = reg, use_proxy = transport == "proxy",
+    _label_sets = {}, _status_sets = {},
   }, Router)
+  self._proxy_opts = { connect_timeout = self.connect_timeout, timeout = self.timeout,
+    buffer_limit = M.BUFFER_LIMIT }
   self:invalidate()
   self.m_requests = reg:counter("obleth_router_requests_total",
     "Client requests to /v1/ by model and HTTP status (499: the client went away first)", { "model", "status" })
@@ -409,62 +412,76 @@ function Router:_through_client(req, res, url, stream)
   return st, nil, nil, ttfb
 end
 
--- Send the request to one of the model's endpoints (retrying once elsewhere when
--- the connection fails before any answer). Returns status, endpoint.
-function Router:_forward(req, res, model, stream)
+-- The label values {model} of a model's series, made once per model name.
+function Router:_labels(name)
+  local l = self._label_sets[name]
+  if not l then
+    l = { name }
+    self._label_sets[name] = l
+  end
+  return l
+end
+
+-- The attempts of one request (at most two endpoints). Returns status, endpoint.
+function Router:_attempts(req, res, model, stream, labels)
   local bal, name = self.balancer, model.name
   local tried, last_code, last_url
-  local labels = { name }
-  self.m_inflight:add(labels, 1)
-  local ok, status, detail = pcall(function()
-    for attempt = 1, 2 do
-      local url = bal:pick(name, model.endpoints, tried, self.clock())
-      if not url then break end
-      if attempt > 1 then self.m_retries:inc(labels) end
-      bal:acquire(url)
-      local parts = self.use_proxy and _http_parts(url)
-      local pok, st, why, msg, ttfb
-      if parts then
-        pok, st, why, msg, ttfb = pcall(res.proxy, res, { host = parts.host, port = parts.port,
-          target = parts.prefix ~= "" and parts.prefix .. req.target or nil, stream = stream,
-          connect_timeout = self.connect_timeout, timeout = self.timeout, buffer_limit = M.BUFFER_LIMIT })
-      else
-        pok, st, why, msg, ttfb = pcall(self._through_client, self, req, res, url, stream)
-      end
-      bal:release(url)
-      if not pok then error(st, 0) end
-      if st then
-        self.m_latency:observe(labels, ttfb)
-        if why == "upstream_broke" then
-          self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
-        end
-        return st, url
-      end
-      last_code, last_url = why, url
+  local popts = self._proxy_opts -- res:proxy reads it before it yields: one table serves every request
+  for attempt = 1, 2 do
+    local url = bal:pick(name, model.endpoints, tried, self.clock())
+    if not url then break end
+    if attempt > 1 then self.m_retries:inc(labels) end
+    bal:acquire(url)
+    local parts = self.use_proxy and _http_parts(url)
+    local pok, st, why, msg, ttfb
+    if parts then
+      popts.host, popts.port, popts.stream = parts.host, parts.port, stream
+      popts.target = parts.prefix ~= "" and parts.prefix .. req.target or nil
+      pok, st, why, msg, ttfb = pcall(res.proxy, res, popts)
+    else
+      pok, st, why, msg, ttfb = pcall(self._through_client, self, req, res, url, stream)
+    end
+    bal:release(url)
+    if not pok then error(st, 0) end
+    if st then
+      self.m_latency:observe(labels, ttfb)
       if why == "upstream_broke" then
         self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
-        return _fail(res, 502, ("The replica of model `%s` broke off its answer; try again."):format(name),
-          "server_error", nil, "upstream_broke"), url
       end
-      local again = RETRYABLE[why] == true
-      self.log.warn("router_upstream_failed", { model = name, endpoint = url, code = why, error = msg,
-        retry = again and attempt == 1 })
-      if not again then break end
-      bal:failed(url, self.clock())
-      tried = tried or {}
-      tried[url] = true
+      return st, url
     end
-    if not last_code then
-      -- every endpoint was tried (only one, or they left while we tried)
-      return self:_unavailable(res, model)
+    last_code, last_url = why, url
+    if why == "upstream_broke" then
+      self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
+      return _fail(res, 502, ("The replica of model `%s` broke off its answer; try again."):format(name),
+        "server_error", nil, "upstream_broke"), url
     end
-    if last_code == "timeout" then
-      return _fail(res, 504, ("The replica of model `%s` did not answer in time."):format(name), "server_error", nil,
-        "upstream_timeout"), last_url
-    end
-    return _fail(res, 502, ("No replica of model `%s` could be reached (%s); try again."):format(name,
-      last_code), "server_error", nil, "upstream_unreachable"), last_url
-  end)
+    local again = RETRYABLE[why] == true
+    self.log.warn("router_upstream_failed", { model = name, endpoint = url, code = why, error = msg,
+      retry = again and attempt == 1 })
+    if not again then break end
+    bal:failed(url, self.clock())
+    tried = tried or {}
+    tried[url] = true
+  end
+  if not last_code then
+    -- every endpoint was tried (only one, or they left while we tried)
+    return self:_unavailable(res, model)
+  end
+  if last_code == "timeout" then
+    return _fail(res, 504, ("The replica of model `%s` did not answer in time."):format(name), "server_error", nil,
+      "upstream_timeout"), last_url
+  end
+  return _fail(res, 502, ("No replica of model `%s` could be reached (%s); try again."):format(name,
+    last_code), "server_error", nil, "upstream_unreachable"), last_url
+end
+
+-- Send the request to one of the model's endpoints (retrying once elsewhere when
+-- the connection fails before any answer), counted in flight. Returns status, endpoint.
+function Router:_forward(req, res, model, stream)
+  local labels = self:_labels(model.name)
+  self.m_inflight:add(labels, 1)
+  local ok, status, detail = pcall(self._attempts, self, req, res, model, stream, labels)
   self.m_inflight:add(labels, -1)
   if not ok then error(status, 0) end
   return status, detail
@@ -511,6 +528,24 @@ function Router:_route(req, res)
   return self:_forward(req, res, model, type(doc) == "table" and doc.stream == true)
 end
 
+-- The label values {model, status} of a request count, made once per pair (both
+-- come from the store and the HTTP status codes, not from what clients send).
+function Router:_status_labels(name, status)
+  local by = self._status_sets[name]
+  if not by then
+    if self._nstatus_sets and self._nstatus_sets > 4096 then self._status_sets, self._nstatus_sets = {}, 0 end
+    by = {}
+    self._status_sets[name] = by
+    self._nstatus_sets = (self._nstatus_sets or 0) + 1
+  end
+  local l = by[status]
+  if not l then
+    l = { name, tostring(status) }
+    by[status] = l
+  end
+  return l
+end
+
 --- Answer one /v1/ or /metrics request (an http.server handler): counts it in the
 --- app's in-flight requests (shutdown waits for them), records metrics and logs one line.
 function Router:serve(req, res)
@@ -528,7 +563,7 @@ function Router:serve(req, res)
     end
     status = 500
   end
-  if req.path ~= "/metrics" then self.m_requests:inc({ req.model or "", tostring(status) }) end
+  if req.path ~= "/metrics" then self.m_requests:inc(self:_status_labels(req.model or "", status)) end
   self.log.info("http_request", { method = req.method, path = req.path, status = status, model = req.model,
     upstream = type(endpoint) == "string" and endpoint or nil,
     ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })

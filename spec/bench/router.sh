@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Router benchmark: wrk against the smoke engine directly, through obleth serve's
 # router, and through nginx as a plain reverse proxy (keepalive upstream) to the
-# same engine. Loopback only; every process it starts is stopped on exit.
+# same engine. A fourth target, "evhttp", is a bare C proxy on the same libevent
+# evhttp server and client obleth uses (spec/bench/router/evhttp_proxy.c, built
+# here): the floor of obleth's HTTP layer, with none of obleth's own work.
+# Loopback only; every process it starts is stopped on exit.
 #
 # Two runs per target:
 #   load     DURATION s (10), THREADS (2), CONNECTIONS (32): throughput and latency under load
@@ -107,12 +110,20 @@ http {
   }
 }
 EOF
+# the bare evhttp proxy: the floor of obleth's HTTP layer
+evhttp_port=$(free_port)
+cc -O2 -o "$tmp/evhttp_proxy" spec/bench/router/evhttp_proxy.c $(pkg-config --cflags --libs libevent)
+"$tmp/evhttp_proxy" "$evhttp_port" "$engine_port" &
+pids+=($!)
+
 "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" 2>/dev/null &
 pids+=($!)
 wait_http "http://127.0.0.1:$nginx_port/health"
 
 # a correct answer through each before measuring
-for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http://127.0.0.1:$nginx_port"; do
+wait_http "http://127.0.0.1:$evhttp_port/health"
+for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http://127.0.0.1:$nginx_port" \
+  "http://127.0.0.1:$evhttp_port"; do
   out=$(curl -sf -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
     -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" "$base/v1/chat/completions")
   case $out in *'"chat.completion"'*) ;; *) echo "router bench: bad answer from $base: $out" >&2; exit 1 ;; esac
@@ -131,9 +142,9 @@ run() { # kind name url threads connections seconds
   ERR[$kind.$name]=$(sed -n 's/.*errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1+\2/p' <<<"$line")
 }
 
-targets=(direct obleth nginx)
+targets=(direct obleth nginx evhttp)
 declare -A URL=([direct]="http://127.0.0.1:$engine_port" [obleth]="http://127.0.0.1:$serve_port"
-  [nginx]="http://127.0.0.1:$nginx_port")
+  [nginx]="http://127.0.0.1:$nginx_port" [evhttp]="http://127.0.0.1:$evhttp_port")
 for name in "${targets[@]}"; do run load "$name" "${URL[$name]}" "$THREADS" "$CONNECTIONS" "$DURATION"; done
 for name in "${targets[@]}"; do run latency "$name" "${URL[$name]}" 1 1 "$LAT_DURATION"; done
 
@@ -153,7 +164,9 @@ for kind in load latency; do
   done
   a_ob=$(( ${P50[$kind.obleth]} - ${P50[$kind.direct]} ))
   a_ng=$(( ${P50[$kind.nginx]} - ${P50[$kind.direct]} ))
-  awk -v o="$a_ob" -v n="$a_ng" -v k="$kind" 'BEGIN {
+  a_ev=$(( ${P50[$kind.evhttp]} - ${P50[$kind.direct]} ))
+  awk -v o="$a_ob" -v n="$a_ng" -v e="$a_ev" -v k="$kind" 'BEGIN {
     if (n <= 0) printf "  %s: obleth adds %d us at p50; nginx adds %d us (no ratio)\n", k, o, n;
-    else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim <= 1)\n", k, o, n, o / n }'
+    else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim <= 1); bare evhttp %d us: ratio %.2f\n",
+      k, o, n, o / n, e, e / n }'
 done
