@@ -41,9 +41,15 @@
  * dropped (the server frames the answer itself).
  *
  * Connections are kept alive and reused, at most POOL_MAX idle ones per
- * endpoint; an endpoint unused for POOL_IDLE_SECS is forgotten. A request that
- * fails on a reused connection before any byte of the answer (the endpoint
- * closed it while idle) is sent once more on a new connection.
+ * endpoint; an endpoint unused for POOL_IDLE_SECS is forgotten. An idle
+ * connection is reused only when nothing waits to be read on it (checked with
+ * a peek just before): one the endpoint closed, or one with bytes after its last
+ * answer, is closed instead. A failed request is never sent again here; the
+ * router decides about another replica.
+ *
+ * A client that goes away is noticed when its answer is written, and, for an
+ * exchange still waiting after a second, by watching its connection; the
+ * upstream request is then cancelled.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http_internal.h"
@@ -55,6 +61,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/util.h>
 #include <math.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +81,8 @@ typedef struct endpoint {
     char *address; /* numeric, resolved once */
     int port;
     int users;     /* proxies using one of its connections now */
+    int stale;     /* a connection failed: resolve the name again before the next one */
+    double resolved_at;
     double last_used;
     int n;
     struct evhttp_connection *idle[POOL_MAX];
@@ -81,7 +90,7 @@ typedef struct endpoint {
 
 static endpoint *g_endpoints;
 /* counts since start, for http.proxy_stats() */
-static struct { lua_Integer opened, reused, resent, completed, failed, client_gone; } g_stats;
+static struct { lua_Integer opened, reused, completed, failed, client_gone; } g_stats;
 static int g_closed; /* the Lua state is closing: keep nothing idle */
 
 struct proxy_op {
@@ -92,15 +101,20 @@ struct proxy_op {
     struct event *done_ev;          /* activated to finish outside evhttp's callbacks */
     struct event *timer;            /* the exchange's time limit */
     struct event *connw;            /* watches a new connection come up */
+    struct event *slow;             /* a second into the exchange: start watching the client */
+    struct event *clientw;          /* watches the client's connection for its end */
+    struct evbuffer_cb_entry *incb; /* notes bytes arriving from the endpoint */
     struct evbuffer *held;          /* a non-streamed answer, held back */
     char *target;
     double t0, ttfb, connect_timeout, timeout;
     size_t buffer_limit;
     int status;
     int mode;        /* 0 no answer yet, 1 holding it back, 2 passing it through */
-    int stream, head, fresh, attempts;
+    int stream, head, fresh;
     int err;         /* the evhttp_request_error, or -1 */
     int failed_connect; /* evhttp gave up before a connection was made */
+    int got_bytes;   /* some bytes of an answer arrived on this attempt */
+    int bad;         /* the answer's status was not one to pass on */
     int finished;    /* evhttp is done with up */
     int complete;    /* the whole answer arrived */
     int client_gone, timed_out, connect_timed_out, paused;
@@ -144,60 +158,113 @@ static void pool_prune(double now) {
     }
 }
 
-/* The endpoint for host:port, resolving a name once (getaddrinfo, so
-   /etc/hosts and NSS apply). NULL and *why set when it cannot be resolved. */
-static endpoint *pool_endpoint(const char *host, int port, double now, const char **why) {
-    static double last_prune;
-    if (now - last_prune > 10) {
-        pool_prune(now);
-        last_prune = now;
-    }
-    for (endpoint *e = g_endpoints; e; e = e->next)
-        if (e->port == port && strcmp(e->host, host) == 0) return e;
+/* Resolve host to a numeric address (getaddrinfo, so /etc/hosts and NSS apply).
+   0 | -1 with *why set. */
+static int resolve(const char *host, char *addr, size_t n, const char **why) {
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     int rc = getaddrinfo(host, NULL, &hints, &ai);
     if (rc != 0 || !ai) {
-        *why = gai_strerror(rc);
+        *why = rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc);
+        if (ai) freeaddrinfo(ai);
+        return -1;
+    }
+    const void *src = ai->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                                                : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+    evutil_inet_ntop(ai->ai_family, src, addr, n);
+    freeaddrinfo(ai);
+    return 0;
+}
+
+/* Drop an endpoint's idle connections (its address changed). */
+static void endpoint_drop_idle(endpoint *e) {
+    for (int i = 0; i < e->n; i++) evhttp_connection_free(e->idle[i]);
+    e->n = 0;
+}
+
+/* The endpoint for host:port. A name is resolved when the endpoint is first
+   used, and again after a connection to it failed (at most once a second); a
+   name that does not resolve is not looked up again for NEGATIVE_SECS. The
+   lookup blocks the loop, so a numeric address (what the provisioner registers
+   when Slurm reports one) costs nothing. NULL and *why set when it cannot be
+   resolved. */
+#define NEGATIVE_SECS 5.0
+static endpoint *pool_endpoint(const char *host, int port, double now, const char **why) {
+    static double last_prune;
+    if (now - last_prune > 10) {
+        pool_prune(now);
+        last_prune = now;
+    }
+    endpoint *e = NULL;
+    for (endpoint *x = g_endpoints; x; x = x->next)
+        if (x->port == port && strcmp(x->host, host) == 0) {
+            e = x;
+            break;
+        }
+    if (e && e->address && !(e->stale && now - e->resolved_at > 1)) return e;
+    if (e && !e->address && now - e->resolved_at < NEGATIVE_SECS) {
+        *why = "the name did not resolve a moment ago";
         return NULL;
     }
     char addr[64] = "";
-    const void *src = ai->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
-                                                : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
-    evutil_inet_ntop(ai->ai_family, src, addr, sizeof addr);
-    freeaddrinfo(ai);
-    endpoint *e = calloc(1, sizeof *e);
-    if (!e) { *why = "out of memory"; return NULL; }
-    e->host = strdup(host);
-    e->address = strdup(addr);
-    e->port = port;
-    if (!e->host || !e->address) {
-        endpoint_free(e);
-        *why = "out of memory";
+    int rc = resolve(host, addr, sizeof addr, why);
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e || !(e->host = strdup(host))) {
+            free(e);
+            *why = "out of memory";
+            return NULL;
+        }
+        e->port = port;
+        e->next = g_endpoints;
+        g_endpoints = e;
+    }
+    e->resolved_at = now;
+    e->stale = 0;
+    if (rc != 0) {
+        endpoint_drop_idle(e);
+        free(e->address);
+        e->address = NULL;
+        e->last_used = now;
         return NULL;
     }
-    e->next = g_endpoints;
-    g_endpoints = e;
+    if (!e->address || strcmp(e->address, addr) != 0) {
+        endpoint_drop_idle(e);
+        free(e->address);
+        e->address = strdup(addr);
+        if (!e->address) {
+            *why = "out of memory";
+            return NULL;
+        }
+    }
     return e;
 }
 
-static int conn_is_open(struct evhttp_connection *c) {
-    return bufferevent_getfd(evhttp_connection_get_bufferevent(c)) >= 0;
+/* May an idle connection carry the next request? Only when nothing is waiting
+   to be read on it: bytes after a complete answer (a Content-Length that lied,
+   a body on a 204 or HEAD answer, an answer nobody asked for) would be taken
+   as the next request's answer, and an end-of-file means the endpoint closed it. */
+static int conn_is_clean(struct evhttp_connection *c) {
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    if (fd < 0 || evbuffer_get_length(bufferevent_get_input(bev)) > 0) return 0;
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-/* A connection to e: an idle open one if there is one and new_one is 0
-   (*fresh = 0), else a new one. */
-static struct evhttp_connection *pool_take(endpoint *e, int new_one, int *fresh) {
-    while (!new_one && e->n > 0) {
+/* A connection to e: a clean idle one if there is one (*fresh = 0), else a new one. */
+static struct evhttp_connection *pool_take(endpoint *e, int *fresh) {
+    while (e->n > 0) {
         struct evhttp_connection *c = e->idle[--e->n];
-        if (conn_is_open(c)) {
+        if (conn_is_clean(c)) {
             *fresh = 0;
             g_stats.reused++;
             return c;
         }
-        evhttp_connection_free(c); /* the endpoint closed it while idle */
+        evhttp_connection_free(c); /* closed by the endpoint, or bytes nobody asked for */
     }
     *fresh = 1;
     g_stats.opened++;
@@ -205,13 +272,15 @@ static struct evhttp_connection *pool_take(endpoint *e, int new_one, int *fresh)
     if (c) {
         evhttp_connection_set_retries(c, 0);
         evhttp_connection_set_max_headers_size(c, 64 * 1024);
-        evhttp_connection_set_flags(c, EVHTTP_CON_READ_ON_WRITE_ERROR);
+        /* not EVHTTP_CON_READ_ON_WRITE_ERROR: with it, libevent 2.1 answers an
+           end-of-file that leaves part of an answer unread by waiting for more
+           bytes that never come, until the time limit */
     }
     return c;
 }
 
 static void pool_give(endpoint *e, struct evhttp_connection *c, int reusable) {
-    if (reusable && !g_closed && e->n < POOL_MAX && conn_is_open(c)) e->idle[e->n++] = c;
+    if (reusable && !g_closed && e->n < POOL_MAX && conn_is_clean(c)) e->idle[e->n++] = c;
     else evhttp_connection_free(c);
 }
 
@@ -249,6 +318,21 @@ static int named_in(const char *name, char names[MAX_NAMED][64], int n) {
     return 0;
 }
 
+/* Is this a header to pass on at all? Its name is an RFC 9110 token and its
+   value has no control character but tab (a name like "Content-Length " or a
+   value with a bare CR would mean something else to the next hop). */
+static int header_ok(const char *k, const char *v) {
+    static const char tchar[] = "!#$%&'*+-.^_`|~";
+    if (!*k) return 0;
+    for (const unsigned char *p = (const unsigned char *)k; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              strchr(tchar, *p)))
+            return 0;
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f) return 0;
+    return 1;
+}
+
 /* Copy the answer's end-to-end headers to the client's answer. */
 static void copy_answer_headers(struct evhttp_request *up, struct evhttp_request *client) {
     struct evkeyvalq *in = evhttp_request_get_input_headers(up);
@@ -256,7 +340,9 @@ static void copy_answer_headers(struct evhttp_request *up, struct evhttp_request
     char named[MAX_NAMED][64];
     int nn = connection_named(evhttp_find_header(in, "Connection"), named);
     for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next) {
-        if (hop_by_hop(h->key) || strcasecmp(h->key, "content-length") == 0 || named_in(h->key, named, nn)) continue;
+        if (!header_ok(h->key, h->value) || hop_by_hop(h->key) || strcasecmp(h->key, "content-length") == 0 ||
+            named_in(h->key, named, nn))
+            continue;
         evhttp_add_header(out, h->key, h->value);
     }
 }
@@ -298,13 +384,19 @@ static void start_passing(struct proxy_op *op, struct evhttp_request *up) {
     if (!client) return;
     op->res->state = 1;
     copy_answer_headers(up, client);
-    evhttp_send_reply_start(client, op->status, evhttp_request_get_response_code_line(up));
+    evhttp_send_reply_start(client, op->status, obleth_http_reason(op->status));
 }
 
 static int up_header_cb(struct evhttp_request *up, void *arg) {
     struct proxy_op *op = arg;
     int code = evhttp_request_get_response_code(up);
-    if (code >= 100 && code < 200) return 0; /* an interim answer: evhttp reads on */
+    if (code == 100) return 0; /* 100 Continue: evhttp reads the real answer next */
+    if (code < 200 || code > 599) {
+        /* another 1xx (evhttp would take it for the answer), a 101 nobody asked
+           for, or no status at all: not an answer to pass on */
+        op->bad = 1;
+        return -1;
+    }
     op->status = code;
     op->ttfb = now_mono() - op->t0;
     const char *ctype = evhttp_find_header(evhttp_request_get_input_headers(up), "Content-Type");
@@ -336,10 +428,11 @@ static void up_done_cb(struct evhttp_request *up, void *arg) {
     op->finished = 1;
     op->up = NULL;
     if (op->connw) event_del(op->connw);
+    if (op->clientw) event_del(op->clientw);
     if (up && evhttp_request_get_response_code(up) != 0 && op->err < 0) {
         op->complete = 1;
         if (op->mode == 0) { /* an answer without a body (204, 304, HEAD) */
-            op->status = evhttp_request_get_response_code(up);
+            op->status = evhttp_request_get_response_code(up); /* checked by up_header_cb */
             op->ttfb = now_mono() - op->t0;
             op->mode = 1;
         }
@@ -352,7 +445,7 @@ static void up_done_cb(struct evhttp_request *up, void *arg) {
                 evbuffer_drain(op->held, evbuffer_get_length(op->held));
             }
             obleth_http_detach_close_cb(op->res);
-            evhttp_send_reply(client, op->status, evhttp_request_get_response_code_line(up), op->held);
+            evhttp_send_reply(client, op->status, obleth_http_reason(op->status), op->held);
             op->res->req = NULL;
             op->res->state = 2;
         } else if (client && op->mode == 2) {
@@ -365,6 +458,7 @@ static void up_done_cb(struct evhttp_request *up, void *arg) {
         op->failed_connect = 1; /* evhttp gives up on a connection it could not make */
         if (op->fresh && now_mono() - op->t0 >= op->connect_timeout * 0.99) op->connect_timed_out = 1;
     }
+    if (op->failed_connect || (!op->complete && !op->got_bytes)) op->ep->stale = 1;
     op_finish_later(op);
 }
 
@@ -400,11 +494,54 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     op_finish_later(op);
 }
 
-static int op_send(struct proxy_op *op, int new_connection);
+static int op_send(struct proxy_op *op);
+
+static void up_input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg) {
+    (void)buf;
+    struct proxy_op *op = arg;
+    if (info->n_added > 0) op->got_bytes = 1;
+}
+
+/* The client's connection became readable while its answer is awaited: an
+   end-of-file (or a reset) means the client went away, so close its connection,
+   which cancels the upstream request (obleth_proxy_client_gone). Bytes of a
+   next, pipelined request say nothing; watching stops either way. */
+static void clientw_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    struct proxy_op *op = arg;
+    struct evhttp_request *client = op->res ? op->res->req : NULL;
+    if (!client || op->finished) return;
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        struct evhttp_connection *cc = evhttp_request_get_connection(client);
+        if (cc) evhttp_connection_free(cc); /* runs the close callback: client gone */
+    }
+}
+
+/* A second into the exchange and the client still waits: watch its connection,
+   so a client that leaves while the endpoint is silent is noticed. (Quick
+   exchanges never pay for the watch.) */
+static void slow_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    struct proxy_op *op = arg;
+    struct evhttp_request *client = op->res ? op->res->req : NULL;
+    if (!client || op->finished || op->mode == 2) return; /* a passed-through answer notices by writing */
+    struct evhttp_connection *cc = evhttp_request_get_connection(client);
+    evutil_socket_t cfd = cc ? bufferevent_getfd(evhttp_connection_get_bufferevent(cc)) : -1;
+    if (cfd < 0) return;
+    op->clientw = event_new(obleth_base(), cfd, EV_READ, clientw_cb, op);
+    if (op->clientw) event_add(op->clientw, NULL);
+}
 
 /* Release what the exchange holds; the connection goes back to the pool when clean. */
 static void op_release_conn(struct proxy_op *op, int reusable) {
     if (op->connw) event_del(op->connw);
+    if (op->conn && op->incb) {
+        evbuffer_remove_cb_entry(bufferevent_get_input(evhttp_connection_get_bufferevent(op->conn)), op->incb);
+        op->incb = NULL;
+    }
     if (op->conn) {
         if (op->paused) {
             bufferevent_enable(evhttp_connection_get_bufferevent(op->conn), EV_READ);
@@ -433,6 +570,8 @@ static void op_free(struct proxy_op *op) {
     if (op->done_ev) event_free(op->done_ev);
     if (op->timer) event_free(op->timer);
     if (op->connw) event_free(op->connw);
+    if (op->slow) event_free(op->slow);
+    if (op->clientw) event_free(op->clientw);
     if (op->held) evbuffer_free(op->held);
     free(op->target);
     free(op);
@@ -451,13 +590,6 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
     }
     if (!op->finished) return;
     response *r = op->res;
-    /* a reused connection the endpoint had closed: once more on a new one */
-    if (!op->complete && !op->client_gone && !op->timed_out && !op->fresh && op->mode == 0 && op->attempts == 1 &&
-        (op->err == EVREQ_HTTP_EOF || op->failed_connect) && r && r->req) {
-        op_release_conn(op, 0);
-        g_stats.resent++;
-        if (op_send(op, 1) == 0) return;
-    }
     int reusable = op->complete && !op->client_gone;
     if (op->client_gone) g_stats.client_gone++;
     else if (op->complete) g_stats.completed++;
@@ -475,6 +607,7 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     if (op->client_gone) {
+        r->state = 2; /* nobody is left to answer */
         lua_pushinteger(co, 499);
         lua_pushliteral(co, "client_gone");
         lua_pushnil(co);
@@ -497,9 +630,12 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
         } else if (op->failed_connect) {
             code = "unreachable";
             msg = "the connection was refused or could not be made";
-        } else if (op->mode != 0) {
+        } else if (op->bad) {
+            code = "bad_response";
+            msg = "the answer's status was not one to pass on (1xx, 101, or out of range)";
+        } else if (op->mode != 0 || op->got_bytes) {
             code = "upstream_broke";
-            msg = "the answer broke off";
+            msg = op->mode != 0 ? "the answer broke off" : "the answer broke off before its headers were complete";
         } else if (op->err == EVREQ_HTTP_INVALID_HEADER) {
             code = "bad_response";
             msg = "the answer's status line or headers were invalid";
@@ -546,7 +682,7 @@ static void copy_request_headers(struct evhttp_request *client, struct evhttp_re
     const char *xff = NULL;
     for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next) {
         const char *k = h->key;
-        if (hop_by_hop(k) || strcasecmp(k, "host") == 0 || strcasecmp(k, "content-length") == 0 ||
+        if (!header_ok(k, h->value) || hop_by_hop(k) || strcasecmp(k, "host") == 0 || strcasecmp(k, "content-length") == 0 ||
             strcasecmp(k, "expect") == 0 || strcasecmp(k, "authorization") == 0 || named_in(k, named, nn))
             continue;
         if (strcasecmp(k, "x-forwarded-for") == 0) {
@@ -563,24 +699,28 @@ static void copy_request_headers(struct evhttp_request *client, struct evhttp_re
     struct evhttp_connection *cc = evhttp_request_get_connection(client);
     if (cc) evhttp_connection_get_peer(cc, &peer, &pport);
     if (peer) {
-        char v[1024];
-        if (xff) snprintf(v, sizeof v, "%s, %s", xff, peer);
-        else snprintf(v, sizeof v, "%s", peer);
-        evhttp_add_header(out, "X-Forwarded-For", v);
+        size_t n = (xff ? strlen(xff) + 2 : 0) + strlen(peer) + 1;
+        char *v = malloc(n);
+        if (v) {
+            if (xff) snprintf(v, n, "%s, %s", xff, peer);
+            else snprintf(v, n, "%s", peer);
+            evhttp_add_header(out, "X-Forwarded-For", v);
+            free(v);
+        }
     } else if (xff) {
         evhttp_add_header(out, "X-Forwarded-For", xff);
     }
 }
 
 /* Send (or send again) the client's request to the endpoint. 0 | -1. */
-static int op_send(struct proxy_op *op, int new_connection) {
+static int op_send(struct proxy_op *op) {
     struct evhttp_request *client = op->res->req;
-    op->attempts++;
     op->err = -1;
-    op->finished = op->complete = op->failed_connect = 0;
+    op->finished = op->complete = op->failed_connect = op->got_bytes = op->bad = 0;
     op->mode = 0;
-    op->conn = pool_take(op->ep, new_connection, &op->fresh);
+    op->conn = pool_take(op->ep, &op->fresh);
     if (!op->conn) return -1;
+    op->incb = evbuffer_add_cb(bufferevent_get_input(evhttp_connection_get_bufferevent(op->conn)), up_input_cb, op);
     struct timeval tv = secs_tv(op->fresh ? op->connect_timeout : op->timeout);
     evhttp_connection_set_timeout_tv(op->conn, &tv);
     struct evhttp_request *up = evhttp_request_new(up_done_cb, op);
@@ -689,27 +829,31 @@ int obleth_res_proxy(lua_State *L) {
     op->buffer_limit = (size_t)limit;
     op->err = -1;
     const char *uri = target ? target : evhttp_request_get_uri(r->req);
-    op->target = strdup(uri ? uri : "/");
+    op->target = strdup(uri && *uri == '/' ? uri : "/");
     op->held = evbuffer_new();
     op->done_ev = event_new(obleth_base(), -1, 0, done_ev_cb, op);
     op->timer = evtimer_new(obleth_base(), timer_cb, op);
-    if (!op->target || !op->held || !op->done_ev || !op->timer) {
+    op->slow = evtimer_new(obleth_base(), slow_cb, op);
+    if (!op->target || !op->held || !op->done_ev || !op->timer || !op->slow) {
         op_free(op);
         return luaL_error(L, "out of memory");
     }
-    if (op_send(op, 0) != 0) {
+    if (op_send(op) != 0) {
         op_free(op);
         return luaL_error(L, "out of memory");
     }
     event_base_update_cache_time(obleth_base());
     struct timeval tv = secs_tv(timeout);
     evtimer_add(op->timer, &tv);
+    struct timeval one = {1, 0};
+    evtimer_add(op->slow, &one);
     r->proxy = op;
     obleth_wait_begin(L, &r->w, "res:proxy");
     return lua_yield(L, 0);
 }
 
 void obleth_proxy_client_gone(struct proxy_op *op) {
+    if (op->clientw) event_del(op->clientw); /* its descriptor is about to close */
     op->client_gone = 1;
     op_finish_later(op);
 }
@@ -719,7 +863,7 @@ void obleth_proxy_abandon(struct proxy_op *op) {
     op_free(op);
 }
 
-/* http.proxy_stats() -> {connections_opened, connections_reused, resent, completed, failed,
+/* http.proxy_stats() -> {connections_opened, connections_reused, completed, failed,
    client_gone, endpoints, idle_connections}: counts since the process started, and the pool now. */
 static int l_proxy_stats(lua_State *L) {
     lua_Integer eps = 0, idle = 0;
@@ -727,10 +871,9 @@ static int l_proxy_stats(lua_State *L) {
         eps++;
         idle += e->n;
     }
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 7);
     lua_pushinteger(L, g_stats.opened); lua_setfield(L, -2, "connections_opened");
     lua_pushinteger(L, g_stats.reused); lua_setfield(L, -2, "connections_reused");
-    lua_pushinteger(L, g_stats.resent); lua_setfield(L, -2, "resent");
     lua_pushinteger(L, g_stats.completed); lua_setfield(L, -2, "completed");
     lua_pushinteger(L, g_stats.failed); lua_setfield(L, -2, "failed");
     lua_pushinteger(L, g_stats.client_gone); lua_setfield(L, -2, "client_gone");

@@ -333,8 +333,31 @@ static void push_request(lua_State *L, struct evhttp_request *req) {
     }
 }
 
+/* A request target (RFC 9112 section 3.2) is printable ASCII with no space;
+   libevent lets spaces, bare CRs and other control bytes through. */
+static int target_ok(const char *t) {
+    if (!t) return 0;
+    for (const unsigned char *p = (const unsigned char *)t; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f) return 0;
+    return 1;
+}
+
 static void gen_cb(struct evhttp_request *req, void *arg) {
     server *s = arg;
+    if (!target_ok(evhttp_request_get_uri(req))) {
+        struct evbuffer *b = evbuffer_new();
+        if (b) {
+            evbuffer_add_printf(b, "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\","
+                                   "\"param\":null,\"code\":\"bad_target\"}}",
+                                "the request target has a space, a control character or a non-ASCII byte");
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+            evhttp_send_reply(req, 400, "Bad Request", b);
+            evbuffer_free(b);
+        } else {
+            evhttp_send_error(req, 400, NULL);
+        }
+        return;
+    }
     lua_State *L = obleth_main_state();
     int top = lua_gettop(L);
     if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline") != LUA_TFUNCTION) {

@@ -34,6 +34,7 @@ static const int lvprio[] = {7, 6, 4, 3};
 
 static int g_level = LV_INFO;
 static int g_level_init;
+static int g_journal; /* JOURNAL_STREAM was set at start: journald gets priority prefixes */
 static char **g_secrets;
 static size_t g_nsecrets, g_capsecrets;
 
@@ -47,6 +48,7 @@ static int level_of(const char *name) {
 static void init_level(void) {
     if (g_level_init) return;
     g_level_init = 1;
+    g_journal = getenv("JOURNAL_STREAM") != NULL;
     const char *e = getenv("OBLETH_LOG_LEVEL");
     if (e) {
         int l = level_of(e);
@@ -120,7 +122,7 @@ static void add_value(buf *b, const char *s, size_t n) {
     buf_adds(b, "\"");
 }
 
-static int is_secret_key(const char *k) {
+static int is_secret_key_uncached(const char *k) {
     static const char *words[] = {"token", "secret", "password", "passwd", "authorization",
                                   "api_key", "apikey", "jwt", "cookie", NULL};
     char low[128];
@@ -132,20 +134,45 @@ static int is_secret_key(const char *k) {
     return 0;
 }
 
+/* Does the field name k name a credential? Field names are few and repeat on
+   every line: the answer for names up to 31 bytes is remembered. */
+static int is_secret_key(const char *k, size_t kl) {
+    enum { SLOTS = 128, KEYMAX = 32 };
+    static struct { char k[KEYMAX]; signed char v; } memo[SLOTS];
+    if (kl >= KEYMAX) return is_secret_key_uncached(k);
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < kl; i++) h = (h ^ (unsigned char)k[i]) * 16777619u;
+    unsigned slot = h % SLOTS;
+    if (memo[slot].v && memcmp(memo[slot].k, k, kl) == 0 && memo[slot].k[kl] == 0) return memo[slot].v > 0;
+    int v = is_secret_key_uncached(k);
+    memcpy(memo[slot].k, k, kl);
+    memo[slot].k[kl] = 0;
+    memo[slot].v = v ? 1 : -1;
+    return v;
+}
+
 static void line_start(buf *b, int lv, const char *event) {
-    if (getenv("JOURNAL_STREAM")) {
+    if (g_journal) {
         char pre[8];
         snprintf(pre, sizeof pre, "<%d>", lvprio[lv]);
         buf_adds(b, pre);
     } else {
+        /* "ts=2026-11-30T12:00:00." is made once a second, the milliseconds each line */
+        static time_t last_sec = (time_t)-1;
+        static char prefix[48];
         struct timeval tv;
         gettimeofday(&tv, NULL);
-        struct tm tm;
-        gmtime_r(&tv.tv_sec, &tm);
-        char ts[64];
-        snprintf(ts, sizeof ts, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", tm.tm_year + 1900,
-                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
-        buf_adds(b, ts);
+        if (tv.tv_sec != last_sec) {
+            struct tm tm;
+            gmtime_r(&tv.tv_sec, &tm);
+            snprintf(prefix, sizeof prefix, "ts=%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+            last_sec = tv.tv_sec;
+        }
+        buf_adds(b, prefix);
+        int ms = (int)(tv.tv_usec / 1000);
+        char tail[6] = {(char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10), 'Z', ' ', 0};
+        buf_adds(b, tail);
     }
     buf_adds(b, "level=");
     buf_adds(b, lvnames[lv]);
@@ -227,7 +254,7 @@ static int log_at(lua_State *L, int lv) {
         lua_getfield(L, 2, keys[i].k);
         size_t vl = 0;
         const char *v;
-        if (is_secret_key(keys[i].k) && !lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN) {
+        if (is_secret_key(keys[i].k, keys[i].kl) && !lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN) {
             v = "[redacted]"; vl = strlen(v);
         } else {
             v = luaL_tolstring(L, -1, &vl); /* pushes */

@@ -5,7 +5,7 @@
 set -euo pipefail
 build_pkgs=(build-essential pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev lua-cjson libyaml-dev
   libevent-dev libsqlite3-dev libreadline-dev libsystemd-dev libssl-dev)
-test_pkgs=(lua-busted lua-check tmux curl procps)
+test_pkgs=(lua-busted lua-check tmux curl procps python3)
 cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client munge mariadb-server)
 want=("${build_pkgs[@]}")
 if [ "${1:-build}" = all ]; then want+=("${test_pkgs[@]}" "${cluster_pkgs[@]}"); fi

@@ -472,6 +472,10 @@ function Router:_attempts(req, res, model, stream, labels)
     return _fail(res, 504, ("The replica of model `%s` did not answer in time."):format(name), "server_error", nil,
       "upstream_timeout"), last_url
   end
+  if last_code == "bad_response" then
+    return _fail(res, 502, ("The replica of model `%s` sent an answer that is not valid HTTP; try again."):format(
+      name), "server_error", nil, "upstream_bad_response"), last_url
+  end
   return _fail(res, 502, ("No replica of model `%s` could be reached (%s); try again."):format(name,
     last_code), "server_error", nil, "upstream_unreachable"), last_url
 end

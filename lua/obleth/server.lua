@@ -296,7 +296,13 @@ function App:handler()
   return function(req, res)
     local p = req.path or "/"
     if not M.canonical_path(p) then
-      return _reply(errors.fail(400, "bad_path", "the path must not have empty, '.' or '..' segments"))
+      local msg = "the path must not have empty, '.' or '..' segments"
+      if p:sub(1, 4) == "/v1/" then -- a client of the OpenAI API gets its error shape
+        res:send(400, { ["Content-Type"] = "application/json" },
+          require("obleth.router").error_body(msg, "invalid_request_error", nil, "bad_path"))
+        return
+      end
+      return _reply(errors.fail(400, "bad_path", msg))
     end
     if p:sub(1, 4) == "/v1/" or p == "/metrics" then return router:serve(req, res) end
     local out = self:handle(req)

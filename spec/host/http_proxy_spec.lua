@@ -89,32 +89,47 @@ describe("res:proxy", function()
     fr:close(); up:close()
   end)
 
-  it("sends again on a new connection when a reused one was closed by the endpoint", function()
-    local up, port = serve(function() return { status = 200, body = "first" } end)
+  it("does not reuse a pooled connection the endpoint closed, and reports a request it cut off as closed", function()
+    local up, port
     local restart = false
-    local results = {}
-    local fr, fport = serve(function(_, res)
-      if restart then
-        -- the endpoint restarts on the same port right now: the pooled connection is
-        -- dead, and the loop has not run since, so nothing noticed yet
+    up, port = serve(function()
+      if not restart then return { status = 200, body = "first" } end
+      -- the endpoint restarts with this request in hand: its connection closes with no
+      -- byte of an answer, and a new endpoint listens on the same port
+      loop.spawn(function()
         up:close()
         up = serve(function() return { status = 200, body = "second" } end, { port = port })
-      end
-      local st, why = res:proxy { host = "127.0.0.1", port = port }
-      results[#results + 1] = { status = st, why = why }
+      end)
+      loop.sleep(5)
     end)
-    local base = "http://127.0.0.1:" .. fport
+    local fr, base, results = front(function() return port end)
     assert.equal("first", assert(http.request { url = base .. "/v1/a" }).body)
-    local before = http.proxy_stats()
     restart = true
-    local r = assert(http.request { url = base .. "/v1/b" })
-    assert.equal(200, r.status)
+    local r = assert(http.request { url = base .. "/v1/b", timeout = 10 })
+    assert.equal(502, r.status)
+    assert.equal("closed", results[2].why) -- sent once; the router may try another replica
+    -- the pooled connection to the old endpoint is closed: the next request opens a new one
+    local before = http.proxy_stats()
+    r = assert(http.request { url = base .. "/v1/c", timeout = 10 })
     assert.equal("second", r.body)
-    assert.equal(200, results[2].status)
     local after = http.proxy_stats()
-    assert.equal(before.connections_reused + 1, after.connections_reused)
-    assert.equal(before.resent + 1, after.resent)
     assert.equal(before.connections_opened + 1, after.connections_opened)
+    fr:close(); up:close()
+  end)
+
+  it("never reuses a connection with bytes nobody asked for, nor one the endpoint closed", function()
+    -- an endpoint whose answers carry more than their Content-Length says
+    local n = 0
+    local up = serve(function(_, res)
+      n = n + 1
+      res:send(200, { ["Content-Type"] = "text/plain", ["Content-Length"] = "5" }, "ans" .. n .. "SMUGGLED")
+    end)
+    local fr, base = front(up:port())
+    for i = 1, 3 do
+      local r = assert(http.request { url = base .. "/v1/x" })
+      assert.equal(200, r.status)
+      assert.equal("ans" .. i .. "S", r.body) -- never the leftover of an earlier answer
+    end
     fr:close(); up:close()
   end)
 
@@ -259,6 +274,27 @@ describe("res:proxy", function()
     assert.equal(499, results[1].status)
     assert.equal("client_gone", results[1].why)
     assert.is_true(wait_for(function() return upstream_saw_close end, 5))
+    fr:close(); up:close()
+  end)
+
+  it("notices a client that goes away while the endpoint is still silent, and cancels the request", function()
+    local up = serve(function(_, res)
+      loop.sleep(4)
+      if not res:closed() then res:send(200, {}, "late") end
+    end)
+    local fr, base, results = front(up:port())
+    local before = http.proxy_stats()
+    local t0 = loop.monotonic()
+    local r = http.request { url = base .. "/v1/x", timeout = 1.5 } -- the client gives up after 1.5 s
+    assert.is_nil(r)
+    assert.is_true(wait_for(function() return results[1] ~= nil end, 3))
+    assert.is_true(loop.monotonic() - t0 < 3.5, "noticed only after " .. (loop.monotonic() - t0) .. " s")
+    assert.equal(499, results[1].status)
+    assert.equal("client_gone", results[1].why)
+    local after = http.proxy_stats()
+    assert.equal(before.client_gone + 1, after.client_gone)
+    -- the connection to the endpoint was closed (that cancels the request), not kept
+    assert.equal(before.idle_connections, after.idle_connections)
     fr:close(); up:close()
   end)
 

@@ -1,0 +1,106 @@
+-- res:proxy against an endpoint that breaks HTTP (spec/support/raw_upstream.py writes
+-- the bytes): answers that end early come back at once as errors, never as a wait
+-- for the time limit, and invalid answers are not passed on as they are.
+local loop = require("obleth.loop")
+local http = require("obleth.http")
+local sys = require("obleth.sys")
+local util = require("spec.support.util")
+
+-- The misbehaving endpoint for one mode: its port and a stop function.
+local function raw_upstream(mode)
+  local fh = assert(io.popen(("exec sh -c 'echo $$; exec python3 %s %s'"):format(
+    util.shq(util.root() .. "/spec/support/raw_upstream.py"), mode)))
+  local pid = tonumber(fh:read("l"))
+  local port = tonumber(fh:read("l"))
+  assert(port, "raw_upstream.py did not start")
+  return port, function()
+    sys.kill(pid, "TERM")
+    fh:close()
+  end
+end
+
+-- A front server proxying to port with opts; results[] gets what res:proxy returned.
+local function front(port, opts)
+  local results = {}
+  local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = function(_, res)
+    local o = { host = "127.0.0.1", port = port, timeout = 30 }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    local st, why, msg = res:proxy(o)
+    results[#results + 1] = { status = st, why = why, message = msg }
+    if not st and not res:sent() then
+      res:send(502, { ["Content-Type"] = "text/plain" }, "proxy: " .. tostring(why))
+    end
+  end })
+  return srv, "http://127.0.0.1:" .. srv:port(), results
+end
+
+local function timed(f)
+  local t0 = loop.monotonic()
+  local a, b = f()
+  return loop.monotonic() - t0, a, b
+end
+
+describe("res:proxy against an endpoint that breaks HTTP", function()
+  for _, mode in ipairs { "partial_firstline", "partial_headers" } do
+    it("reports an answer cut off in its " .. mode:gsub("partial_", "") .. " at once, as upstream_broke", function()
+      local port, stop = raw_upstream(mode)
+      local fr, base, results = front(port)
+      local secs, r = timed(function() return http.request { url = base .. "/v1/x", timeout = 20 } end)
+      stop()
+      fr:close()
+      assert.is_true(secs < 3, ("took %.1f s"):format(secs))
+      assert.equal(502, r.status)
+      assert.equal("upstream_broke", results[1].why) -- bytes came back: not "closed", so no retry
+    end)
+  end
+
+  it("closes the client's connection at once when a passed-through answer ends inside a chunk", function()
+    local port, stop = raw_upstream("partial_chunk")
+    local fr, base, results = front(port)
+    local secs, r, err = timed(function() return http.request { url = base .. "/v1/x", timeout = 20 } end)
+    stop()
+    fr:close()
+    assert.is_true(secs < 3, ("took %.1f s"):format(secs))
+    assert.is_nil(r) -- the client sees a broken answer, not a complete one
+    assert.truthy(err)
+    assert.equal(200, results[1].status)
+    assert.equal("upstream_broke", results[1].why)
+  end)
+
+  for _, mode in ipairs { "status_101", "status_negative" } do
+    it("does not pass on an answer with " .. mode:gsub("_", " "), function()
+      local port, stop = raw_upstream(mode)
+      local fr, base, results = front(port)
+      local r = assert(http.request { url = base .. "/v1/x", timeout = 20 })
+      stop()
+      fr:close()
+      assert.equal(502, r.status)
+      assert.is_nil(results[1].status)
+      assert.equal("bad_response", results[1].why)
+    end)
+  end
+
+  it("sends its own reason phrase, never the endpoint's", function()
+    local port, stop = raw_upstream("reason_cr")
+    local fr, base = front(port)
+    local r = assert(http.request { url = base .. "/v1/x", timeout = 20 })
+    stop()
+    fr:close()
+    assert.equal(200, r.status)
+    assert.equal("ok", r.body)
+    assert.is_nil(r.headers["set-cookie"])
+  end)
+
+  it("drops answer headers whose names are not tokens", function()
+    local port, stop = raw_upstream("bad_header_name")
+    local fr, base = front(port)
+    local r = assert(http.request { url = base .. "/v1/x", timeout = 20 })
+    stop()
+    fr:close()
+    assert.equal(200, r.status)
+    assert.equal("ok", r.body)
+    assert.equal("yes", r.headers["x-fine"])
+    for k in pairs(r.headers) do assert.is_nil(k:find(" ", 1, true), "header name with a space: " .. k) end
+    assert.is_nil(r.headers["transfer-encoding"])
+  end)
+end)
