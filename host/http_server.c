@@ -259,7 +259,7 @@ static const char trampoline_src[] =
     "  elseif not res:closed() then res:finish() end\n"
     "  return\n"
     "end\n"
-    "if res:sent() then return end\n"
+    "if res:sent() or res:closed() then return end -- answered, or nobody left to answer\n"
     "if type(a) == 'table' then res:send(a.status or 200, a.headers, a.body or '')\n"
     "elseif type(a) == 'number' then res:send(a, b, c or '')\n"
     "else\n"
