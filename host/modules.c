@@ -9,7 +9,8 @@ void obleth_open_modules(lua_State *L) {
         {"obleth.sqlite", luaopen_obleth_sqlite},
         {"obleth.slurm.rest", luaopen_obleth_slurm_rest},
         {"obleth.readline", luaopen_obleth_readline},
-        {"obleth.crypto", luaopen_obleth_crypto},   {NULL, NULL}};
+        {"obleth.crypto", luaopen_obleth_crypto},   {"obleth.jsonscan", luaopen_obleth_jsonscan},
+        {NULL, NULL}};
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     for (const luaL_Reg *m = mods; m->name; m++) {
         lua_pushcfunction(L, m->func);

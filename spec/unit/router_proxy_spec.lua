@@ -142,6 +142,26 @@ describe("router in-process (" .. transport .. ")", function()
     assert.equal("bad_json", decode(r3).error.code)
   end)
 
+  it("finds model and stream at the top of a long body, after the messages, and never inside them", function()
+    local _, u = engine("long", { model = "long" })
+    model("long", { u })
+    local msgs = {}
+    for i = 1, 400 do
+      msgs[i] = { role = i % 2 == 1 and "user" or "assistant", content = ("word %d "):format(i):rep(30) }
+    end
+    msgs[#msgs + 1] = { role = "user", content = "the end", model = "not-this-one" }
+    local body = cjson.encode({ messages = msgs }):sub(1, -2) .. ',"stream":true,"model":"long"}'
+    assert.is_true(#body > 100000)
+    local r = req("POST", "/v1/chat/completions", body, { ["Content-Type"] = "application/json" })
+    assert.equal(200, r.status)
+    assert.matches("text/event-stream", r.headers["content-type"], 1, true)
+    assert.matches("data: %[DONE%]", r.body)
+    local nested = req("POST", "/v1/chat/completions",
+      '{"messages":[{"role":"user","content":"hi","model":"long"}]}', { ["Content-Type"] = "application/json" })
+    assert.equal(400, nested.status)
+    assert.equal("missing_model", decode(nested).error.code)
+  end)
+
   it("answers 503 with Retry-After and the Slurm reason while no replica is healthy", function()
     local m = model("staged-1")
     assert(store:put_spec(m.id, { replicas = 1, enabled = true, partition = "gpu", launch_command = "x" }))
