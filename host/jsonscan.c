@@ -84,7 +84,12 @@ static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *ra
     s->p++; /* the quote */
     const unsigned char *from = s->p;
     int esc = 0;
+    static unsigned char plain[256]; /* bytes that stand for themselves in a string */
+    if (!plain['a'])
+        for (int c = 0x20; c < 256; c++) plain[c] = c != '"' && c != '\\';
     while (s->p < s->end) {
+        while (s->p < s->end && plain[*s->p]) s->p++;
+        if (s->p >= s->end) break;
         unsigned char c = *s->p;
         if (c == '"') {
             if (b && from < s->p) luaL_addlstring(b, (const char *)from, (size_t)(s->p - from));
