@@ -280,7 +280,11 @@ static struct evhttp_connection *pool_take(endpoint *e, int *fresh) {
 }
 
 static void pool_give(endpoint *e, struct evhttp_connection *c, int reusable) {
-    if (reusable && !g_closed && e->n < POOL_MAX && conn_is_clean(c)) e->idle[e->n++] = c;
+    /* bytes already read past the answer rule it out now; the peek waits for pool_take */
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
+    if (reusable && !g_closed && e->n < POOL_MAX && bufferevent_getfd(bev) >= 0 &&
+        evbuffer_get_length(bufferevent_get_input(bev)) == 0)
+        e->idle[e->n++] = c;
     else evhttp_connection_free(c);
 }
 
