@@ -637,12 +637,12 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
         } else if (op->bad) {
             code = "bad_response";
             msg = "the answer's status was not one to pass on (1xx, 101, or out of range)";
+        } else if (op->mode == 0 && (op->err == EVREQ_HTTP_INVALID_HEADER || op->err == EVREQ_HTTP_DATA_TOO_LONG)) {
+            code = "bad_response";
+            msg = "the answer's status line or headers were invalid or too long";
         } else if (op->mode != 0 || op->got_bytes) {
             code = "upstream_broke";
             msg = op->mode != 0 ? "the answer broke off" : "the answer broke off before its headers were complete";
-        } else if (op->err == EVREQ_HTTP_INVALID_HEADER) {
-            code = "bad_response";
-            msg = "the answer's status line or headers were invalid";
         } else if (op->err == EVREQ_HTTP_TIMEOUT) {
             code = "timeout";
             msg = "the endpoint went quiet for longer than the time limit";

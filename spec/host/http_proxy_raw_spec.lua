@@ -66,7 +66,7 @@ describe("res:proxy against an endpoint that breaks HTTP", function()
     assert.equal("upstream_broke", got.why)
   end)
 
-  for _, mode in ipairs { "status_101", "status_negative" } do
+  for _, mode in ipairs { "status_101", "status_negative", "not_http" } do
     it("does not pass on an answer with " .. mode:gsub("_", " "), function()
       local r, _, got = exchange(mode)
       assert.equal(502, r.status)

@@ -20,6 +20,7 @@ ANSWERS = {
     # answers that must not be passed on as they are
     "status_101": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: raw\r\nConnection: Upgrade\r\n\r\nRAW BYTES",
     "status_negative": b"HTTP/1.1 -200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "not_http": b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
     "reason_cr": b"HTTP/1.1 200 OK\rSet-Cookie: pwned=1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
     "bad_header_name": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
                        b"Transfer-Encoding : chunked\r\nX-Fine: yes\r\n\r\nok",
