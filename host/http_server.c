@@ -345,6 +345,9 @@ static int target_ok(const char *t) {
 static void gen_cb(struct evhttp_request *req, void *arg) {
     server *s = arg;
     if (!target_ok(evhttp_request_get_uri(req))) {
+        /* the target itself is not logged: it is what cannot be trusted on one line */
+        obleth_log("info", "http_request", "method=%s status=400 code=bad_target",
+                   method_name(evhttp_request_get_command(req)));
         struct evbuffer *b = evbuffer_new();
         if (b) {
             evbuffer_add_printf(b, "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\","

@@ -147,8 +147,11 @@ end
 ---@param name string
 ---@param help string
 ---@param labels string[]|nil
-function Registry:counter(name, help, labels)
-  return setmetatable(self:_add { name = name, help = help, labels = labels, kind = "counter" }, Counter)
+--- With collect(set), the counter's values are read at each render from where they are
+--- kept (e.g. counts the host keeps in C), as with a collected gauge.
+function Registry:counter(name, help, labels, collect)
+  return setmetatable(self:_add { name = name, help = help, labels = labels, kind = "counter", collect = collect },
+    Counter)
 end
 
 --- A gauge. With collect(set), the gauge is recomputed at each render: collect is called with
@@ -183,7 +186,7 @@ function Registry:render()
   for _, m in ipairs(self._list) do
     if m.collect then
       m.series = {}
-      local ok, err = pcall(m.collect, function(values, v) m:set(values, v) end)
+      local ok, err = pcall(m.collect, function(values, v) _series(m, values).v = v end)
       if not ok then out[#out + 1] = ("# collect %s failed: %s"):format(m.name, (tostring(err):gsub("\n", " "))) end
     end
     out[#out + 1] = ("# HELP %s %s"):format(m.name, (m.help or ""):gsub("\\", "\\\\"):gsub("\n", "\\n"))

@@ -199,6 +199,24 @@ function M.new(opts)
   reg:gauge("obleth_provisioner_failed_passes", "Provisioner passes failed in a row", nil, function(set)
     set({}, store:provisioner_status().failed_passes or 0)
   end)
+  -- the proxy's connection pool (host/http_proxy.c), read at each scrape
+  local http = self.http
+  if http.proxy_stats then
+    local pstats -- one read per scrape, shared by the pool's series
+    reg:counter("obleth_router_upstream_connections_opened_total",
+      "Connections the router opened to endpoints (each is kept alive and reused)", nil, function(set)
+        pstats = http.proxy_stats()
+        set({}, pstats.connections_opened)
+      end)
+    reg:counter("obleth_router_upstream_connections_reused_total",
+      "Requests that went over a kept-alive connection to an endpoint", nil, function(set)
+        set({}, (pstats or http.proxy_stats()).connections_reused)
+      end)
+    reg:gauge("obleth_router_upstream_idle_connections",
+      "Kept-alive connections to endpoints waiting for a request", nil, function(set)
+        set({}, (pstats or http.proxy_stats()).idle_connections)
+      end)
+  end
   return self
 end
 
@@ -466,7 +484,7 @@ function Router:_attempts(req, res, model, stream, labels)
     end
     local again = RETRYABLE[why] == true
     self.log.warn("router_upstream_failed", { model = name, endpoint = url, code = why, error = msg,
-      retry = again and attempt == 1 })
+      retry = again and attempt == 1 and #model.endpoints > 1 })
     if not again then break end
     bal:failed(url, self.clock())
     tried = tried or {}
@@ -505,7 +523,7 @@ function Router:_route(req, res)
     return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
       { ["Retry-After"] = "1" })
   end
-  if path == "/metrics" then
+  if path == "/metrics" or path == "/metrics/" then
     if method ~= "GET" and method ~= "HEAD" then
       return _fail(res, 405, "Use GET /metrics.", "invalid_request_error", nil, "method_not_allowed", { Allow = "GET, HEAD" })
     end
@@ -575,7 +593,9 @@ function Router:serve(req, res)
     end
     status = 500
   end
-  if req.path ~= "/metrics" then self.m_requests:inc(self:_status_labels(req.model or "", status)) end
+  if req.path ~= "/metrics" and req.path ~= "/metrics/" then
+    self.m_requests:inc(self:_status_labels(req.model or "", status))
+  end
   self.log.info("http_request", { method = req.method, path = req.path, status = status, model = req.model,
     upstream = type(endpoint) == "string" and endpoint or nil,
     ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })

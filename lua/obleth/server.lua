@@ -295,16 +295,18 @@ function App:handler()
   self.router = router
   return function(req, res)
     local p = req.path or "/"
+    local to_router = p == "/v1" or p:sub(1, 4) == "/v1/" or p == "/metrics" or p == "/metrics/"
     if not M.canonical_path(p) then
-      local msg = "the path must not have empty, '.' or '..' segments"
-      if p:sub(1, 4) == "/v1/" then -- a client of the OpenAI API gets its error shape
+      local msg = "the path must not have empty, '.' or '..' segments, nor an encoded '/' or '\\'"
+      self.log.info("http_request", { method = req.method, path = p, status = 400, code = "bad_path" })
+      if to_router then -- a client of the OpenAI API gets its error shape
         res:send(400, { ["Content-Type"] = "application/json" },
           require("obleth.router").error_body(msg, "invalid_request_error", nil, "bad_path"))
         return
       end
       return _reply(errors.fail(400, "bad_path", msg))
     end
-    if p:sub(1, 4) == "/v1/" or p == "/metrics" then return router:serve(req, res) end
+    if to_router then return router:serve(req, res) end
     local out = self:handle(req)
     -- every store write comes through a write request: the router reads afresh
     if req.method ~= "GET" and req.method ~= "HEAD" then router:invalidate() end

@@ -357,6 +357,18 @@ describe("router in-process (" .. transport .. ")", function()
     assert.matches('obleth_model_healthy_replicas{model="m"} 0', t, 1, true)
     assert.matches('obleth_model_endpoints{model="rr"} 2', t, 1, true)
     assert.matches("obleth_provisioner_last_checkin_age_seconds %d", t)
+    -- the proxy's connection pool: connections are opened, kept and reused
+    local opened = tonumber(t:match("\nobleth_router_upstream_connections_opened_total (%d+)"))
+    local reused = tonumber(t:match("\nobleth_router_upstream_connections_reused_total (%d+)"))
+    assert.matches("\nobleth_router_upstream_idle_connections %d+", t)
+    if transport == "proxy" then
+      assert.is_true(opened >= 1 and reused >= 1, ("opened %s, reused %s"):format(opened, reused))
+    end
+    -- with a trailing slash too; and /v1 itself is the router's, in its error shape
+    assert.equal(200, req("GET", "/metrics/", nil, { Authorization = false }).status)
+    local v1 = req("GET", "/v1")
+    assert.equal(400, v1.status)
+    assert.equal("missing_model", decode(v1).error.code)
   end)
   it("never forwards hop-by-hop headers, nor the headers the client's Connection header names", function()
     local seen
