@@ -25,6 +25,9 @@ typedef struct {
 /* The reason phrase of a status code ("" for an unusual one). */
 const char *obleth_http_reason(int status);
 
+/* Is t a request target to accept or send: printable ASCII, no space (RFC 9112 3.2)? */
+int obleth_http_target_ok(const char *t);
+
 /* Stop hearing about the client connection's close (the answer is complete). */
 void obleth_http_detach_close_cb(response *r);
 

@@ -78,7 +78,7 @@
 typedef struct endpoint {
     struct endpoint *next;
     char *host;    /* as given */
-    char *address; /* numeric, resolved once */
+    char *address; /* numeric; NULL while the name does not resolve */
     int port;
     int users;     /* proxies using one of its connections now */
     int stale;     /* a connection failed: resolve the name again before the next one */
@@ -137,8 +137,14 @@ static struct timeval secs_tv(double s) {
 
 /* ---- the connection pool --------------------------------------------------- */
 
-static void endpoint_free(endpoint *e) {
+/* Drop an endpoint's idle connections. */
+static void endpoint_drop_idle(endpoint *e) {
     for (int i = 0; i < e->n; i++) evhttp_connection_free(e->idle[i]);
+    e->n = 0;
+}
+
+static void endpoint_free(endpoint *e) {
+    endpoint_drop_idle(e);
     free(e->host);
     free(e->address);
     free(e);
@@ -176,12 +182,6 @@ static int resolve(const char *host, char *addr, size_t n, const char **why) {
     evutil_inet_ntop(ai->ai_family, src, addr, n);
     freeaddrinfo(ai);
     return 0;
-}
-
-/* Drop an endpoint's idle connections (its address changed). */
-static void endpoint_drop_idle(endpoint *e) {
-    for (int i = 0; i < e->n; i++) evhttp_connection_free(e->idle[i]);
-    e->n = 0;
 }
 
 /* The endpoint for host:port. A name is resolved when the endpoint is first
@@ -337,21 +337,36 @@ static int header_ok(const char *k, const char *v) {
     return 1;
 }
 
+/* Is h an end-to-end header to pass on, in either direction? Not one that is
+   malformed, hop-by-hop, named by the message's Connection header, or the
+   Content-Length (the next hop's framing is made anew). */
+static int end_to_end(const struct evkeyval *h, char named[MAX_NAMED][64], int nn) {
+    return header_ok(h->key, h->value) && !hop_by_hop(h->key) && strcasecmp(h->key, "content-length") != 0 &&
+           !named_in(h->key, named, nn);
+}
+
 /* Copy the answer's end-to-end headers to the client's answer. */
 static void copy_answer_headers(struct evhttp_request *up, struct evhttp_request *client) {
     struct evkeyvalq *in = evhttp_request_get_input_headers(up);
     struct evkeyvalq *out = evhttp_request_get_output_headers(client);
     char named[MAX_NAMED][64];
     int nn = connection_named(evhttp_find_header(in, "Connection"), named);
-    for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next) {
-        if (!header_ok(h->key, h->value) || hop_by_hop(h->key) || strcasecmp(h->key, "content-length") == 0 ||
-            named_in(h->key, named, nn))
-            continue;
-        evhttp_add_header(out, h->key, h->value);
-    }
+    for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next)
+        if (end_to_end(h, named, nn)) evhttp_add_header(out, h->key, h->value);
 }
 
 static void op_finish_later(struct proxy_op *op) { event_active(op->done_ev, EV_TIMEOUT, 1); }
+
+/* Cancel the upstream request if evhttp still holds it: its connection is closed,
+   up_error_cb hears of the cancel and up_done_cb is not called. */
+static void op_cancel(struct proxy_op *op) {
+    if (!op->up) return;
+    struct evhttp_request *up = op->up;
+    op->up = NULL;
+    op->finished = 1;
+    if (op->connw) event_del(op->connw);
+    evhttp_cancel_request(up);
+}
 
 static void client_written_cb(struct evhttp_connection *evcon, void *arg) {
     (void)evcon;
@@ -365,11 +380,7 @@ static void client_written_cb(struct evhttp_connection *evcon, void *arg) {
 /* Pass what is in buf on to the client (it has had the answer's start). */
 static void pass_on(struct proxy_op *op, struct evbuffer *buf) {
     struct evhttp_request *client = op->res ? op->res->req : NULL;
-    if (!client) {
-        evbuffer_drain(buf, evbuffer_get_length(buf));
-        return;
-    }
-    if (op->head) {
+    if (!client || op->head) { /* nobody to send it to, or an answer to HEAD has no body */
         evbuffer_drain(buf, evbuffer_get_length(buf));
         return;
     }
@@ -462,7 +473,7 @@ static void up_done_cb(struct evhttp_request *up, void *arg) {
         op->failed_connect = 1; /* evhttp gives up on a connection it could not make */
         if (op->fresh && now_mono() - op->t0 >= op->connect_timeout * 0.99) op->connect_timed_out = 1;
     }
-    if (op->failed_connect || (!op->complete && !op->got_bytes)) op->ep->stale = 1;
+    if (!op->complete && !op->got_bytes) op->ep->stale = 1; /* no connection, or nothing came back */
     op_finish_later(op);
 }
 
@@ -477,10 +488,7 @@ static void connw_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     op->connect_timed_out = 1;
-    struct evhttp_request *up = op->up;
-    op->up = NULL;
-    op->finished = 1;
-    evhttp_cancel_request(up); /* calls up_error_cb (cancel) but not up_done_cb */
+    op_cancel(op);
     op_finish_later(op);
 }
 
@@ -490,11 +498,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     struct proxy_op *op = arg;
     if (!op->up) return;
     op->timed_out = 1;
-    struct evhttp_request *up = op->up;
-    op->up = NULL;
-    op->finished = 1;
-    if (op->connw) event_del(op->connw);
-    evhttp_cancel_request(up);
+    op_cancel(op);
     op_finish_later(op);
 }
 
@@ -557,11 +561,7 @@ static void op_release_conn(struct proxy_op *op, int reusable) {
 }
 
 static void op_free(struct proxy_op *op) {
-    if (op->up) {
-        struct evhttp_request *up = op->up;
-        op->up = NULL;
-        evhttp_cancel_request(up);
-    }
+    op_cancel(op);
     op_release_conn(op, 0);
     if (op->ep && --op->ep->users == 0 && g_closed) {
         for (endpoint **pp = &g_endpoints; *pp; pp = &(*pp)->next)
@@ -581,17 +581,12 @@ static void op_free(struct proxy_op *op) {
     free(op);
 }
 
-/* The exchange is over (or needs another try): runs from the loop, never inside evhttp. */
+/* The exchange is over, or its client went away: runs from the loop, never inside evhttp. */
 static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     struct proxy_op *op = arg;
-    if (op->client_gone && op->up) {
-        struct evhttp_request *up = op->up;
-        op->up = NULL;
-        op->finished = 1;
-        evhttp_cancel_request(up);
-    }
+    if (op->client_gone) op_cancel(op);
     if (!op->finished) return;
     response *r = op->res;
     int reusable = op->complete && !op->client_gone;
@@ -686,8 +681,8 @@ static void copy_request_headers(struct evhttp_request *client, struct evhttp_re
     const char *xff = NULL;
     for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next) {
         const char *k = h->key;
-        if (!header_ok(k, h->value) || hop_by_hop(k) || strcasecmp(k, "host") == 0 || strcasecmp(k, "content-length") == 0 ||
-            strcasecmp(k, "expect") == 0 || strcasecmp(k, "authorization") == 0 || named_in(k, named, nn))
+        if (!end_to_end(h, named, nn) || strcasecmp(k, "host") == 0 || strcasecmp(k, "expect") == 0 ||
+            strcasecmp(k, "authorization") == 0)
             continue;
         if (strcasecmp(k, "x-forwarded-for") == 0) {
             xff = h->value;
@@ -716,12 +711,9 @@ static void copy_request_headers(struct evhttp_request *client, struct evhttp_re
     }
 }
 
-/* Send (or send again) the client's request to the endpoint. 0 | -1. */
+/* Send the client's request to the endpoint (once). 0 | -1. */
 static int op_send(struct proxy_op *op) {
     struct evhttp_request *client = op->res->req;
-    op->err = -1;
-    op->finished = op->complete = op->failed_connect = op->got_bytes = op->bad = 0;
-    op->mode = 0;
     op->conn = pool_take(op->ep, &op->fresh);
     if (!op->conn) return -1;
     op->incb = evbuffer_add_cb(bufferevent_get_input(evhttp_connection_get_bufferevent(op->conn)), up_input_cb, op);
@@ -740,7 +732,7 @@ static int op_send(struct proxy_op *op) {
         char cl[32];
         snprintf(cl, sizeof cl, "%zu", n);
         evhttp_add_header(evhttp_request_get_output_headers(up), "Content-Length", cl);
-        /* copied, not moved: a second try needs the body again */
+        /* copied, not moved: the router may send the request to another replica */
         if (n > 0) evbuffer_add(evhttp_request_get_output_buffer(up), evbuffer_pullup(body, -1), n);
     }
     op->up = up;
@@ -756,8 +748,7 @@ static int op_send(struct proxy_op *op) {
     if (op->fresh && op->up && !op->finished) {
         evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(op->conn));
         if (fd >= 0) {
-            if (!op->connw) op->connw = event_new(obleth_base(), fd, EV_WRITE, connw_cb, op);
-            else event_assign(op->connw, obleth_base(), fd, EV_WRITE, connw_cb, op);
+            op->connw = event_new(obleth_base(), fd, EV_WRITE, connw_cb, op);
             struct timeval ct = secs_tv(op->connect_timeout);
             if (op->connw) event_add(op->connw, &ct);
         }
@@ -793,9 +784,8 @@ int obleth_res_proxy(lua_State *L) {
     const char *target = lua_tostring(L, -1);
     if (target) {
         if (target[0] != '/') return luaL_error(L, "proxy: 'target' must start with '/'");
-        for (const char *p = target; *p; p++)
-            if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-                return luaL_error(L, "proxy: 'target' must not contain spaces or control characters");
+        if (!obleth_http_target_ok(target))
+            return luaL_error(L, "proxy: 'target' must not contain spaces, control characters or non-ASCII bytes");
     }
     lua_getfield(L, 2, "stream");
     int stream = lua_toboolean(L, -1);
@@ -897,8 +887,7 @@ static int pool_gc(lua_State *L) {
             *pp = e->next;
             endpoint_free(e);
         } else {
-            for (int i = 0; i < e->n; i++) evhttp_connection_free(e->idle[i]);
-            e->n = 0;
+            endpoint_drop_idle(e);
             pp = &e->next;
         }
     }

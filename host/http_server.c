@@ -335,7 +335,7 @@ static void push_request(lua_State *L, struct evhttp_request *req) {
 
 /* A request target (RFC 9112 section 3.2) is printable ASCII with no space;
    libevent lets spaces, bare CRs and other control bytes through. */
-static int target_ok(const char *t) {
+int obleth_http_target_ok(const char *t) {
     if (!t) return 0;
     for (const unsigned char *p = (const unsigned char *)t; *p; p++)
         if (*p <= 0x20 || *p >= 0x7f) return 0;
@@ -344,7 +344,7 @@ static int target_ok(const char *t) {
 
 static void gen_cb(struct evhttp_request *req, void *arg) {
     server *s = arg;
-    if (!target_ok(evhttp_request_get_uri(req))) {
+    if (!obleth_http_target_ok(evhttp_request_get_uri(req))) {
         /* the target itself is not logged: it is what cannot be trusted on one line */
         obleth_log("info", "http_request", "method=%s status=400 code=bad_target",
                    method_name(evhttp_request_get_command(req)));

@@ -167,7 +167,7 @@ function M.new(opts)
     admin_token = opts.admin_token,
     connect_timeout = opts.connect_timeout or M.CONNECT_TIMEOUT, timeout = opts.timeout or M.TIMEOUT,
     balancer = balancer.new(opts.balancer), registry = reg, use_proxy = transport == "proxy",
-    _label_sets = {}, _status_sets = {},
+    _label_sets = {}, _status_sets = {}, _nstatus_sets = 0,
   }, Router)
   self._proxy_opts = { connect_timeout = self.connect_timeout, timeout = self.timeout,
     buffer_limit = M.BUFFER_LIMIT }
@@ -384,15 +384,14 @@ local function _http_parts(url)
   if _nparsed >= 4096 then _parsed, _nparsed = {}, 0 end
   _nparsed = _nparsed + 1
   p = false
-  local host, rest = url:match("^[Hh][Tt][Tt][Pp]://%[([%x:%.]+)%](.*)$")
-  if not host then host, rest = url:match("^[Hh][Tt][Tt][Pp]://([%w%.%-_]+)(.*)$") end
+  local base = _base(url) -- the prefix comes without trailing slashes or "/v1", as for the HTTP client
+  local host, rest = base:match("^[Hh][Tt][Tt][Pp]://%[([%x:%.]+)%](.*)$")
+  if not host then host, rest = base:match("^[Hh][Tt][Tt][Pp]://([%w%.%-_]+)(.*)$") end
   if host then
     local port, path = rest:match("^:(%d+)(.*)$")
     if not port then port, path = "80", rest end
     port = tonumber(port)
     if port and port >= 1 and port <= 65535 and (path == "" or path:sub(1, 1) == "/") then
-      path = path:gsub("/+$", "")
-      if path:sub(-3) == "/v1" then path = path:sub(1, -4) end
       p = { host = host, port = port, prefix = path }
     end
   end
@@ -563,10 +562,10 @@ end
 function Router:_status_labels(name, status)
   local by = self._status_sets[name]
   if not by then
-    if self._nstatus_sets and self._nstatus_sets > 4096 then self._status_sets, self._nstatus_sets = {}, 0 end
+    if self._nstatus_sets > 4096 then self._status_sets, self._nstatus_sets = {}, 0 end
     by = {}
     self._status_sets[name] = by
-    self._nstatus_sets = (self._nstatus_sets or 0) + 1
+    self._nstatus_sets = self._nstatus_sets + 1
   end
   local l = by[status]
   if not l then
