@@ -11,13 +11,7 @@ local cjson = require "cjson"
 
 local M = {}
 
-local function slurp(path)
-  local fh = io.open(path)
-  if not fh then return "" end
-  local s = fh:read("a")
-  fh:close()
-  return s
-end
+local slurp = util.slurp
 
 --- A fresh database path (removed with its -wal/-shm by srv:cleanup()).
 function M.tmpdb()

@@ -40,13 +40,15 @@ local function cmdline(args)
   return table.concat(parts, " ")
 end
 
-local function slurp(path)
+--- The contents of the file at path, or "" when it cannot be read.
+function M.slurp(path)
   local fh = io.open(path)
   if not fh then return "" end
   local s = fh:read("a")
   fh:close()
   return s
 end
+local slurp = M.slurp
 
 --- Run obleth with args to completion (bounded by `timeout` seconds, default 30).
 ---@return integer status, string stdout, string stderr

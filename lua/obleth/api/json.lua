@@ -31,6 +31,21 @@ function M.is_null(v)
   return v == nil or v == cjson.null
 end
 
+--- A decoded JSON value as plain Lua data: JSON null becomes nil and
+--- integral numbers become integers (lua-cjson decodes every number as a
+--- float, and its null is a truthy userdata). Tables are copied.
+---@param v any
+---@return any
+function M.plain(v)
+  if v == cjson.null then return nil end
+  local t = type(v)
+  if t == "number" then return math.tointeger(v) or v end
+  if t ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = M.plain(x) end
+  return out
+end
+
 --- Decode text. Returns value or nil, message naming where ("at character N").
 ---@param text string
 ---@return any|nil value, string|nil err

@@ -30,19 +30,7 @@ local HF_STATUS = {
 local function _failure(status, body, headers) return { status = status, body = body, headers = headers } end
 local function _fail(...) return _failure(errors.fail(...)) end
 
-local function _null(v) return v == nil or v == NULL end
-
--- JSON (or YAML) → what obleth.recipe expects: integral floats as integers, null as absent.
-local function _luafy(v)
-  if v == NULL then return nil end
-  if type(v) == "number" then return math.tointeger(v) or v end
-  if type(v) == "table" then
-    local t = {}
-    for k, x in pairs(v) do t[k] = _luafy(x) end
-    return t
-  end
-  return v
-end
+local _null = json.is_null
 
 -- Keys whose values are lists in the answers (lua-cjson would write an empty one as {}).
 local LIST_KEYS = { errors = true, fields = true, partitions = true, partitions_offered = true,
@@ -88,7 +76,7 @@ local function _library_doc(id)
       if fh then
         local doc = yaml.decode(fh:read("a"))
         fh:close()
-        if type(doc) == "table" and doc.id == id then return _luafy(doc) end
+        if type(doc) == "table" and doc.id == id then return json.plain(doc) end
       end
     end
   end
@@ -107,7 +95,7 @@ local function _recipe(app, id)
   end
   local saved = app.store:get_recipe(id)
   if not saved then return nil, _fail(404, "not_found", ("recipe %q does not exist"):format(id), "recipe_id") end
-  local doc = _luafy(cjson.decode(saved.recipe[1]))
+  local doc = json.plain(cjson.decode(saved.recipe[1]))
   local r, errs = require("obleth.recipe").validate(doc)
   if not r then
     local e = errs[1] or {}
@@ -246,7 +234,7 @@ local function _read_body(ctx, extra_keys)
   if not _null(b.api_model_name) and type(b.api_model_name) ~= "string" then
     return nil, _fail(400, "invalid", "api_model_name: must be a string", "api_model_name")
   end
-  return b, _luafy(values)
+  return b, json.plain(values)
 end
 
 --- Everything a preview needs, computed. Returns preview, context or nil, failure.
@@ -491,7 +479,7 @@ local function check_yaml(ctx)
   end
   local values, diags = launch.yaml_values(doc, pos, r)
   if values then
-    values = _luafy(values)
+    values = json.plain(values)
     local pv, c
     if r then
       pv, c = M.prepare(app, { recipe_id = b.recipe_id, hf = b.hf, api_model_name = values.api_model_name }, values)

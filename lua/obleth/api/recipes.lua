@@ -77,17 +77,6 @@ local function get(ctx)
   return 200, r
 end
 
--- JSON → what obleth.recipe expects from YAML: integral floats as integers, null as absent.
-local function _luafy(v)
-  if v == cjson.null then return nil end
-  if type(v) == "number" then return math.tointeger(v) or v end
-  if type(v) == "table" then
-    local t = {}
-    for k, x in pairs(v) do t[k] = _luafy(x) end
-    return t
-  end
-  return v
-end
 
 local function _save(ctx, id, create_only)
   local b, st, eb = errors.need_object(ctx)
@@ -99,7 +88,7 @@ local function _save(ctx, id, create_only)
   end
   local ok, recipe = pcall(require, "obleth.recipe")
   if ok then
-    local r, errs = recipe.validate(_luafy(doc))
+    local r, errs = recipe.validate(json.plain(doc)) -- as from YAML: integers, null absent
     if not r then
       local e = errs[1] or {}
       local f = e.field ~= "" and e.field or nil

@@ -2,23 +2,12 @@
 --- "Provisioner protocol"): one snapshot read and one report per pass.
 local http = require "obleth.http"
 local cjson = require "cjson"
+local json = require "obleth.api.json"
 
 local M = {}
 
---- A decoded JSON value as plain Lua data: JSON null becomes nil and
---- integral numbers become integers (lua-cjson decodes every number as a
---- float, and its null is a truthy userdata).
----@param v any
----@return any
-function M.plain(v)
-  if v == cjson.null then return nil end
-  local t = type(v)
-  if t == "number" then return math.tointeger(v) or v end
-  if t ~= "table" then return v end
-  local out = {}
-  for k, x in pairs(v) do out[k] = M.plain(x) end
-  return out
-end
+--- A decoded JSON value as plain Lua data (obleth.api.json.plain).
+M.plain = json.plain
 
 local Client = {}
 Client.__index = Client
