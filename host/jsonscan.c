@@ -79,8 +79,8 @@ static void put_utf8(luaL_Buffer *b, unsigned cp) {
 /* A string at s->p (on its opening quote). With b, its decoded value is added
    to b (the caller has luaL_buffinit'ed it); without, it is only checked.
    *raw and *rawlen get the bytes between the quotes when the string has no escape
-   (so a member name can be compared without decoding). */
-static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *rawlen, int *escaped) {
+   (so a member name can be compared without decoding); *raw is NULL when it has. */
+static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *rawlen) {
     s->p++; /* the quote */
     const unsigned char *from = s->p;
     int esc = 0;
@@ -97,7 +97,6 @@ static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *ra
                 *raw = esc ? NULL : from;
                 *rawlen = (size_t)(s->p - from);
             }
-            if (escaped) *escaped = esc;
             s->p++;
             return 0;
         }
@@ -171,7 +170,7 @@ static int skip(scan *s, int depth) {
     ws(s);
     if (s->p >= s->end) return fail(s, "the text ends where a value should be");
     switch (*s->p) {
-    case '"': return string(s, NULL, NULL, NULL, NULL);
+    case '"': return string(s, NULL, NULL, NULL);
     case 't': return literal(s, "true");
     case 'f': return literal(s, "false");
     case 'n': return literal(s, "null");
@@ -184,7 +183,7 @@ static int skip(scan *s, int depth) {
             if (close == '}') {
                 ws(s);
                 if (s->p >= s->end || *s->p != '"') return fail(s, "an object member without a string name");
-                if (string(s, NULL, NULL, NULL, NULL) < 0) return -1;
+                if (string(s, NULL, NULL, NULL) < 0) return -1;
                 ws(s);
                 if (s->p >= s->end || *s->p != ':') return fail(s, "a ':' is missing after a member name");
                 s->p++;
@@ -230,26 +229,23 @@ static int l_fields(lua_State *L) {
             /* the name: decoded only when it has escapes */
             const unsigned char *name_start = s.p;
             const unsigned char *raw = NULL;
-            size_t rawlen = 0;
-            int escaped = 0, idx = -1;
-            if (string(&s, NULL, &raw, &rawlen, &escaped) < 0) goto bad;
-            if (escaped) {
+            size_t nl = 0;
+            if (string(&s, NULL, &raw, &nl) < 0) goto bad;
+            const char *name = (const char *)raw;
+            if (!raw) { /* escapes: decode the name to compare it */
                 const unsigned char *after = s.p;
                 luaL_Buffer b;
                 s.p = name_start;
                 luaL_buffinit(L, &b);
-                string(&s, &b, NULL, NULL, NULL);
+                string(&s, &b, NULL, NULL);
                 luaL_pushresult(&b);
-                size_t dl;
-                const char *d = lua_tolstring(L, -1, &dl);
-                for (int i = 0; i < n; i++)
-                    if (lens[i] == dl && memcmp(names[i], d, dl) == 0) idx = i;
-                lua_pop(L, 1);
+                name = lua_tolstring(L, -1, &nl);
                 s.p = after;
-            } else {
-                for (int i = 0; i < n; i++)
-                    if (lens[i] == rawlen && memcmp(names[i], raw, rawlen) == 0) idx = i;
             }
+            int idx = -1;
+            for (int i = 0; i < n; i++)
+                if (lens[i] == nl && memcmp(names[i], name, nl) == 0) idx = i;
+            if (!raw) lua_pop(L, 1);
             ws(&s);
             if (s.p >= s.end || *s.p != ':') { fail(&s, "a ':' is missing after a member name"); goto bad; }
             s.p++;
@@ -260,7 +256,7 @@ static int l_fields(lua_State *L) {
                 if (c == '"') {
                     luaL_Buffer b;
                     luaL_buffinit(L, &b);
-                    if (string(&s, &b, NULL, NULL, NULL) < 0) goto bad;
+                    if (string(&s, &b, NULL, NULL) < 0) goto bad;
                     luaL_pushresult(&b);
                 } else if (c == 't' || c == 'f') {
                     if (skip(&s, 1) < 0) goto bad;
