@@ -19,26 +19,13 @@ local function raw_upstream(mode)
   end
 end
 
--- A front server proxying to port with opts; results[] gets what res:proxy returned.
-local function front(port, opts)
-  local results = {}
-  local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = function(_, res)
-    local o = { host = "127.0.0.1", port = port, timeout = 30 }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    local st, why, msg = res:proxy(o)
-    results[#results + 1] = { status = st, why = why, message = msg }
-    if not st and not res:sent() then
-      res:send(502, { ["Content-Type"] = "text/plain" }, "proxy: " .. tostring(why))
-    end
-  end })
-  return srv, "http://127.0.0.1:" .. srv:port(), results
-end
+local front = require("spec.support.proxy_front")
 
 -- One client request through a front server to the endpoint of this mode; returns
 -- the answer (or nil, err), what res:proxy returned, and the seconds it took.
 local function exchange(mode)
   local port, stop = raw_upstream(mode)
-  local fr, base, results = front(port)
+  local fr, base, results = front(port, { timeout = 30 })
   local t0 = loop.monotonic()
   local r, err = http.request { url = base .. "/v1/x", timeout = 20 }
   local secs = loop.monotonic() - t0

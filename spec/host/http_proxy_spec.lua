@@ -12,21 +12,7 @@ local function serve(handler, opts)
   return srv, srv:port()
 end
 
--- A front server proxying everything to 127.0.0.1:port (port() is read per request).
--- results[] gets {status, why, message, ttfb} of each res:proxy call.
-local function front(port, opts)
-  local results = {}
-  local srv, fport = serve(function(_, res)
-    local o = { host = "127.0.0.1", port = type(port) == "function" and port() or port }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    local st, why, msg, ttfb = res:proxy(o)
-    results[#results + 1] = { status = st, why = why, message = msg, ttfb = ttfb }
-    if not st and not res:sent() then
-      res:send(502, { ["Content-Type"] = "text/plain" }, "proxy: " .. tostring(why))
-    end
-  end)
-  return srv, "http://127.0.0.1:" .. fport, results
-end
+local front = require("spec.support.proxy_front")
 
 local function wait_for(pred, secs)
   local t0 = loop.monotonic()
