@@ -118,6 +118,8 @@ struct proxy_op {
     int finished;    /* evhttp is done with up */
     int complete;    /* the whole answer arrived */
     int client_gone, timed_out, connect_timed_out, paused;
+    obleth_proxy_done done; /* told the outcome, from the loop */
+    void *done_arg;
 };
 
 static double now_mono(void) {
@@ -599,51 +601,38 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     r->proxy = NULL;
-    lua_State *co = r->w.co;
-    int nret;
-    if (!co) {
-        op_free(op);
-        return;
-    }
+    obleth_proxy_result res = {0, NULL, NULL, op->ttfb};
     if (op->client_gone) {
         r->state = 2; /* nobody is left to answer */
-        lua_pushinteger(co, 499);
-        lua_pushliteral(co, "client_gone");
-        lua_pushnil(co);
-        lua_pushnumber(co, op->ttfb);
-        nret = 4;
+        res.status = 499;
+        res.code = "client_gone";
     } else if (op->complete) {
-        lua_pushinteger(co, op->status);
-        lua_pushnil(co);
-        lua_pushnil(co);
-        lua_pushnumber(co, op->ttfb);
-        nret = 4;
+        res.status = op->status;
     } else {
-        const char *code, *msg;
         if (op->connect_timed_out) {
-            code = "connect_timeout";
-            msg = "no connection within the connect timeout";
+            res.code = "connect_timeout";
+            res.message = "no connection within the connect timeout";
         } else if (op->timed_out) {
-            code = "timeout";
-            msg = "no complete answer within the time limit";
+            res.code = "timeout";
+            res.message = "no complete answer within the time limit";
         } else if (op->failed_connect) {
-            code = "unreachable";
-            msg = "the connection was refused or could not be made";
+            res.code = "unreachable";
+            res.message = "the connection was refused or could not be made";
         } else if (op->bad) {
-            code = "bad_response";
-            msg = "the answer's status was not one to pass on (1xx, 101, or out of range)";
+            res.code = "bad_response";
+            res.message = "the answer's status was not one to pass on (1xx, 101, or out of range)";
         } else if (op->mode == 0 && (op->err == EVREQ_HTTP_INVALID_HEADER || op->err == EVREQ_HTTP_DATA_TOO_LONG)) {
-            code = "bad_response";
-            msg = "the answer's status line or headers were invalid or too long";
+            res.code = "bad_response";
+            res.message = "the answer's status line or headers were invalid or too long";
         } else if (op->mode != 0 || op->got_bytes) {
-            code = "upstream_broke";
-            msg = op->mode != 0 ? "the answer broke off" : "the answer broke off before its headers were complete";
+            res.code = "upstream_broke";
+            res.message = op->mode != 0 ? "the answer broke off" : "the answer broke off before its headers were complete";
         } else if (op->err == EVREQ_HTTP_TIMEOUT) {
-            code = "timeout";
-            msg = "the endpoint went quiet for longer than the time limit";
+            res.code = "timeout";
+            res.message = "the endpoint went quiet for longer than the time limit";
         } else {
-            code = "closed";
-            msg = "the endpoint closed the connection before answering";
+            res.code = "closed";
+            res.message = "the endpoint closed the connection before answering";
         }
         if (op->mode == 2) {
             /* the client has the answer's start: close its connection without the end */
@@ -656,20 +645,13 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
             }
             r->state = 2;
             r->closed = 1;
-            lua_pushinteger(co, op->status);
-            lua_pushstring(co, code);
-            lua_pushstring(co, msg);
-            lua_pushnumber(co, op->ttfb);
-            nret = 4;
-        } else {
-            lua_pushnil(co);
-            lua_pushstring(co, code);
-            lua_pushstring(co, msg);
-            nret = 3;
+            res.status = op->status;
         }
     }
+    obleth_proxy_done done = op->done;
+    void *done_arg = op->done_arg;
     op_free(op);
-    obleth_wait_resume(&r->w, nret);
+    done(r, &res, done_arg);
 }
 
 /* Copy the client's end-to-end headers onto the upstream request. */
@@ -767,32 +749,98 @@ static double opt_number(lua_State *L, int t, const char *k, double dflt, double
     return v;
 }
 
+struct proxy_op *obleth_proxy_start(response *r, const obleth_proxy_opts *o, obleth_proxy_done done, void *arg,
+                                    const char **why) {
+    *why = NULL;
+    endpoint *e = pool_endpoint(o->host, o->port, now_mono(), why);
+    if (!e) return NULL;
+    struct proxy_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        *why = "out of memory";
+        return NULL;
+    }
+    op->res = r;
+    op->ep = e;
+    e->users++;
+    e->last_used = now_mono();
+    op->stream = o->stream;
+    op->head = evhttp_request_get_command(r->req) == EVHTTP_REQ_HEAD;
+    op->connect_timeout = o->connect_timeout;
+    op->timeout = o->timeout;
+    op->buffer_limit = o->buffer_limit;
+    op->err = -1;
+    op->done = done;
+    op->done_arg = arg;
+    const char *uri = o->target ? o->target : evhttp_request_get_uri(r->req);
+    op->target = strdup(uri && *uri == '/' ? uri : "/");
+    op->held = evbuffer_new();
+    op->done_ev = event_new(obleth_base(), -1, 0, done_ev_cb, op);
+    op->timer = evtimer_new(obleth_base(), timer_cb, op);
+    op->slow = evtimer_new(obleth_base(), slow_cb, op);
+    if (!op->target || !op->held || !op->done_ev || !op->timer || !op->slow || op_send(op) != 0) {
+        op_free(op);
+        *why = "out of memory";
+        return NULL;
+    }
+    event_base_update_cache_time(obleth_base());
+    struct timeval tv = secs_tv(o->timeout);
+    evtimer_add(op->timer, &tv);
+    struct timeval one = {1, 0};
+    evtimer_add(op->slow, &one);
+    r->proxy = op;
+    return op;
+}
+
+/* res:proxy's outcome, handed to the waiting handler task. */
+static void lua_proxy_done(response *r, const obleth_proxy_result *res, void *arg) {
+    (void)arg;
+    lua_State *co = r->w.co;
+    if (!co) return;
+    int nret = 4;
+    if (res->status == 0) {
+        lua_pushnil(co);
+        lua_pushstring(co, res->code);
+        lua_pushstring(co, res->message);
+        nret = 3;
+    } else {
+        lua_pushinteger(co, res->status);
+        if (res->code) lua_pushstring(co, res->code);
+        else lua_pushnil(co);
+        if (res->message) lua_pushstring(co, res->message);
+        else lua_pushnil(co);
+        lua_pushnumber(co, res->ttfb);
+    }
+    obleth_wait_resume(&r->w, nret);
+}
+
 int obleth_res_proxy(lua_State *L) {
     response *r = luaL_checkudata(L, 1, RES_MT);
     luaL_checktype(L, 2, LUA_TTABLE);
     if (r->state != 0) return luaL_error(L, "proxy: the response was already sent");
     if (r->proxy) return luaL_error(L, "proxy: a proxy is already in progress");
+    obleth_proxy_opts o;
     lua_getfield(L, 2, "host");
-    const char *host = lua_tostring(L, -1);
-    if (!host || !*host || strlen(host) > 253 || strpbrk(host, " \t\r\n/?#@"))
+    o.host = lua_tostring(L, -1);
+    if (!o.host || !*o.host || strlen(o.host) > 253 || strpbrk(o.host, " \t\r\n/?#@"))
         return luaL_error(L, "proxy: 'host' must be a host name or address");
     lua_Integer port = 0;
     lua_getfield(L, 2, "port");
     if (lua_isinteger(L, -1)) port = lua_tointeger(L, -1);
     if (port < 1 || port > 65535) return luaL_error(L, "proxy: 'port' must be an integer 1..65535");
+    o.port = (int)port;
     lua_getfield(L, 2, "target");
-    const char *target = lua_tostring(L, -1);
-    if (target) {
-        if (target[0] != '/') return luaL_error(L, "proxy: 'target' must start with '/'");
-        if (!obleth_http_target_ok(target))
+    o.target = lua_tostring(L, -1);
+    if (o.target) {
+        if (o.target[0] != '/') return luaL_error(L, "proxy: 'target' must start with '/'");
+        if (!obleth_http_target_ok(o.target))
             return luaL_error(L, "proxy: 'target' must not contain spaces, control characters or non-ASCII bytes");
     }
     lua_getfield(L, 2, "stream");
-    int stream = lua_toboolean(L, -1);
-    lua_pop(L, 4);
-    double connect_timeout = opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6);
-    double timeout = opt_number(L, 2, "timeout", 3600, 0.001, 1e7);
-    double limit = opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30);
+    o.stream = lua_toboolean(L, -1);
+    lua_pop(L, 1); /* host's and target's strings stay anchored on the stack until the call returns */
+    o.connect_timeout = opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6);
+    o.timeout = opt_number(L, 2, "timeout", 3600, 0.001, 1e7);
+    o.buffer_limit = (size_t)opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30);
     if (!lua_isyieldable(L)) return luaL_error(L, "res:proxy must be called inside the handler's task");
     if (!r->req) {
         lua_pushinteger(L, 499);
@@ -801,47 +849,14 @@ int obleth_res_proxy(lua_State *L) {
         lua_pushnumber(L, 0);
         return 4;
     }
-    /* host's string stays anchored in opts */
     const char *why = NULL;
-    endpoint *e = pool_endpoint(host, (int)port, now_mono(), &why);
-    if (!e) {
+    if (!obleth_proxy_start(r, &o, lua_proxy_done, NULL, &why)) {
+        if (why && strcmp(why, "out of memory") == 0) return luaL_error(L, "out of memory");
         lua_pushnil(L);
         lua_pushliteral(L, "unreachable");
-        lua_pushfstring(L, "cannot resolve %s: %s", host, why ? why : "unknown error");
+        lua_pushfstring(L, "cannot resolve %s: %s", o.host, why ? why : "unknown error");
         return 3;
     }
-    struct proxy_op *op = calloc(1, sizeof *op);
-    if (!op) return luaL_error(L, "out of memory");
-    op->res = r;
-    op->ep = e;
-    e->users++;
-    e->last_used = now_mono();
-    op->stream = stream;
-    op->head = evhttp_request_get_command(r->req) == EVHTTP_REQ_HEAD;
-    op->connect_timeout = connect_timeout;
-    op->timeout = timeout;
-    op->buffer_limit = (size_t)limit;
-    op->err = -1;
-    const char *uri = target ? target : evhttp_request_get_uri(r->req);
-    op->target = strdup(uri && *uri == '/' ? uri : "/");
-    op->held = evbuffer_new();
-    op->done_ev = event_new(obleth_base(), -1, 0, done_ev_cb, op);
-    op->timer = evtimer_new(obleth_base(), timer_cb, op);
-    op->slow = evtimer_new(obleth_base(), slow_cb, op);
-    if (!op->target || !op->held || !op->done_ev || !op->timer || !op->slow) {
-        op_free(op);
-        return luaL_error(L, "out of memory");
-    }
-    if (op_send(op) != 0) {
-        op_free(op);
-        return luaL_error(L, "out of memory");
-    }
-    event_base_update_cache_time(obleth_base());
-    struct timeval tv = secs_tv(timeout);
-    evtimer_add(op->timer, &tv);
-    struct timeval one = {1, 0};
-    evtimer_add(op->slow, &one);
-    r->proxy = op;
     obleth_wait_begin(L, &r->w, "res:proxy");
     return lua_yield(L, 0);
 }

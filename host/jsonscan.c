@@ -201,98 +201,164 @@ static int skip(scan *s, int depth) {
     }
 }
 
+/* Walk the top-level object of a JSON text, checking all of it. For each member,
+   on_member(s, name, nl, ctx) is called with s->p on the value: name is NULL when
+   the name has escapes (the caller decodes it from name_at if it cares). It
+   either consumes the value (returns 1), leaves it to be skipped (0), or fails
+   (-1). 0 | -1 with s->err set. */
+typedef int (*member_fn)(scan *s, const unsigned char *name_at, const char *name, size_t nl, void *ctx);
+
+static int walk_object(scan *s, member_fn on_member, void *ctx) {
+    ws(s);
+    if (s->p >= s->end || *s->p != '{') {
+        s->err = s->p >= s->end ? "the text is empty" : "the top level is not an object";
+        return -1;
+    }
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+    } else {
+        for (;;) {
+            ws(s);
+            if (s->p >= s->end || *s->p != '"') return fail(s, "an object member without a string name");
+            const unsigned char *name_at = s->p, *raw = NULL;
+            size_t nl = 0;
+            if (string(s, NULL, &raw, &nl) < 0) return -1;
+            ws(s);
+            if (s->p >= s->end || *s->p != ':') return fail(s, "a ':' is missing after a member name");
+            s->p++;
+            ws(s);
+            int took = on_member(s, name_at, (const char *)raw, nl, ctx);
+            if (took < 0) return -1;
+            if (!took && skip(s, 1) < 0) return -1;
+            ws(s);
+            if (s->p < s->end && *s->p == ',') { s->p++; continue; }
+            if (s->p < s->end && *s->p == '}') { s->p++; break; }
+            return fail(s, "a ',' or '}' is missing");
+        }
+    }
+    ws(s);
+    if (s->p < s->end) {
+        s->err = "more text after the JSON value";
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    lua_State *L;
+    int base, n;
+    const char *names[MAX_NAMES];
+    size_t lens[MAX_NAMES];
+} fields_ctx;
+
+static int fields_member(scan *s, const unsigned char *name_at, const char *name, size_t nl, void *ctx) {
+    fields_ctx *f = ctx;
+    lua_State *L = f->L;
+    int decoded = 0;
+    if (!name) { /* escapes: decode the name to compare it */
+        scan t = {name_at, s->end, s->start, NULL};
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        string(&t, &b, NULL, NULL);
+        luaL_pushresult(&b);
+        name = lua_tolstring(L, -1, &nl);
+        decoded = 1;
+    }
+    int idx = -1;
+    for (int i = 0; i < f->n; i++)
+        if (f->lens[i] == nl && memcmp(f->names[i], name, nl) == 0) idx = i;
+    if (decoded) lua_pop(L, 1);
+    if (idx < 0 || s->p >= s->end) return 0;
+    /* a member asked for: its value, when a scalar */
+    unsigned char c = *s->p;
+    if (c == '"') {
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        if (string(s, &b, NULL, NULL) < 0) return -1;
+        luaL_pushresult(&b);
+    } else if (c == 't' || c == 'f') {
+        if (skip(s, 1) < 0) return -1;
+        lua_pushboolean(L, c == 't');
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        const unsigned char *from = s->p;
+        if (number(s) < 0) return -1;
+        lua_pushlstring(L, (const char *)from, (size_t)(s->p - from));
+        if (!lua_stringtonumber(L, lua_tostring(L, -1))) lua_pushnumber(L, 0);
+        lua_remove(L, -2);
+    } else {
+        if (skip(s, 1) < 0) return -1;
+        lua_pushnil(L); /* null, an object or an array */
+    }
+    lua_replace(L, f->base + 2 + idx);
+    return 1;
+}
+
 static int l_fields(lua_State *L) {
     size_t len;
     const char *text = luaL_checklstring(L, 1, &len);
-    int n = lua_gettop(L) - 1;
-    luaL_argcheck(L, n >= 1 && n <= MAX_NAMES, 2, "give 1 to 32 member names");
-    const char *names[MAX_NAMES];
-    size_t lens[MAX_NAMES];
-    for (int i = 0; i < n; i++) names[i] = luaL_checklstring(L, i + 2, &lens[i]);
-    int base = lua_gettop(L);
+    fields_ctx f;
+    f.L = L;
+    f.n = lua_gettop(L) - 1;
+    luaL_argcheck(L, f.n >= 1 && f.n <= MAX_NAMES, 2, "give 1 to 32 member names");
+    for (int i = 0; i < f.n; i++) f.names[i] = luaL_checklstring(L, i + 2, &f.lens[i]);
+    f.base = lua_gettop(L);
     lua_pushboolean(L, 1);
-    for (int i = 0; i < n; i++) lua_pushnil(L); /* the results, at base+2 .. base+n+1 */
+    for (int i = 0; i < f.n; i++) lua_pushnil(L); /* the results, at base+2 .. base+n+1 */
     scan s = {(const unsigned char *)text, (const unsigned char *)text + len, (const unsigned char *)text, NULL};
-    ws(&s);
-    if (s.p >= s.end || *s.p != '{') {
-        s.err = s.p >= s.end ? "the text is empty" : "the top level is not an object";
-        goto bad;
-    }
-    s.p++;
-    ws(&s);
-    if (s.p < s.end && *s.p == '}') {
-        s.p++;
-    } else {
-        for (;;) {
-            ws(&s);
-            if (s.p >= s.end || *s.p != '"') { fail(&s, "an object member without a string name"); goto bad; }
-            /* the name: decoded only when it has escapes */
-            const unsigned char *name_start = s.p;
-            const unsigned char *raw = NULL;
-            size_t nl = 0;
-            if (string(&s, NULL, &raw, &nl) < 0) goto bad;
-            const char *name = (const char *)raw;
-            if (!raw) { /* escapes: decode the name to compare it */
-                const unsigned char *after = s.p;
-                luaL_Buffer b;
-                s.p = name_start;
-                luaL_buffinit(L, &b);
-                string(&s, &b, NULL, NULL);
-                luaL_pushresult(&b);
-                name = lua_tolstring(L, -1, &nl);
-                s.p = after;
-            }
-            int idx = -1;
-            for (int i = 0; i < n; i++)
-                if (lens[i] == nl && memcmp(names[i], name, nl) == 0) idx = i;
-            if (!raw) lua_pop(L, 1);
-            ws(&s);
-            if (s.p >= s.end || *s.p != ':') { fail(&s, "a ':' is missing after a member name"); goto bad; }
-            s.p++;
-            ws(&s);
-            if (idx >= 0 && s.p < s.end) {
-                /* a member asked for: its value, when a scalar */
-                unsigned char c = *s.p;
-                if (c == '"') {
-                    luaL_Buffer b;
-                    luaL_buffinit(L, &b);
-                    if (string(&s, &b, NULL, NULL) < 0) goto bad;
-                    luaL_pushresult(&b);
-                } else if (c == 't' || c == 'f') {
-                    if (skip(&s, 1) < 0) goto bad;
-                    lua_pushboolean(L, c == 't');
-                } else if (c == '-' || (c >= '0' && c <= '9')) {
-                    const unsigned char *from = s.p;
-                    if (number(&s) < 0) goto bad;
-                    lua_pushlstring(L, (const char *)from, (size_t)(s.p - from));
-                    if (!lua_stringtonumber(L, lua_tostring(L, -1))) lua_pushnumber(L, 0);
-                    lua_remove(L, -2);
-                } else {
-                    if (skip(&s, 1) < 0) goto bad;
-                    lua_pushnil(L); /* null, an object or an array */
-                }
-                lua_replace(L, base + 2 + idx);
-            } else if (skip(&s, 1) < 0) {
-                goto bad;
-            }
-            ws(&s);
-            if (s.p < s.end && *s.p == ',') { s.p++; continue; }
-            if (s.p < s.end && *s.p == '}') { s.p++; break; }
-            fail(&s, "a ',' or '}' is missing");
-            goto bad;
-        }
-    }
-    ws(&s);
-    if (s.p < s.end) {
-        s.err = "more text after the JSON value";
-        goto bad;
-    }
-    return n + 1;
-bad:
-    lua_settop(L, base);
+    if (walk_object(&s, fields_member, &f) == 0) return f.n + 1;
+    lua_settop(L, f.base);
     lua_pushnil(L);
     lua_pushfstring(L, "%s (at byte %d)", s.err ? s.err : "invalid JSON", (int)(s.p - s.start) + 1);
     return 2;
+}
+
+/* ---- the router's fast path (http_fast.c) ---------------------------------- */
+
+typedef struct {
+    const char *model; /* the last "model" member's bytes, NULL when not a plain string */
+    size_t mlen;
+    int model_esc;     /* the last "model" was a string with escapes */
+    int stream;        /* the last "stream" member is true */
+    int name_esc;      /* a member name had escapes (it might spell "model") */
+} model_ctx;
+
+static int model_member(scan *s, const unsigned char *name_at, const char *name, size_t nl, void *ctx) {
+    (void)name_at;
+    model_ctx *m = ctx;
+    if (!name) {
+        m->name_esc = 1;
+        return 0;
+    }
+    if (nl == 5 && memcmp(name, "model", 5) == 0) {
+        m->model = NULL;
+        m->model_esc = 0;
+        if (*s->p != '"') return 0; /* not a string: as if missing */
+        const unsigned char *raw = NULL;
+        size_t rl = 0;
+        if (string(s, NULL, &raw, &rl) < 0) return -1;
+        m->model = (const char *)raw;
+        m->mlen = rl;
+        m->model_esc = raw == NULL;
+        return 1;
+    }
+    if (nl == 6 && memcmp(name, "stream", 6) == 0) m->stream = *s->p == 't'; /* skip checks the literal */
+    return 0;
+}
+
+/* The "model" and "stream" members of a request body, for the router's fast path
+   (http_fast.c): 1 when text is one JSON object (checked whole) whose last "model"
+   is a string without escapes (*model, *mlen point into text; *stream is 1 when the
+   last "stream" is true); 0 for anything else, which the Lua router decides. */
+int obleth_jsonscan_model(const char *text, size_t len, const char **model, size_t *mlen, int *stream) {
+    model_ctx m = {NULL, 0, 0, 0, 0};
+    scan s = {(const unsigned char *)text, (const unsigned char *)text + len, (const unsigned char *)text, NULL};
+    if (walk_object(&s, model_member, &m) < 0 || m.name_esc || m.model_esc || !m.model) return 0;
+    *model = m.model;
+    *mlen = m.mlen;
+    *stream = m.stream;
+    return 1;
 }
 
 int luaopen_obleth_jsonscan(lua_State *L) {

@@ -218,6 +218,30 @@ void obleth_log(const char *level, const char *event, const char *fmt, ...) {
     buf_free(&b);
 }
 
+/* A line with fields from C, written as obleth.log writes a table's: key=value
+   pairs in the order given (callers give them sorted, as log_at sorts), values
+   quoted when they need it; a NULL value leaves its field out. */
+void obleth_log_fields(const char *level, const char *event, int n, const char *const *keys,
+                       const char *const *vals) {
+    init_level();
+    int lv = level_of(level);
+    if (lv < 0) lv = LV_INFO;
+    if (lv < g_level) return;
+    buf b = {0};
+    line_start(&b, lv, event);
+    for (int i = 0; i < n; i++) {
+        if (!vals[i]) continue;
+        size_t kl = strlen(keys[i]);
+        buf_adds(&b, " ");
+        buf_add(&b, keys[i], kl);
+        buf_adds(&b, "=");
+        if (is_secret_key(keys[i], kl)) buf_adds(&b, "[redacted]");
+        else add_value(&b, vals[i], strlen(vals[i]));
+    }
+    line_emit(&b);
+    buf_free(&b);
+}
+
 /* ---- Lua API ---------------------------------------------------------------- */
 
 typedef struct { const char *k; size_t kl; } keyref;

@@ -163,6 +163,17 @@ function App:slurm_settings()
   }
 end
 
+--- Start shutting down: new requests get 503 shutting_down, in Lua and in the router's fast path.
+function App:drain()
+  self.draining = true
+  if self.router then self.router:drain() end
+end
+
+--- Requests being answered now (the Management API's, the router's and its fast path's).
+function App:busy()
+  return self.inflight + (self.router and self.router:fast_in_flight() or 0)
+end
+
 --- Make the stored (or given) settings' secrets unprintable in the log.
 function App:register_secrets(s)
   if not s then

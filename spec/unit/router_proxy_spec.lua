@@ -3,10 +3,12 @@
 -- Needs the obleth runtime (sockets, event loop); under plain lua5.4 it is pending.
 local has_host = pcall(require, "obleth.http")
 
--- Every case runs over both transports: res:proxy (http:// endpoints) and the HTTP client
--- (https:// endpoints, or transport = "client").
-local function suite(transport)
-describe("router in-process (" .. transport .. ")", function()
+-- Every case runs over three paths: res:proxy (http:// endpoints), the HTTP client
+-- (https:// endpoints, or transport = "client"), and the fast path (host/http_fast.c:
+-- the server answers in C what the Lua router taught it, through res:proxy's exchange).
+local function suite(over)
+local transport = over == "fast" and "proxy" or over
+describe("router in-process (" .. over .. ")", function()
   if not has_host then
     it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
     return
@@ -69,7 +71,9 @@ describe("router in-process (" .. transport .. ")", function()
   setup(function()
     store = assert(require("obleth.store").open(":memory:"))
     app = require("obleth.server").new { store = store, admin_token = ADMIN, router = { transport = transport } }
-    srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
+    local handler = app:handler()
+    srv = assert(http.server { host = "127.0.0.1", port = 0, handler = handler,
+      fast = over == "fast" and app.router.fast or nil })
     base = "http://127.0.0.1:" .. srv:port()
     local g = keys.generate()
     assert(store:create_api_key { name = "spec", prefix = g.prefix, hash = g.hash })
@@ -390,3 +394,4 @@ end
 
 suite("proxy")
 suite("client")
+suite("fast")

@@ -88,7 +88,9 @@ function M.main(argv)
   local store, serr = require("obleth.store").open(dbpath, { log = log })
   if not store then return _die(serr, 1) end
   local app = require("obleth.server").new { store = store, admin_token = token, log = log }
-  local srv, berr, bcode = http.server { host = host, port = port, handler = app:handler(), body_limit = body_limit }
+  local handler = app:handler()
+  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit,
+    fast = app.router.fast }
   if not srv then
     store:close()
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
@@ -109,11 +111,11 @@ function M.main(argv)
       -- no new connections; requests in flight finish (keep-alive
       -- connections still open get 503 shutting_down)
       srv:stop_listening()
-      app.draining = true
-      log.info("serve_stopping", { signal = name, inflight = app.inflight })
+      app:drain()
+      log.info("serve_stopping", { signal = name, inflight = app:busy() })
       loop.spawn(function()
         local t0 = loop.monotonic()
-        while app.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        while app:busy() > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
         loop.stop(0)
       end)
     end)
