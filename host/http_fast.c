@@ -359,7 +359,7 @@ static void fast_done(response *r, const obleth_proxy_result *res, void *arg) {
     if (res->status == 0) {
         /* nothing reached the client: the Lua router takes it from here */
         ft->handed_back++;
-        obleth_http_prior prior = {fr->url, res->code, res->message};
+        obleth_http_prior prior = {fr->url, res->code, res->message, fr->t0};
         obleth_http_run_handler(fr->handler_ref, &fr->r, &prior);
         req_free(fr);
         return;
@@ -613,7 +613,7 @@ static int f_set_model(lua_State *L) {
         lua_Integer port = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
         lua_pop(L, 2);
         e->port = (int)port;
-        if (!e->url || !e->host || !e->prefix || port < 1 || port > 65535 ||
+        if (!e->url || !e->host || !e->prefix || port < 1 || port > 65535 || !*e->host || strlen(e->host) > 253 ||
             strpbrk(e->host, " \t\r\n/?#@") || (*e->prefix && (e->prefix[0] != '/' ||
                                                                !obleth_http_target_ok(e->prefix)))) {
             drop_model(&m->e, NULL);

@@ -69,6 +69,7 @@ int obleth_jsonscan_model(const char *text, size_t len, const char **model, size
 /* A first attempt the fast path made, for the Lua router (req.prior). */
 typedef struct {
     const char *endpoint, *code, *message;
+    double started; /* monotonic seconds the request arrived */
 } obleth_http_prior;
 
 /* Hear about r->req's client connection closing (sets r->closed, tells r->proxy). */

@@ -20,8 +20,9 @@
  *   req = {method=, target= (raw request target), path= (raw, before '?'),
  *          query = {name = value} (decoded), headers = {["lower-name"] = v},
  *          body = "bytes", remote_addr = "127.0.0.1", remote_port = n,
- *          prior = {endpoint=, code=, message=}  -- only after the fast path's
- *                                                   attempt failed (http_fast.c)}
+ *          prior = {endpoint=, code=, message=, started=}  -- only after the fast
+ *                                  path's attempt failed (http_fast.c); started is
+ *                                  when the request arrived (monotonic seconds)}
  *
  *   The handler either returns {status=, headers=, body=} (or status,
  *   headers, body), or answers through res:
@@ -393,7 +394,9 @@ void obleth_http_run_handler(int handler_ref, response *from, const obleth_http_
     }
     push_request(L, req);
     if (prior) {
-        lua_createtable(L, 0, 3);
+        lua_createtable(L, 0, 4);
+        lua_pushnumber(L, prior->started);
+        lua_setfield(L, -2, "started");
         lua_pushstring(L, prior->endpoint);
         lua_setfield(L, -2, "endpoint");
         lua_pushstring(L, prior->code);

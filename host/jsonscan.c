@@ -15,11 +15,17 @@
  *        level is not an object: the message names the byte offset (1-based).
  *   At most 32 names; nesting deeper than MAX_DEPTH (1000) is an error.
  *
+ *   model, stream = jsonscan.model(text)
+ *     -> the last top-level "model" when text is one JSON object and that "model" is
+ *        a string with no escapes (and no member name has escapes), and whether the
+ *        last "stream" is true; nil for anything else. It is how the router's fast
+ *        path (http_fast.c) reads a body: what it cannot read plainly goes to Lua.
+ *
  * The whole text is checked (strings, escapes, numbers, literals, nesting,
  * nothing after the value), so what it accepts cjson accepts too; like cjson
  * it does not check that strings are valid UTF-8.
  */
-#include "host.h"
+#include "http_internal.h" /* obleth_jsonscan_model, for the router fast path */
 
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +208,8 @@ static int skip(scan *s, int depth) {
 }
 
 /* Walk the top-level object of a JSON text, checking all of it. For each member,
-   on_member(s, name, nl, ctx) is called with s->p on the value: name is NULL when
+   on_member(s, name, nl, ctx) is called with s->p on the value (at least one byte
+   is left): name is NULL when
    the name has escapes (the caller decodes it from name_at if it cares). It
    either consumes the value (returns 1), leaves it to be skipped (0), or fails
    (-1). 0 | -1 with s->err set. */
@@ -229,6 +236,7 @@ static int walk_object(scan *s, member_fn on_member, void *ctx) {
             if (s->p >= s->end || *s->p != ':') return fail(s, "a ':' is missing after a member name");
             s->p++;
             ws(s);
+            if (s->p >= s->end) return fail(s, "the text ends where a value should be");
             int took = on_member(s, name_at, (const char *)raw, nl, ctx);
             if (took < 0) return -1;
             if (!took && skip(s, 1) < 0) return -1;
@@ -270,7 +278,7 @@ static int fields_member(scan *s, const unsigned char *name_at, const char *name
     for (int i = 0; i < f->n; i++)
         if (f->lens[i] == nl && memcmp(f->names[i], name, nl) == 0) idx = i;
     if (decoded) lua_pop(L, 1);
-    if (idx < 0 || s->p >= s->end) return 0;
+    if (idx < 0) return 0;
     /* a member asked for: its value, when a scalar */
     unsigned char c = *s->p;
     if (c == '"') {
@@ -361,9 +369,25 @@ int obleth_jsonscan_model(const char *text, size_t len, const char **model, size
     return 1;
 }
 
+/* jsonscan.model(text) -> model, stream | nil: the router fast path's reading of a body. */
+static int l_model(lua_State *L) {
+    size_t len, ml;
+    const char *text = luaL_checklstring(L, 1, &len), *model;
+    int stream;
+    if (!obleth_jsonscan_model(text, len, &model, &ml, &stream)) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushlstring(L, model, ml);
+    lua_pushboolean(L, stream);
+    return 2;
+}
+
 int luaopen_obleth_jsonscan(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_fields);
     lua_setfield(L, -2, "fields");
+    lua_pushcfunction(L, l_model);
+    lua_setfield(L, -2, "model");
     return 1;
 }

@@ -144,7 +144,7 @@ local function _http_parts(url)
   local base = _base(url) -- the prefix comes without trailing slashes or "/v1", as for the HTTP client
   local host, rest = base:match("^[Hh][Tt][Tt][Pp]://%[([%x:%.]+)%](.*)$")
   if not host then host, rest = base:match("^[Hh][Tt][Tt][Pp]://([%w%.%-_]+)(.*)$") end
-  if host then
+  if host and #host <= 253 then -- a longer name is no DNS name: the HTTP client gives the error
     local port, path = rest:match("^:(%d+)(.*)$")
     if not port then port, path = "80", rest end
     port = tonumber(port)
@@ -597,7 +597,10 @@ end
 
 function Router:_route(req, res)
   local path, method = req.path, req.method
-  if self.app.draining then
+  -- the fast path's first attempt failed (host/http_fast.c): what it decided at the
+  -- request's start stands (draining, the key), as for a request Lua started itself
+  local prior = req.prior
+  if self.app.draining and not prior then
     return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
       { ["Retry-After"] = "1" })
   end
@@ -609,7 +612,8 @@ function Router:_route(req, res)
     return 200
   end
   self:_fresh()
-  local allowed, code, why = self:_authorize(req)
+  local allowed, code, why = true, nil, nil
+  if not prior then allowed, code, why = self:_authorize(req) end
   if not allowed then
     return _fail(res, 401, why, "invalid_request_error", nil, code, { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
   end
@@ -658,7 +662,7 @@ end
 --- app's in-flight requests (shutdown waits for them), records metrics and logs one line.
 function Router:serve(req, res)
   local app = self.app
-  local t0 = self.clock()
+  local t0 = req.prior and req.prior.started or self.clock()
   app.inflight = (app.inflight or 0) + 1
   local ok, status, endpoint = xpcall(self._route, debug.traceback, self, req, res)
   app.inflight = app.inflight - 1

@@ -319,8 +319,10 @@ function App:handler()
     end
     if to_router then return router:serve(req, res) end
     local out = self:handle(req)
-    -- every store write comes through a write request: the router reads afresh
-    if req.method ~= "GET" and req.method ~= "HEAD" then router:invalidate() end
+    -- every store write comes through a write request: the router reads afresh (not after
+    -- a 401: a request without the admin token wrote nothing, and must not be a way to
+    -- keep the router's cache and its fast path cold)
+    if req.method ~= "GET" and req.method ~= "HEAD" and out.status ~= 401 then router:invalidate() end
     return out
   end
 end

@@ -63,10 +63,7 @@ describe("the router's fast path", function()
 
   local function taken() return fast:stats().requests end
 
-  local ttl
   setup(function()
-    ttl = router_mod.CACHE_TTL
-    router_mod.CACHE_TTL = 0.5 -- so that the expiry case is quick
     store = assert(require("obleth.store").open(":memory:"))
     -- cooldown 0: an endpoint that failed may be picked again at once (the hand-back case)
     app = require("obleth.server").new { store = store, admin_token = ADMIN,
@@ -81,7 +78,6 @@ describe("the router's fast path", function()
   end)
 
   teardown(function()
-    router_mod.CACHE_TTL = ttl
     for _, s in ipairs(closers) do s:close() end
     if srv then srv:close() end
     if store then store:close() end
@@ -201,6 +197,63 @@ describe("the router's fast path", function()
     assert.equal("upstream_unreachable", cjson.decode(r2.body).error.code)
   end)
 
+  it("keeps the decisions a handed-back request was taken with: draining and a revoked key do not undo them",
+    function()
+      local up, stop = require("spec.support.raw_upstream")("slow_close") -- silent 0.5 s, then closes
+      local _, live = engine("p-live", { model = "p" })
+      model("p", { "http://127.0.0.1:" .. up, live })
+      assert.equal("p-live", chat("p").headers["x-obleth-replica"]) -- Lua: the silent one, then live
+      local function in_flight(during, headers)
+        local got
+        loop.spawn(function() got = chat("p", nil, headers) end)
+        loop.sleep(0.2) -- the fast path waits on the silent replica
+        during()
+        local t_end = loop.monotonic() + 5
+        while not got and loop.monotonic() < t_end do loop.sleep(0.02) end
+        return got
+      end
+      local before = fast:stats().handed_back
+      -- the server starts draining while the first attempt waits: the retry still answers
+      local r = in_flight(function() app:drain() end)
+      app.draining = false
+      fast:enable(true)
+      assert.equal(200, r.status, r.body)
+      assert.equal("p-live", r.headers["x-obleth-replica"])
+      -- the request's key is revoked meanwhile: it was valid when the request came
+      local made = cjson.decode(admin("POST", "/api/v1/keys", { name = "mid-flight" }).body)
+      local auth = { Authorization = "Bearer " .. made.key }
+      assert.equal(200, chat("p", nil, auth).status) -- Lua: taught the key
+      local r2 = in_flight(function()
+        assert.equal(200, admin("DELETE", ("/api/v1/keys/%d"):format(made.id)).status)
+      end, auth)
+      assert.equal(200, r2.status, r2.body)
+      assert.equal(before + 2, fast:stats().handed_back)
+      assert.equal(401, chat("p", nil, auth).status)
+      stop()
+    end)
+
+  it("is not emptied by a write request that had no admin token", function()
+    local _, u = engine("u-1", { model = "u" })
+    model("u", { u })
+    assert.equal(200, chat("u").status)
+    assert.equal(401, req("POST", "/api/v1/models", { name = "x" }, { Authorization = "Bearer wrong" }).status)
+    local n0 = taken()
+    assert.equal(200, chat("u").status)
+    assert.equal(n0 + 1, taken())
+  end)
+
+  it("leaves an endpoint whose host is longer than a DNS name to Lua, which answers without a 500", function()
+    local _, live = engine("n-live", { model = "n" })
+    model("n", { "http://" .. ("a"):rep(300) .. ":8000", live })
+    for _ = 1, 4 do
+      local r = chat("n")
+      assert.is_true(r.status == 200 or r.status == 502, r.status .. " " .. r.body)
+    end
+    local n0 = taken()
+    assert.equal(200, chat("n").status)
+    assert.equal(n0, taken()) -- never taught: one of its endpoints is not res:proxy's
+  end)
+
   it("counts its requests in the router's metrics: requests, latency and in flight", function()
     local e, u = engine("c-1", { model = "c", tokens = 10, token_delay = 0.05 })
     model("c", { u })
@@ -252,6 +305,8 @@ describe("the router's fast path", function()
       assert.error_matches(function() ft:set_model("m", "m", { { url = "http://a:1", host = "a", port = 0 } }) end,
         "port=1..65535")
       assert.error_matches(function() ft:set_model("m", "m", { { url = "u", host = "a b", port = 80 } }) end,
+        "endpoint")
+      assert.error_matches(function() ft:set_model("m", "m", { { url = "u", host = ("a"):rep(254), port = 80 } }) end,
         "endpoint")
       assert.error_matches(function()
         ft:set_model("m", "m", { { url = "u", host = "a", port = 80, prefix = "no-slash" } })

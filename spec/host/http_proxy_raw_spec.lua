@@ -3,21 +3,9 @@
 -- for the time limit, and invalid answers are not passed on as they are.
 local loop = require("obleth.loop")
 local http = require("obleth.http")
-local sys = require("obleth.sys")
-local util = require("spec.support.util")
 
 -- The misbehaving endpoint for one mode: its port and a stop function.
-local function raw_upstream(mode)
-  local fh = assert(io.popen(("exec sh -c 'echo $$; exec python3 %s %s'"):format(
-    util.shq(util.root() .. "/spec/support/raw_upstream.py"), mode)))
-  local pid = tonumber(fh:read("l"))
-  local port = tonumber(fh:read("l"))
-  assert(port, "raw_upstream.py did not start")
-  return port, function()
-    sys.kill(pid, "TERM")
-    fh:close()
-  end
-end
+local raw_upstream = require("spec.support.raw_upstream")
 
 local front = require("spec.support.proxy_front")
 

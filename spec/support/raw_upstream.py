@@ -7,9 +7,12 @@ request (head and a Content-Length body), writes the bytes of ANSWERS[mode],
 and closes the connection.
 
     python3 spec/support/raw_upstream.py MODE    prints the port it listens on (127.0.0.1)
+
+MODE is a key of ANSWERS, or slow_close. From Lua: spec/support/raw_upstream.lua.
 """
 import socket
 import sys
+import time
 
 ANSWERS = {
     # the connection ends inside the status line, the headers, or a chunk
@@ -47,8 +50,14 @@ def read_request(conn):
         body += chunk
 
 
+# a replica that takes the request, stays silent for half a second and closes the
+# connection without a byte of answer (a process that dies mid-prefill)
+SLOW_CLOSE = "slow_close"
+
+
 def main():
-    answer = ANSWERS[sys.argv[1]]
+    mode = sys.argv[1]
+    answer = b"" if mode == SLOW_CLOSE else ANSWERS[mode]
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))
@@ -58,6 +67,8 @@ def main():
         conn, _ = srv.accept()
         try:
             read_request(conn)
+            if mode == SLOW_CLOSE:
+                time.sleep(0.5)
             conn.sendall(answer)
         except OSError:
             pass
