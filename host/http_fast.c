@@ -197,7 +197,7 @@ struct fast_req {
     ustate *us;
     int handler_ref;
     double t0;
-    char *url, *path; /* copies: the table may be cleared meanwhile */
+    char *url, *path; /* in the same block, after the struct */
 };
 
 static double now_mono(void) {
@@ -322,11 +322,7 @@ static void req_unlink(fast_req *fr) {
     if (fr->next) fr->next->prev = fr->prev;
 }
 
-static void req_free(fast_req *fr) {
-    free(fr->url);
-    free(fr->path);
-    free(fr);
-}
+static void req_free(fast_req *fr) { free(fr); /* url and path live in its block */ }
 
 static void count_status(mstate *ms, int status) {
     for (int i = 0; i < ms->nstatus; i++)
@@ -342,10 +338,16 @@ static void count_status(mstate *ms, int status) {
     ms->nstatus++;
 }
 
-/* A number as Lua's tostring writes a float ("%.14g", ".0" when it looks whole). */
-static void lua_float(char *out, size_t n, double v) {
-    snprintf(out, n, "%.14g", v);
-    if (strspn(out, "-0123456789") == strlen(out)) strncat(out, ".0", n - strlen(out) - 1);
+/* Milliseconds as the Lua router logs them: floor(s * 1e5 + 0.5) / 100, a float
+   written as Lua's tostring writes one ("%.14g", and ".0" when it looks whole):
+   "0.08", "12.5", "3.0". Done with integers, for s from 0 to years. */
+static void log_ms(char *out, size_t n, double s) {
+    long long c = (long long)floor(s * 100000 + 0.5); /* hundredths of a millisecond */
+    if (c < 0) c = 0;
+    long long whole = c / 100, frac = c % 100;
+    if (frac == 0) snprintf(out, n, "%lld.0", whole);
+    else if (frac % 10 == 0) snprintf(out, n, "%lld.%lld", whole, frac / 10);
+    else snprintf(out, n, "%lld.%02lld", whole, frac);
 }
 
 static void fast_done(response *r, const obleth_proxy_result *res, void *arg) {
@@ -378,7 +380,7 @@ static void fast_done(response *r, const obleth_proxy_result *res, void *arg) {
         obleth_log_fields("warn", "router_upstream_broke", 3, k, v);
     }
     char ms_s[32], status_s[16];
-    lua_float(ms_s, sizeof ms_s, floor((now_mono() - fr->t0) * 100000 + 0.5) / 100);
+    log_ms(ms_s, sizeof ms_s, now_mono() - fr->t0);
     snprintf(status_s, sizeof status_s, "%d", res->status);
     static const char *const k[] = {"method", "model", "ms", "path", "status", "upstream"};
     const char *v[] = {"POST", model, ms_s, fr->path, status_s, fr->url};
@@ -449,23 +451,21 @@ int obleth_fast_try(struct obleth_fast *ft, struct evhttp_request *req, int hand
     if (at < 0) return 0;
     fendpoint *ep = &m->ep[at];
     if (!us && !(us = url_state(ft, ep->url, strlen(ep->url), 1))) return 0;
-    fast_req *fr = calloc(1, sizeof *fr);
+    /* one block: the request's state, then copies of the endpoint's URL (the table may
+       be cleared meanwhile), the path, and the target when the endpoint has a prefix */
+    size_t ul = strlen(ep->url) + 1, pl = strlen(ep->prefix), tl = pl ? pl + strlen(uri) + 1 : 0;
+    fast_req *fr = calloc(1, sizeof *fr + ul + path_len + 1 + tl);
     if (!fr) return 0;
-    fr->url = strdup(ep->url);
-    fr->path = malloc(path_len + 1);
-    char *target = NULL;
-    if (*ep->prefix) {
-        size_t tl = strlen(ep->prefix) + strlen(uri) + 1;
-        target = malloc(tl);
-        if (target) snprintf(target, tl, "%s%s", ep->prefix, uri);
-    }
-    if (!fr->url || !fr->path || (*ep->prefix && !target)) {
-        free(target);
-        req_free(fr);
-        return 0;
-    }
+    fr->url = (char *)(fr + 1);
+    memcpy(fr->url, ep->url, ul);
+    fr->path = fr->url + ul;
     memcpy(fr->path, uri, path_len);
     fr->path[path_len] = '\0';
+    char *target = NULL;
+    if (pl) {
+        target = fr->path + path_len + 1;
+        snprintf(target, tl, "%s%s", ep->prefix, uri);
+    }
     fr->ft = ft;
     fr->ms = m->ms;
     fr->us = us;
@@ -488,7 +488,6 @@ int obleth_fast_try(struct obleth_fast *ft, struct evhttp_request *req, int hand
     obleth_http_watch_close(&fr->r);
     const char *why = NULL;
     struct proxy_op *op = obleth_proxy_start(&fr->r, &o, fast_done, fr, &why);
-    free(target);
     if (!op) {
         char msg[512];
         snprintf(msg, sizeof msg, "cannot resolve %s: %s", ep->host, why ? why : "unknown error");

@@ -99,6 +99,7 @@ struct proxy_op {
     struct evhttp_request *up;      /* the upstream request while evhttp holds it */
     struct evhttp_connection *conn; /* the connection it goes over */
     struct event *done_ev;          /* activated to finish outside evhttp's callbacks */
+                                    /* (done_ev, timer, slow and target live in the op's block) */
     struct event *timer;            /* the exchange's time limit */
     struct event *connw;            /* watches a new connection come up */
     struct event *slow;             /* a second into the exchange: start watching the client */
@@ -292,13 +293,26 @@ static void pool_give(endpoint *e, struct evhttp_connection *c, int reusable) {
 
 /* ---- one exchange ---------------------------------------------------------- */
 
-static int hop_by_hop(const char *name) {
-    static const char *const names[] = {"connection", "keep-alive", "proxy-connection", "te", "trailer",
-                                        "transfer-encoding", "upgrade", "proxy-authenticate",
-                                        "proxy-authorization", NULL};
-    for (int i = 0; names[i]; i++)
-        if (strcasecmp(name, names[i]) == 0) return 1;
-    return 0;
+/* The headers the exchange treats apart, known by name (case-insensitive). */
+enum { H_OTHER, H_HOP, H_CONTENT_LENGTH, H_HOST, H_EXPECT, H_AUTHORIZATION, H_XFF };
+
+/* Which of them name is: hop-by-hop (RFC 9110 section 7.6.1: Connection,
+   Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade,
+   Proxy-Authenticate, Proxy-Authorization) or one handled on its own. Names are
+   told apart by length first: most headers are compared with none of them. */
+static int header_kind(const char *name) {
+#define K(s, kind) {s, sizeof s - 1, kind}
+    static const struct { const char *name; size_t len; int kind; } known[] = {
+        K("te", H_HOP), K("host", H_HOST), K("expect", H_EXPECT), K("trailer", H_HOP), K("upgrade", H_HOP),
+        K("connection", H_HOP), K("keep-alive", H_HOP), K("authorization", H_AUTHORIZATION),
+        K("content-length", H_CONTENT_LENGTH), K("x-forwarded-for", H_XFF), K("proxy-connection", H_HOP),
+        K("transfer-encoding", H_HOP), K("proxy-authenticate", H_HOP), K("proxy-authorization", H_HOP),
+    };
+#undef K
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i].len == n && strcasecmp(name, known[i].name) == 0) return known[i].kind;
+    return H_OTHER;
 }
 
 /* Split a Connection header's value into the header names it lists. */
@@ -342,9 +356,8 @@ static int header_ok(const char *k, const char *v) {
 /* Is h an end-to-end header to pass on, in either direction? Not one that is
    malformed, hop-by-hop, named by the message's Connection header, or the
    Content-Length (the next hop's framing is made anew). */
-static int end_to_end(const struct evkeyval *h, char named[MAX_NAMED][64], int nn) {
-    return header_ok(h->key, h->value) && !hop_by_hop(h->key) && strcasecmp(h->key, "content-length") != 0 &&
-           !named_in(h->key, named, nn);
+static int end_to_end(const struct evkeyval *h, int kind, char named[MAX_NAMED][64], int nn) {
+    return kind != H_HOP && kind != H_CONTENT_LENGTH && header_ok(h->key, h->value) && !named_in(h->key, named, nn);
 }
 
 /* Copy the answer's end-to-end headers to the client's answer. */
@@ -354,7 +367,7 @@ static void copy_answer_headers(struct evhttp_request *up, struct evhttp_request
     char named[MAX_NAMED][64];
     int nn = connection_named(evhttp_find_header(in, "Connection"), named);
     for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next)
-        if (end_to_end(h, named, nn)) evhttp_add_header(out, h->key, h->value);
+        if (end_to_end(h, header_kind(h->key), named, nn)) evhttp_add_header(out, h->key, h->value);
 }
 
 static void op_finish_later(struct proxy_op *op) { event_active(op->done_ev, EV_TIMEOUT, 1); }
@@ -573,13 +586,13 @@ static void op_free(struct proxy_op *op) {
             }
         endpoint_free(op->ep);
     }
-    if (op->done_ev) event_free(op->done_ev);
-    if (op->timer) event_free(op->timer);
+    /* done_ev, timer and slow live in op's own block (obleth_proxy_start) */
+    event_del(op->done_ev);
+    event_del(op->timer);
+    event_del(op->slow);
     if (op->connw) event_free(op->connw);
-    if (op->slow) event_free(op->slow);
     if (op->clientw) event_free(op->clientw);
     if (op->held) evbuffer_free(op->held);
-    free(op->target);
     free(op);
 }
 
@@ -662,15 +675,14 @@ static void copy_request_headers(struct evhttp_request *client, struct evhttp_re
     int nn = connection_named(evhttp_find_header(in, "Connection"), named);
     const char *xff = NULL;
     for (struct evkeyval *h = in->tqh_first; h; h = h->next.tqe_next) {
-        const char *k = h->key;
-        if (!end_to_end(h, named, nn) || strcasecmp(k, "host") == 0 || strcasecmp(k, "expect") == 0 ||
-            strcasecmp(k, "authorization") == 0)
+        int kind = header_kind(h->key);
+        if (!end_to_end(h, kind, named, nn) || kind == H_HOST || kind == H_EXPECT || kind == H_AUTHORIZATION)
             continue;
-        if (strcasecmp(k, "x-forwarded-for") == 0) {
+        if (kind == H_XFF) {
             xff = h->value;
             continue;
         }
-        evhttp_add_header(out, k, h->value);
+        evhttp_add_header(out, h->key, h->value);
     }
     char host[300];
     snprintf(host, sizeof host, strchr(e->host, ':') ? "[%s]:%d" : "%s:%d", e->host, e->port);
@@ -752,17 +764,33 @@ static double opt_number(lua_State *L, int t, const char *k, double dflt, double
 struct proxy_op *obleth_proxy_start(response *r, const obleth_proxy_opts *o, obleth_proxy_done done, void *arg,
                                     const char **why) {
     *why = NULL;
-    endpoint *e = pool_endpoint(o->host, o->port, now_mono(), why);
+    double now = now_mono();
+    endpoint *e = pool_endpoint(o->host, o->port, now, why);
     if (!e) return NULL;
-    struct proxy_op *op = calloc(1, sizeof *op);
+    /* one block: the op, its three events (event_assign'ed, sized by the library
+       at run time) and the request target */
+    const char *uri = o->target ? o->target : evhttp_request_get_uri(r->req);
+    if (!uri || *uri != '/') uri = "/";
+    size_t evsz = (event_get_struct_event_size() + 15) & ~(size_t)15, tlen = strlen(uri) + 1;
+    size_t head = (sizeof(struct proxy_op) + 15) & ~(size_t)15;
+    struct proxy_op *op = calloc(1, head + 3 * evsz + tlen);
     if (!op) {
         *why = "out of memory";
         return NULL;
     }
+    char *mem = (char *)op + head;
+    op->done_ev = (struct event *)mem;
+    op->timer = (struct event *)(mem + evsz);
+    op->slow = (struct event *)(mem + 2 * evsz);
+    op->target = mem + 3 * evsz;
+    memcpy(op->target, uri, tlen);
+    event_assign(op->done_ev, obleth_base(), -1, 0, done_ev_cb, op);
+    evtimer_assign(op->timer, obleth_base(), timer_cb, op);
+    evtimer_assign(op->slow, obleth_base(), slow_cb, op);
     op->res = r;
     op->ep = e;
     e->users++;
-    e->last_used = now_mono();
+    e->last_used = now;
     op->stream = o->stream;
     op->head = evhttp_request_get_command(r->req) == EVHTTP_REQ_HEAD;
     op->connect_timeout = o->connect_timeout;
@@ -771,13 +799,8 @@ struct proxy_op *obleth_proxy_start(response *r, const obleth_proxy_opts *o, obl
     op->err = -1;
     op->done = done;
     op->done_arg = arg;
-    const char *uri = o->target ? o->target : evhttp_request_get_uri(r->req);
-    op->target = strdup(uri && *uri == '/' ? uri : "/");
     op->held = evbuffer_new();
-    op->done_ev = event_new(obleth_base(), -1, 0, done_ev_cb, op);
-    op->timer = evtimer_new(obleth_base(), timer_cb, op);
-    op->slow = evtimer_new(obleth_base(), slow_cb, op);
-    if (!op->target || !op->held || !op->done_ev || !op->timer || !op->slow || op_send(op) != 0) {
+    if (!op->held || op_send(op) != 0) {
         op_free(op);
         *why = "out of memory";
         return NULL;

@@ -62,6 +62,7 @@ MODEL=bench
 engine_port=$(free_port)
 "$OBLETH" smoke-engine --host 127.0.0.1 --port "$engine_port" --model "$MODEL" >/dev/null 2>&1 &
 pids+=($!)
+engine_pid=$!
 wait_http "http://127.0.0.1:$engine_port/health"
 
 # obleth serve with a fresh database, the engine as the model's endpoint, a client key
@@ -70,6 +71,7 @@ serve_port=$(free_port)
 OBLETH_ADMIN_TOKEN=$admin "$OBLETH" serve --listen "127.0.0.1:$serve_port" --db "$tmp/obleth.db" \
   >/dev/null 2>"$tmp/serve.log" &
 pids+=($!)
+serve_pid=$!
 wait_http "http://127.0.0.1:$serve_port/metrics"
 api() { curl -sf -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' "$@"; }
 mid=$(api -X POST "http://127.0.0.1:$serve_port/api/v1/models" -d "{\"name\":\"$MODEL\"}" |
@@ -115,9 +117,11 @@ evhttp_port=$(free_port)
 cc -O2 -o "$tmp/evhttp_proxy" spec/bench/router/evhttp_proxy.c $(pkg-config --cflags --libs libevent)
 "$tmp/evhttp_proxy" "$evhttp_port" "$engine_port" &
 pids+=($!)
+evhttp_pid=$!
 
 "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" 2>/dev/null &
 pids+=($!)
+nginx_pid=$!
 wait_http "http://127.0.0.1:$nginx_port/health"
 
 # a correct answer through each before measuring
@@ -170,3 +174,32 @@ for kind in load latency; do
     else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim <= 1); bare evhttp %d us: ratio %.2f\n",
       k, o, n, o / n, e, e / n }'
 done
+
+# System calls per request, one connection (strace -c on each proxy's process for
+# SYSCALL_SECONDS): how much of the distance is the HTTP layer's way with the kernel.
+# Skipped without strace, or where ptrace is not allowed.
+SYSCALL_SECONDS=${SYSCALL_SECONDS:-3}
+if command -v strace >/dev/null 2>&1; then
+  nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
+  declare -A PID=([direct]=$engine_pid [obleth]=$serve_pid [nginx]=$nginx_worker [evhttp]=$evhttp_pid)
+  echo; echo "system calls per request: ${SYSCALL_SECONDS}s, 1 connection, strace -c on the process that answers"
+  printf '  %-8s %10s %10s  %s\n' target requests calls/req "most frequent"
+  for name in "${targets[@]}"; do
+    out="$tmp/strace.$name"
+    timeout -s INT $((SYSCALL_SECONDS + 1)) strace -c -f -p "${PID[$name]}" -o "$out" 2>/dev/null &
+    spid=$!
+    sleep 0.3
+    n=$(BENCH_MODEL=$MODEL BENCH_KEY=$key wrk -t1 -c1 -d"${SYSCALL_SECONDS}s" -s spec/bench/router/wrk.lua \
+      "${URL[$name]}" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')
+    wait "$spid" 2>/dev/null || true
+    if [ -s "$out" ] && [ "${n:-0}" -gt 0 ]; then
+      total=$(awk '$NF == "total" { print $4 }' "$out")
+      top=$(awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $4, $NF }' "$out" | sort -rn | head -4 |
+        awk -v n="$n" '{ printf "%s %.1f  ", $2, $1 / n }')
+      awk -v n="$n" -v t="$total" -v name="$name" -v top="$top" \
+        'BEGIN { printf "  %-8s %10d %10.1f  %s\n", name, n, t / n, top }'
+    else
+      echo "  $name: strace could not attach (ptrace not allowed?)"
+    fi
+  done
+fi
