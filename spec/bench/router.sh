@@ -11,6 +11,8 @@
 #   latency  LAT_DURATION s (5), 1 thread, 1 connection: what one request costs end to end
 # Added latency = p50 through the proxy - p50 direct (same run kind); the ratio is
 # obleth's added latency over nginx's (<= 1 means obleth adds no more than nginx).
+# cpu_us/req: CPU time (user + system, /proc/PID/stat) the answering process used
+# during the run, per request (for "direct", the engine's own).
 #
 # Both proxies get one worker (obleth serve is one event loop; nginx worker_processes 1),
 # and both log every request (obleth's request line to a file, nginx's access log).
@@ -133,13 +135,21 @@ for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http
   case $out in *'"chat.completion"'*) ;; *) echo "router bench: bad answer from $base: $out" >&2; exit 1 ;; esac
 done
 
-declare -A RPS P50 P99 ERR
+declare -A RPS P50 P99 ERR CPU
+# CPU time (user + system) a process used, in clock ticks
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
 run() { # kind name url threads connections seconds
   local kind=$1 name=$2 url=$3 t=$4 c=$5 d=$6 line
   # warm up (connections, caches), then measure
   BENCH_MODEL=$MODEL BENCH_KEY=$key wrk -t1 -c"$c" -d1s -s spec/bench/router/wrk.lua "$url" >/dev/null
+  local t0
+  t0=$(ticks "${PID[$name]}")
   line=$(BENCH_MODEL=$MODEL BENCH_KEY=$key wrk -t"$t" -c"$c" -d"${d}s" --timeout 10s \
     -s spec/bench/router/wrk.lua "$url" | grep '^RESULT')
+  # CPU per request of the process that answers (for a proxy, without the engine's)
+  CPU[$kind.$name]=$(awk -v d="$(( $(ticks "${PID[$name]}") - t0 ))" -v hz="$HZ" \
+    -v n="$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")" 'BEGIN { printf "%.1f", (n > 0 ? d / hz * 1e6 / n : 0) }')
   RPS[$kind.$name]=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$line")
   P50[$kind.$name]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
   P99[$kind.$name]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
@@ -147,6 +157,8 @@ run() { # kind name url threads connections seconds
 }
 
 targets=(direct obleth nginx evhttp)
+nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
+declare -A PID=([direct]=$engine_pid [obleth]=$serve_pid [nginx]=$nginx_worker [evhttp]=$evhttp_pid)
 declare -A URL=([direct]="http://127.0.0.1:$engine_port" [obleth]="http://127.0.0.1:$serve_port"
   [nginx]="http://127.0.0.1:$nginx_port" [evhttp]="http://127.0.0.1:$evhttp_port")
 for name in "${targets[@]}"; do run load "$name" "${URL[$name]}" "$THREADS" "$CONNECTIONS" "$DURATION"; done
@@ -159,12 +171,12 @@ for kind in load latency; do
   else
     echo; echo "latency: ${LAT_DURATION}s, 1 thread, 1 connection"
   fi
-  printf '  %-8s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 errors
+  printf '  %-8s %10s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 cpu_us/req errors
   for name in "${targets[@]}"; do
     added=$(( ${P50[$kind.$name]} - ${P50[$kind.direct]} ))
     [ "$name" = direct ] && added=-
-    printf '  %-8s %10s %10s %10s %10s %8s\n' "$name" "${RPS[$kind.$name]}" "${P50[$kind.$name]}" \
-      "${P99[$kind.$name]}" "$added" "${ERR[$kind.$name]}"
+    printf '  %-8s %10s %10s %10s %10s %10s %8s\n' "$name" "${RPS[$kind.$name]}" "${P50[$kind.$name]}" \
+      "${P99[$kind.$name]}" "$added" "${CPU[$kind.$name]}" "${ERR[$kind.$name]}"
   done
   a_ob=$(( ${P50[$kind.obleth]} - ${P50[$kind.direct]} ))
   a_ng=$(( ${P50[$kind.nginx]} - ${P50[$kind.direct]} ))
@@ -180,8 +192,6 @@ done
 # Skipped without strace, or where ptrace is not allowed.
 SYSCALL_SECONDS=${SYSCALL_SECONDS:-3}
 if command -v strace >/dev/null 2>&1; then
-  nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
-  declare -A PID=([direct]=$engine_pid [obleth]=$serve_pid [nginx]=$nginx_worker [evhttp]=$evhttp_pid)
   echo; echo "system calls per request: ${SYSCALL_SECONDS}s, 1 connection, strace -c on the process that answers"
   printf '  %-8s %10s %10s  %s\n' target requests calls/req "most frequent"
   for name in "${targets[@]}"; do
