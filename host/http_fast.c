@@ -501,27 +501,16 @@ int obleth_fast_try(struct obleth_fast *ft, struct evhttp_request *req, int hand
 
 static fast *check_fast(lua_State *L) { return luaL_checkudata(L, 1, FAST_MT); }
 
-static double num_field(lua_State *L, int t, const char *k, double dflt, double lo, double hi) {
-    double v = dflt;
-    if (lua_getfield(L, t, k) != LUA_TNIL) {
-        if (!lua_isnumber(L, -1)) luaL_error(L, "fast: '%s' must be a number", k);
-        v = lua_tonumber(L, -1);
-    }
-    lua_pop(L, 1);
-    if (isnan(v) || v < lo || v > hi) luaL_error(L, "fast: '%s' must be %f..%f", k, lo, hi);
-    return v;
-}
-
 static int l_fast(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     fast *ft = lua_newuserdatauv(L, sizeof *ft, 0);
     memset(ft, 0, sizeof *ft);
     luaL_setmetatable(L, FAST_MT);
-    ft->popts.connect_timeout = num_field(L, 1, "connect_timeout", 5, 0.001, 1e6);
-    ft->popts.timeout = num_field(L, 1, "timeout", 3600, 0.001, 1e7);
-    ft->popts.buffer_limit = (size_t)num_field(L, 1, "buffer_limit", 1048576, 0, 1 << 30);
-    ft->ttl = num_field(L, 1, "ttl", 2, 0, 1e6);
-    ft->cooldown = num_field(L, 1, "cooldown", 5, 0, 1e6);
+    ft->popts.connect_timeout = obleth_http_opt_number(L, 1, "connect_timeout", 5, 0.001, 1e6, "fast");
+    ft->popts.timeout = obleth_http_opt_number(L, 1, "timeout", 3600, 0.001, 1e7, "fast");
+    ft->popts.buffer_limit = (size_t)obleth_http_opt_number(L, 1, "buffer_limit", 1048576, 0, 1 << 30, "fast");
+    ft->ttl = obleth_http_opt_number(L, 1, "ttl", 2, 0, 1e6, "fast");
+    ft->cooldown = obleth_http_opt_number(L, 1, "cooldown", 5, 0, 1e6, "fast");
     if (lua_getfield(L, 1, "buckets") == LUA_TTABLE) {
         int nb = (int)luaL_len(L, -1);
         luaL_argcheck(L, nb <= MAX_BUCKETS, 1, "fast: at most 64 buckets");

@@ -30,6 +30,10 @@ const char *obleth_http_reason(int status);
 /* Is t a request target to accept or send: printable ASCII, no space (RFC 9112 3.2)? */
 int obleth_http_target_ok(const char *t);
 
+/* The number t[k] (default dflt when nil); raises "<who>: 'k' must be ..." unless it
+   is a number in lo..hi. */
+double obleth_http_opt_number(lua_State *L, int t, const char *k, double dflt, double lo, double hi, const char *who);
+
 /* Stop hearing about the client connection's close (the answer is complete). */
 void obleth_http_detach_close_cb(response *r);
 

@@ -750,14 +750,14 @@ static int op_send(struct proxy_op *op) {
     return 0;
 }
 
-static double opt_number(lua_State *L, int t, const char *k, double dflt, double lo, double hi) {
+double obleth_http_opt_number(lua_State *L, int t, const char *k, double dflt, double lo, double hi, const char *who) {
     double v = dflt;
     if (lua_getfield(L, t, k) != LUA_TNIL) {
-        if (!lua_isnumber(L, -1)) luaL_error(L, "proxy: '%s' must be a number", k);
+        if (!lua_isnumber(L, -1)) luaL_error(L, "%s: '%s' must be a number", who, k);
         v = lua_tonumber(L, -1);
     }
     lua_pop(L, 1);
-    if (isnan(v) || v < lo || v > hi) luaL_error(L, "proxy: '%s' must be %f..%f", k, lo, hi);
+    if (isnan(v) || v < lo || v > hi) luaL_error(L, "%s: '%s' must be %f..%f", who, k, lo, hi);
     return v;
 }
 
@@ -861,9 +861,9 @@ int obleth_res_proxy(lua_State *L) {
     lua_getfield(L, 2, "stream");
     o.stream = lua_toboolean(L, -1);
     lua_pop(L, 1); /* host's and target's strings stay anchored on the stack until the call returns */
-    o.connect_timeout = opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6);
-    o.timeout = opt_number(L, 2, "timeout", 3600, 0.001, 1e7);
-    o.buffer_limit = (size_t)opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30);
+    o.connect_timeout = obleth_http_opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6, "proxy");
+    o.timeout = obleth_http_opt_number(L, 2, "timeout", 3600, 0.001, 1e7, "proxy");
+    o.buffer_limit = (size_t)obleth_http_opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30, "proxy");
     if (!lua_isyieldable(L)) return luaL_error(L, "res:proxy must be called inside the handler's task");
     if (!r->req) {
         lua_pushinteger(L, 499);

@@ -187,13 +187,20 @@ static void line_emit(buf *b) {
     fflush(stderr);
 }
 
-void obleth_log(const char *level, const char *event, const char *fmt, ...) {
+/* Start a line from C at the level named (unknown names are info): 0 when the
+   level is below the one set, and nothing was started. */
+static int c_line_start(buf *b, const char *level, const char *event) {
     init_level();
     int lv = level_of(level);
     if (lv < 0) lv = LV_INFO;
-    if (lv < g_level) return;
+    if (lv < g_level) return 0;
+    line_start(b, lv, event);
+    return 1;
+}
+
+void obleth_log(const char *level, const char *event, const char *fmt, ...) {
     buf b = {0};
-    line_start(&b, lv, event);
+    if (!c_line_start(&b, level, event)) return;
     if (fmt && *fmt) {
         char *msg = NULL;
         va_list ap;
@@ -223,12 +230,8 @@ void obleth_log(const char *level, const char *event, const char *fmt, ...) {
    quoted when they need it; a NULL value leaves its field out. */
 void obleth_log_fields(const char *level, const char *event, int n, const char *const *keys,
                        const char *const *vals) {
-    init_level();
-    int lv = level_of(level);
-    if (lv < 0) lv = LV_INFO;
-    if (lv < g_level) return;
     buf b = {0};
-    line_start(&b, lv, event);
+    if (!c_line_start(&b, level, event)) return;
     for (int i = 0; i < n; i++) {
         if (!vals[i]) continue;
         size_t kl = strlen(keys[i]);

@@ -7,42 +7,17 @@ local http = require "obleth.http"
 local loop = require "obleth.loop"
 local cjson = require "cjson"
 local smoke = require "obleth.smoke_engine"
-local keys = require "obleth.api.keys"
 local router_mod = require "obleth.router"
 local balancer = require "obleth.router.balancer"
 
 local ADMIN = "admin-token-for-fast-spec-012345"
 
 describe("the router's fast path", function()
-  local store, app, srv, base, key, fast
-  local closers = {}
-
-  local function engine(label, opts)
-    opts = opts or {}
-    opts.model = opts.model or "m"
-    opts.replica = label
-    local e = smoke.new(opts)
-    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = e:handler() })
-    closers[#closers + 1] = s
-    return e, "http://127.0.0.1:" .. s:port()
-  end
-
-  local function dead_url()
-    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
-    local port = s:port()
-    s:close()
-    return "http://127.0.0.1:" .. port
-  end
-
-  local function req(method, path, body, headers, opts)
-    local h = { Authorization = "Bearer " .. key }
-    for k, v in pairs(headers or {}) do h[k] = v end
-    if h.Authorization == false then h.Authorization = nil end
-    if type(body) == "table" then body = cjson.encode(body); h["Content-Type"] = "application/json" end
-    local o = { url = base .. path, method = method, headers = h, body = body, timeout = 10 }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    return assert(http.request(o))
-  end
+  local store, app, fast
+  local rig = require("spec.support.router_rig").new()
+  local function engine(label, opts) return rig:engine(label, opts) end
+  local dead_url = rig.dead_url
+  local function req(...) return rig:req(...) end
 
   local function chat(model, extra, headers)
     local b = { model = model, messages = { { role = "user", content = "hello" } } }
@@ -64,24 +39,12 @@ describe("the router's fast path", function()
   local function taken() return fast:stats().requests end
 
   setup(function()
-    store = assert(require("obleth.store").open(":memory:"))
     -- cooldown 0: an endpoint that failed may be picked again at once (the hand-back case)
-    app = require("obleth.server").new { store = store, admin_token = ADMIN,
-      router = { balancer = { cooldown = 0 } } }
-    local handler = app:handler()
+    store, app = rig:start { admin_token = ADMIN, router = { balancer = { cooldown = 0 } }, fast = true }
     fast = app.router.fast
-    srv = assert(http.server { host = "127.0.0.1", port = 0, handler = handler, fast = fast })
-    base = "http://127.0.0.1:" .. srv:port()
-    local g = keys.generate()
-    assert(store:create_api_key { name = "spec", prefix = g.prefix, hash = g.hash })
-    key = g.key
   end)
 
-  teardown(function()
-    for _, s in ipairs(closers) do s:close() end
-    if srv then srv:close() end
-    if store then store:close() end
-  end)
+  teardown(function() rig:close() end)
 
   it("answers in C what the Lua router answered once, with the same answer", function()
     local _, u = engine("f-1", { model = "f" })
@@ -361,60 +324,34 @@ end)
 
 describe("the fast path's request line (obleth serve)", function()
   it("is the Lua router's line: the same fields, in the same form", function()
-    local sys = require "obleth.sys"
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(sys.mkdir(dir))
+    local server = require "spec.support.server"
     local eng = smoke.new { model = "lm", replica = "lm-1" }
     local es = assert(http.server { host = "127.0.0.1", port = 0, handler = eng:handler() })
-    local probe = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
-    local port = probe:port()
-    probe:close()
-    -- this very host (build/obleth, or the ASan build in that tier)
-    local rl = assert(io.popen("readlink /proc/" .. sys.getpid() .. "/exe"))
-    local exe = rl:read("l")
-    rl:close()
-    local cmd = ("OBLETH_ADMIN_TOKEN=%s exec %s serve --listen 127.0.0.1:%d --db %s/db 2>%s/err >/dev/null"):format(
-      ADMIN, exe, port, dir, dir)
-    local proc = assert(io.popen(cmd, "r"))
-    local b = "http://127.0.0.1:" .. port
-    local function call(method, path, body, tok)
-      return http.request { url = b .. path, method = method, timeout = 5,
-        headers = { Authorization = "Bearer " .. tok, ["Content-Type"] = "application/json" },
-        body = body and cjson.encode(body) or nil }
-    end
-    local up
-    for _ = 1, 100 do
-      up = call("GET", "/api/v1/models", nil, ADMIN)
-      if up and up.status == 200 then break end
-      loop.sleep(0.05)
-    end
-    assert.equal(200, up.status)
-    local mr = call("POST", "/api/v1/models", { name = "lm" }, ADMIN)
-    local m = cjson.decode(mr.body)
-    local er = call("POST", ("/api/v1/models/%d/endpoints"):format(m.id), { url = "http://127.0.0.1:" .. es:port() }, ADMIN)
-    assert.equal(200, er.status, er.body)
-    local k = cjson.decode(call("POST", "/api/v1/keys", { name = "l" }, ADMIN).body).key
+    local srv = server.start()
+    local _, m = srv:request("POST", "/api/v1/models", { name = "lm" })
+    local st = srv:request("POST", ("/api/v1/models/%d/endpoints"):format(m.id), { url = "http://127.0.0.1:" .. es:port() })
+    assert.equal(200, st)
+    local _, made = srv:request("POST", "/api/v1/keys", { name = "l" })
+    local auth = { Authorization = "Bearer " .. made.key }
     local body = { model = "lm", messages = { { role = "user", content = "hi" } } }
-    assert.equal(200, call("POST", "/v1/chat/completions", body, k).status) -- Lua
-    assert.equal(200, call("POST", "/v1/chat/completions", body, k).status) -- C
-    local metrics = call("GET", "/metrics", nil, k).body
+    assert.equal(200, (srv:request("POST", "/v1/chat/completions", body, auth))) -- Lua
+    assert.equal(200, (srv:request("POST", "/v1/chat/completions", body, auth))) -- C
+    local _, _, metrics = srv:request("GET", "/metrics", nil, auth)
     assert.matches("obleth_router_fast_path_requests_total 1\n", metrics, 1, true)
-    os.execute("pkill -TERM -f -- '--db " .. dir .. "/db'")
-    proc:close()
+    local _, _, err = srv:stop()
+    srv:cleanup()
     es:close()
     local lines = {}
-    for line in io.lines(dir .. "/err") do
-      if line:find("event=http_request method=POST", 1, true) and line:find("/v1/chat", 1, true) then
+    for line in err:gmatch("[^\n]+") do
+      if line:find("event=http_request method=POST path=/v1/chat", 1, true)
+        or line:find("event=http_request method=POST model=lm", 1, true) then
         lines[#lines + 1] = line
       end
     end
-    local all = assert(io.open(dir .. "/err")):read("a")
-    os.execute("rm -rf " .. dir)
-    assert.is_nil(all:find(k, 1, true)) -- no client key in the log
-    assert.equal(2, #lines)
+    assert.equal(2, #lines, err)
     local pat = "^ts=%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ level=info event=http_request method=POST model=lm "
-      .. "ms=[%d%.]+ path=/v1/chat/completions status=200 upstream=http://127%.0%.0%.1:%d+$"
+      .. "ms=%d+%.%d+ path=/v1/chat/completions status=200 upstream=http://127%.0%.0%.1:%d+$"
     for _, line in ipairs(lines) do assert.matches(pat, line) end
+    assert.is_nil(err:find(made.key, 1, true)) -- no client key in the log
   end)
 end)

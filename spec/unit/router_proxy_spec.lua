@@ -17,40 +17,13 @@ describe("router in-process (" .. over .. ")", function()
   local http = require "obleth.http"
   local loop = require "obleth.loop"
   local cjson = require "cjson"
-  local smoke = require "obleth.smoke_engine"
-  local keys = require "obleth.api.keys"
 
   local ADMIN = "admin-token-for-router-spec-0123"
-  local store, app, srv, base, key
-  local engines = {}
-
-  local function engine(label, opts)
-    opts = opts or {}
-    opts.model = opts.model or "m"
-    opts.replica = label
-    local e = smoke.new(opts)
-    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = e:handler() })
-    engines[#engines + 1] = s
-    return e, "http://127.0.0.1:" .. s:port(), s
-  end
-
-  -- a port nothing listens on
-  local function dead_url()
-    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
-    local port = s:port()
-    s:close()
-    return "http://127.0.0.1:" .. port
-  end
-
-  local function req(method, path, body, headers, opts)
-    local h = { Authorization = "Bearer " .. key }
-    for k, v in pairs(headers or {}) do h[k] = v end
-    if h.Authorization == false then h.Authorization = nil end
-    if type(body) == "table" then body = cjson.encode(body); h["Content-Type"] = "application/json" end
-    local o = { url = base .. path, method = method, headers = h, body = body, timeout = 10 }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    return assert(http.request(o))
-  end
+  local store
+  local rig = require("spec.support.router_rig").new()
+  local function engine(label, opts) return rig:engine(label, opts) end
+  local dead_url = rig.dead_url
+  local function req(...) return rig:req(...) end
 
   local function chat(model, text, extra)
     local b = { model = model, messages = { { role = "user", content = text or "hello" } } }
@@ -69,22 +42,10 @@ describe("router in-process (" .. over .. ")", function()
   end
 
   setup(function()
-    store = assert(require("obleth.store").open(":memory:"))
-    app = require("obleth.server").new { store = store, admin_token = ADMIN, router = { transport = transport } }
-    local handler = app:handler()
-    srv = assert(http.server { host = "127.0.0.1", port = 0, handler = handler,
-      fast = over == "fast" and app.router.fast or nil })
-    base = "http://127.0.0.1:" .. srv:port()
-    local g = keys.generate()
-    assert(store:create_api_key { name = "spec", prefix = g.prefix, hash = g.hash })
-    key = g.key
+    store = rig:start { admin_token = ADMIN, router = { transport = transport }, fast = over == "fast" }
   end)
 
-  teardown(function()
-    for _, s in ipairs(engines) do s:close() end
-    if srv then srv:close() end
-    if store then store:close() end
-  end)
+  teardown(function() rig:close() end)
 
   it("lists every model in the OpenAI list shape", function()
     model("listed-a")
@@ -334,7 +295,7 @@ describe("router in-process (" .. over .. ")", function()
       assert.equal(401, status { Authorization = "Bearer " .. k.key })
       assert.equal(404, req("DELETE", "/api/v1/keys/999999", nil, admin).status)
       -- the client key is no admin token
-      assert.equal(401, req("GET", "/api/v1/keys", nil, { Authorization = "Bearer " .. key }).status)
+      assert.equal(401, req("GET", "/api/v1/keys", nil, { Authorization = "Bearer " .. rig.key }).status)
     end)
 
     it("are not needed when the router setting allows keyless access", function()
@@ -380,7 +341,7 @@ describe("router in-process (" .. over .. ")", function()
       seen = r.headers
       return { status = 200, headers = { ["Content-Type"] = "application/json" }, body = "{}" }
     end })
-    engines[#engines + 1] = up
+    rig.servers[#rig.servers + 1] = up
     model("hop", { "http://127.0.0.1:" .. up:port() })
     local r = req("POST", "/v1/chat/completions", { model = "hop", messages = {} },
       { Connection = "keep-alive, X-Hop-Secret", ["X-Hop-Secret"] = "1", ["X-Kept"] = "2" })
