@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Router benchmark: wrk against the smoke engine directly, through obleth serve's
 # router, and through nginx as a plain reverse proxy (keepalive upstream) to the
-# same engine. A fourth target, "evhttp", is a bare C proxy on the same libevent
-# evhttp server and client obleth uses (spec/bench/router/evhttp_proxy.c, built
-# here): the floor of obleth's HTTP layer, with none of obleth's own work.
+# same engine. "obleth_lua" is obleth serve --no-fast-path on the same database:
+# every request in the Lua router (what the fast path saves). "evhttp" is a bare C
+# proxy on the same libevent evhttp server and client obleth uses
+# (spec/bench/router/evhttp_proxy.c, built here): the floor of obleth's HTTP layer,
+# with none of obleth's own work.
 # Loopback only; every process it starts is stopped on exit.
 #
 # Two runs per target:
@@ -83,6 +85,13 @@ api -X POST "http://127.0.0.1:$serve_port/api/v1/models/$mid/endpoints" \
 key=$(api -X POST "http://127.0.0.1:$serve_port/api/v1/keys" -d '{"name":"bench"}' |
   sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
 [ -n "$key" ] || { echo "router bench: could not create a client key" >&2; exit 1; }
+# the same, on the same database, without the fast path: every request in the Lua router
+lua_port=$(free_port)
+OBLETH_ADMIN_TOKEN=$admin "$OBLETH" serve --no-fast-path --listen "127.0.0.1:$lua_port" --db "$tmp/obleth.db" \
+  >/dev/null 2>"$tmp/serve-lua.log" &
+pids+=($!)
+lua_pid=$!
+wait_http "http://127.0.0.1:$lua_port/metrics"
 
 # nginx: a plain reverse proxy with a keepalive upstream
 nginx_port=$(free_port)
@@ -128,8 +137,8 @@ wait_http "http://127.0.0.1:$nginx_port/health"
 
 # a correct answer through each before measuring
 wait_http "http://127.0.0.1:$evhttp_port/health"
-for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http://127.0.0.1:$nginx_port" \
-  "http://127.0.0.1:$evhttp_port"; do
+for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http://127.0.0.1:$lua_port" \
+  "http://127.0.0.1:$nginx_port" "http://127.0.0.1:$evhttp_port"; do
   out=$(curl -sf -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
     -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" "$base/v1/chat/completions")
   case $out in *'"chat.completion"'*) ;; *) echo "router bench: bad answer from $base: $out" >&2; exit 1 ;; esac
@@ -156,11 +165,13 @@ run() { # kind name url threads connections seconds
   ERR[$kind.$name]=$(sed -n 's/.*errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1+\2/p' <<<"$line")
 }
 
-targets=(direct obleth nginx evhttp)
+targets=(direct obleth obleth_lua nginx evhttp)
 nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
-declare -A PID=([direct]=$engine_pid [obleth]=$serve_pid [nginx]=$nginx_worker [evhttp]=$evhttp_pid)
+declare -A PID=([direct]=$engine_pid [obleth]=$serve_pid [obleth_lua]=$lua_pid [nginx]=$nginx_worker
+  [evhttp]=$evhttp_pid)
 declare -A URL=([direct]="http://127.0.0.1:$engine_port" [obleth]="http://127.0.0.1:$serve_port"
-  [nginx]="http://127.0.0.1:$nginx_port" [evhttp]="http://127.0.0.1:$evhttp_port")
+  [obleth_lua]="http://127.0.0.1:$lua_port" [nginx]="http://127.0.0.1:$nginx_port"
+  [evhttp]="http://127.0.0.1:$evhttp_port")
 for name in "${targets[@]}"; do run load "$name" "${URL[$name]}" "$THREADS" "$CONNECTIONS" "$DURATION"; done
 for name in "${targets[@]}"; do run latency "$name" "${URL[$name]}" 1 1 "$LAT_DURATION"; done
 
@@ -171,20 +182,21 @@ for kind in load latency; do
   else
     echo; echo "latency: ${LAT_DURATION}s, 1 thread, 1 connection"
   fi
-  printf '  %-8s %10s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 cpu_us/req errors
+  printf '  %-10s %10s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 cpu_us/req errors
   for name in "${targets[@]}"; do
     added=$(( ${P50[$kind.$name]} - ${P50[$kind.direct]} ))
     [ "$name" = direct ] && added=-
-    printf '  %-8s %10s %10s %10s %10s %10s %8s\n' "$name" "${RPS[$kind.$name]}" "${P50[$kind.$name]}" \
+    printf '  %-10s %10s %10s %10s %10s %10s %8s\n' "$name" "${RPS[$kind.$name]}" "${P50[$kind.$name]}" \
       "${P99[$kind.$name]}" "$added" "${CPU[$kind.$name]}" "${ERR[$kind.$name]}"
   done
   a_ob=$(( ${P50[$kind.obleth]} - ${P50[$kind.direct]} ))
   a_ng=$(( ${P50[$kind.nginx]} - ${P50[$kind.direct]} ))
   a_ev=$(( ${P50[$kind.evhttp]} - ${P50[$kind.direct]} ))
-  awk -v o="$a_ob" -v n="$a_ng" -v e="$a_ev" -v k="$kind" 'BEGIN {
+  a_lu=$(( ${P50[$kind.obleth_lua]} - ${P50[$kind.direct]} ))
+  awk -v o="$a_ob" -v n="$a_ng" -v e="$a_ev" -v l="$a_lu" -v k="$kind" 'BEGIN {
     if (n <= 0) printf "  %s: obleth adds %d us at p50; nginx adds %d us (no ratio)\n", k, o, n;
-    else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim <= 1); bare evhttp %d us: ratio %.2f\n",
-      k, o, n, o / n, e, e / n }'
+    else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim <= 1); bare evhttp %d us: ratio %.2f; without the fast path %d us: ratio %.2f\n",
+      k, o, n, o / n, e, e / n, l, l / n }'
 done
 
 # System calls per request, one connection (strace -c on each proxy's process for
@@ -193,7 +205,7 @@ done
 SYSCALL_SECONDS=${SYSCALL_SECONDS:-3}
 if command -v strace >/dev/null 2>&1; then
   echo; echo "system calls per request: ${SYSCALL_SECONDS}s, 1 connection, strace -c on the process that answers"
-  printf '  %-8s %10s %10s  %s\n' target requests calls/req "most frequent"
+  printf '  %-10s %10s %10s  %s\n' target requests calls/req "most frequent"
   for name in "${targets[@]}"; do
     out="$tmp/strace.$name"
     timeout -s INT $((SYSCALL_SECONDS + 1)) strace -c -f -p "${PID[$name]}" -o "$out" 2>/dev/null &
@@ -207,7 +219,7 @@ if command -v strace >/dev/null 2>&1; then
       top=$(awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $4, $NF }' "$out" | sort -rn | head -4 |
         awk -v n="$n" '{ printf "%s %.1f  ", $2, $1 / n }')
       awk -v n="$n" -v t="$total" -v name="$name" -v top="$top" \
-        'BEGIN { printf "  %-8s %10d %10.1f  %s\n", name, n, t / n, top }'
+        'BEGIN { printf "  %-10s %10d %10.1f  %s\n", name, n, t / n, top }'
     else
       echo "  $name: strace could not attach (ptrace not allowed?)"
     fi

@@ -9,7 +9,7 @@ local args = require "obleth.args"
 local M = {}
 
 M.usage = [[
-usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
+usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES] [--no-fast-path]
 
 The Management API. Every /api/ route needs Authorization: Bearer <admin token>;
 the token comes from the environment (never a flag: it would show in ps):
@@ -24,6 +24,8 @@ local spec = {
   listen = { kind = "string", arg = "HOST:PORT", help = "address to listen on (default 127.0.0.1:8080)" },
   db = { kind = "string", arg = "PATH", help = "SQLite database file (created when missing)" },
   body_limit = { kind = "integer", arg = "BYTES", help = "largest request body (default 1048576)" },
+  no_fast_path = { kind = "boolean",
+    help = "answer every /v1/ request in the Lua router, without the fast path (docs/router.md)" },
   help = { kind = "boolean", short = "h", help = "this help" },
 }
 
@@ -90,14 +92,14 @@ function M.main(argv)
   local app = require("obleth.server").new { store = store, admin_token = token, log = log }
   local handler = app:handler()
   local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit,
-    fast = app.router.fast }
+    fast = not o.no_fast_path and app.router.fast or nil }
   if not srv then
     store:close()
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes })
+    routes = #app.routes, fast_path = not o.no_fast_path })
   io.stdout:write(("obleth serve listening on %s\n"):format(url))
   io.stdout:flush()
   pcall(sys.sd_notify, "READY=1")
