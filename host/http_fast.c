@@ -142,6 +142,26 @@ static int set_key(sentry *e, const char *k, size_t n) {
     return 0;
 }
 
+/* The entry for k, made (size bytes, zeroed, the sentry first) when missing; NULL
+   when memory ran out. */
+static sentry *smap_intern(smap *m, const char *k, size_t n, size_t size) {
+    sentry *e = smap_get(m, k, n);
+    if (e) return e;
+    e = calloc(1, size);
+    if (!e || set_key(e, k, n) != 0 || smap_put(m, e) != 0) {
+        if (e) free(e->key);
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Free an entry and its key (one with nothing else to free). */
+static void entry_free(sentry *e) {
+    free(e->key);
+    free(e);
+}
+
 /* ---- the table --------------------------------------------------------------- */
 
 /* An endpoint URL's balancer state. */
@@ -184,7 +204,6 @@ typedef struct obleth_fast {
     int nbuckets;
     double bounds[MAX_BUCKETS];
     smap keys, models, urls, mstates;
-    int total_inflight;
     lua_Integer taken, handed_back;
     fast_req *live; /* requests in flight, for the finalizer */
 } fast;
@@ -211,8 +230,7 @@ static int drop_key(sentry *e, void *ctx) {
     /* a client key: wipe it before the memory goes back */
     volatile char *p = e->key;
     for (size_t i = 0; i < e->klen; i++) p[i] = 0;
-    free(e->key);
-    free(e);
+    entry_free(e);
     return 1;
 }
 
@@ -224,60 +242,39 @@ static int drop_model(sentry *e, void *ctx) {
         free(m->ep[i].host);
         free(m->ep[i].prefix);
     }
-    free(e->key);
-    free(m);
+    entry_free(e);
+    return 1;
+}
+
+static int drop_model_if(sentry *e, void *ctx) { return e == ctx ? drop_model(e, NULL) : 0; }
+
+static int drop_url(sentry *e, void *ctx) {
+    (void)ctx;
+    entry_free(e);
     return 1;
 }
 
 /* An endpoint's state is kept while requests are in flight or it cools down. */
 static int drop_idle_url(sentry *e, void *ctx) {
     ustate *u = (ustate *)e;
-    double now = *(double *)ctx;
-    if (u->inflight > 0 || u->down_until > now) return 0;
-    free(e->key);
-    free(u);
-    return 1;
+    if (u->inflight > 0 || u->down_until > *(double *)ctx) return 0;
+    return drop_url(e, NULL);
 }
-
-static int drop_url(sentry *e, void *ctx) {
-    (void)ctx;
-    free(e->key);
-    free(e);
-    return 1;
-}
-
-static int drop_model_if(sentry *e, void *ctx) { return e == ctx ? drop_model(e, NULL) : 0; }
 
 static int drop_mstate(sentry *e, void *ctx) {
     (void)ctx;
     free(((mstate *)e)->statuses);
-    free(e->key);
-    free(e);
+    entry_free(e);
     return 1;
 }
 
 static ustate *url_state(fast *ft, const char *url, size_t n, int create) {
-    ustate *u = (ustate *)smap_get(&ft->urls, url, n);
-    if (u || !create) return u;
-    u = calloc(1, sizeof *u);
-    if (!u || set_key(&u->e, url, n) != 0 || smap_put(&ft->urls, &u->e) != 0) {
-        if (u) free(u->e.key);
-        free(u);
-        return NULL;
-    }
-    return u;
+    if (!create) return (ustate *)smap_get(&ft->urls, url, n);
+    return (ustate *)smap_intern(&ft->urls, url, n, sizeof(ustate));
 }
 
 static mstate *model_state(fast *ft, const char *name, size_t n) {
-    mstate *m = (mstate *)smap_get(&ft->mstates, name, n);
-    if (m) return m;
-    m = calloc(1, sizeof *m);
-    if (!m || set_key(&m->e, name, n) != 0 || smap_put(&ft->mstates, &m->e) != 0) {
-        if (m) free(m->e.key);
-        free(m);
-        return NULL;
-    }
-    return m;
+    return (mstate *)smap_intern(&ft->mstates, name, n, sizeof(mstate));
 }
 
 /* ---- the balancer -------------------------------------------------------------- */
@@ -322,8 +319,6 @@ static void req_unlink(fast_req *fr) {
     if (fr->next) fr->next->prev = fr->prev;
 }
 
-static void req_free(fast_req *fr) { free(fr); /* url and path live in its block */ }
-
 static void count_status(mstate *ms, int status) {
     for (int i = 0; i < ms->nstatus; i++)
         if (ms->statuses[i].status == status) {
@@ -356,14 +351,13 @@ static void fast_done(response *r, const obleth_proxy_result *res, void *arg) {
     (void)r;
     fr->us->inflight--;
     fr->ms->inflight--;
-    ft->total_inflight--;
     req_unlink(fr);
     if (res->status == 0) {
         /* nothing reached the client: the Lua router takes it from here */
         ft->handed_back++;
         obleth_http_prior prior = {fr->url, res->code, res->message, fr->t0};
         obleth_http_run_handler(fr->handler_ref, &fr->r, &prior);
-        req_free(fr);
+        free(fr); /* url, path and target live in its block */
         return;
     }
     mstate *ms = fr->ms;
@@ -385,7 +379,7 @@ static void fast_done(response *r, const obleth_proxy_result *res, void *arg) {
     static const char *const k[] = {"method", "model", "ms", "path", "status", "upstream"};
     const char *v[] = {"POST", model, ms_s, fr->path, status_s, fr->url};
     obleth_log_fields("info", "http_request", 6, k, v);
-    req_free(fr);
+    free(fr);
 }
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
@@ -480,7 +474,6 @@ int obleth_fast_try(struct obleth_fast *ft, struct evhttp_request *req, int hand
     o.stream = stream;
     us->inflight++;
     fr->ms->inflight++;
-    ft->total_inflight++;
     ft->taken++;
     fr->next = ft->live;
     if (ft->live) ft->live->prev = fr;
@@ -558,12 +551,7 @@ static int f_add_key(lua_State *L) {
     const char *k = luaL_checklstring(L, 2, &n);
     if (smap_get(&ft->keys, k, n)) return 0;
     if (ft->keys.n >= MAX_KEYS) smap_filter(&ft->keys, drop_key, NULL);
-    sentry *e = calloc(1, sizeof *e);
-    if (!e || set_key(e, k, n) != 0 || smap_put(&ft->keys, e) != 0) {
-        if (e) free(e->key);
-        free(e);
-        return luaL_error(L, "out of memory");
-    }
+    if (!smap_intern(&ft->keys, k, n, sizeof(sentry))) return luaL_error(L, "out of memory");
     return 0;
 }
 
@@ -667,41 +655,40 @@ static int f_pick(lua_State *L) {
     return 1;
 }
 
-static int f_acquire(lua_State *L) {
-    fast *ft = check_fast(L);
+/* The endpoint URL at argument 2 and its state (made when create is set); raises
+   when memory ran out. */
+static ustate *url_arg(lua_State *L, fast **ftp, int create) {
+    fast *ft = *ftp = check_fast(L);
     size_t n;
     const char *url = luaL_checklstring(L, 2, &n);
-    ustate *u = url_state(ft, url, n, 1);
-    if (!u) return luaL_error(L, "out of memory");
-    u->inflight++;
+    ustate *u = url_state(ft, url, n, create);
+    if (create && !u) luaL_error(L, "out of memory");
+    return u;
+}
+
+static int f_acquire(lua_State *L) {
+    fast *ft;
+    url_arg(L, &ft, 1)->inflight++;
     return 0;
 }
 
 static int f_release(lua_State *L) {
-    fast *ft = check_fast(L);
-    size_t n;
-    const char *url = luaL_checklstring(L, 2, &n);
-    ustate *u = url_state(ft, url, n, 0);
+    fast *ft;
+    ustate *u = url_arg(L, &ft, 0);
     if (u && u->inflight > 0) u->inflight--;
     return 0;
 }
 
 static int f_failed(lua_State *L) {
-    fast *ft = check_fast(L);
-    size_t n;
-    const char *url = luaL_checklstring(L, 2, &n);
-    double now = luaL_optnumber(L, 3, 0);
-    ustate *u = url_state(ft, url, n, 1);
-    if (!u) return luaL_error(L, "out of memory");
-    u->down_until = now + ft->cooldown;
+    fast *ft;
+    ustate *u = url_arg(L, &ft, 1);
+    u->down_until = luaL_optnumber(L, 3, 0) + ft->cooldown;
     return 0;
 }
 
 static int f_load(lua_State *L) {
-    fast *ft = check_fast(L);
-    size_t n;
-    const char *url = luaL_checklstring(L, 2, &n);
-    ustate *u = url_state(ft, url, n, 0);
+    fast *ft;
+    ustate *u = url_arg(L, &ft, 0);
     lua_pushinteger(L, u ? u->inflight : 0);
     return 1;
 }
@@ -745,15 +732,17 @@ static int f_drain(lua_State *L) {
 
 static int f_in_flight(lua_State *L) {
     fast *ft = check_fast(L);
+    lua_Integer total = 0;
     lua_newtable(L);
     for (size_t i = 0; i < ft->mstates.nb; i++)
         for (sentry *e = ft->mstates.b[i]; e; e = e->next) {
             mstate *ms = (mstate *)e;
             if (ms->inflight <= 0) continue;
+            total += ms->inflight;
             lua_pushinteger(L, ms->inflight);
             lua_setfield(L, -2, e->key);
         }
-    lua_pushinteger(L, ft->total_inflight);
+    lua_pushinteger(L, total);
     return 2;
 }
 
@@ -776,7 +765,7 @@ static int f_gc(lua_State *L) {
         req_unlink(fr);
         if (fr->r.proxy) obleth_proxy_abandon(fr->r.proxy);
         obleth_http_detach_close_cb(&fr->r);
-        req_free(fr);
+        free(fr);
     }
     smap_filter(&ft->keys, drop_key, NULL);
     smap_filter(&ft->models, drop_model, NULL);

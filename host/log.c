@@ -151,6 +151,14 @@ static int is_secret_key(const char *k, size_t kl) {
     return v;
 }
 
+/* " key=value" (the value quoted when it needs it). */
+static void add_field(buf *b, const char *k, size_t kl, const char *v, size_t vl) {
+    buf_adds(b, " ");
+    buf_add(b, k, kl);
+    buf_adds(b, "=");
+    add_value(b, v, vl);
+}
+
 static void line_start(buf *b, int lv, const char *event) {
     if (g_journal) {
         char pre[8];
@@ -235,11 +243,8 @@ void obleth_log_fields(const char *level, const char *event, int n, const char *
     for (int i = 0; i < n; i++) {
         if (!vals[i]) continue;
         size_t kl = strlen(keys[i]);
-        buf_adds(&b, " ");
-        buf_add(&b, keys[i], kl);
-        buf_adds(&b, "=");
-        if (is_secret_key(keys[i], kl)) buf_adds(&b, "[redacted]");
-        else add_value(&b, vals[i], strlen(vals[i]));
+        const char *v = is_secret_key(keys[i], kl) ? "[redacted]" : vals[i];
+        add_field(&b, keys[i], kl, v, strlen(v));
     }
     line_emit(&b);
     buf_free(&b);
@@ -286,10 +291,7 @@ static int log_at(lua_State *L, int lv) {
         } else {
             v = luaL_tolstring(L, -1, &vl); /* pushes */
         }
-        buf_adds(&b, " ");
-        buf_add(&b, keys[i].k, keys[i].kl);
-        buf_adds(&b, "=");
-        add_value(&b, v, vl);
+        add_field(&b, keys[i].k, keys[i].kl, v, vl);
         lua_settop(L, 2);
     }
     line_emit(&b);

@@ -131,7 +131,7 @@ local function _base(url)
   return url
 end
 
--- An endpoint URL's parts for res:proxy: {host, port, prefix} for plain http
+-- An endpoint URL's parts for res:proxy: {url, host, port, prefix} for plain http
 -- ("http://node7:8000", "http://[fd00::7]:8000/v1"), false for anything else
 -- (https goes through the HTTP client). Cached per URL (forgotten past 4096 URLs).
 local _parsed, _nparsed = {}, 0
@@ -149,7 +149,7 @@ local function _http_parts(url)
     if not port then port, path = "80", rest end
     port = tonumber(port)
     if port and port >= 1 and port <= 65535 and (path == "" or path:sub(1, 1) == "/") then
-      p = { host = host, port = port, prefix = path }
+      p = { url = url, host = host, port = port, prefix = path }
     end
   end
   _parsed[url] = p
@@ -317,9 +317,8 @@ function Router:_teach_model(name, m)
   if not self.fast or not self.use_proxy or n == 0 or n > 256 then return end
   local eps = {}
   for i, url in ipairs(m.endpoints) do
-    local p = _http_parts(url)
-    if not p then return end
-    eps[i] = { url = url, host = p.host, port = p.port, prefix = p.prefix }
+    eps[i] = _http_parts(url) -- {url, host, port, prefix}, as set_model takes them
+    if not eps[i] then return end
   end
   self.fast:set_model(name, m.name, eps)
 end
