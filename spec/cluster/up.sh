@@ -176,6 +176,12 @@ wait_for() { # description limit-seconds command...
   local what="$1" limit="$2" start=$SECONDS
   shift 2
   until "$@" >/dev/null 2>&1; do
+    if [ -n "${WATCH_WHAT:-}" ] && watched_daemon_gone; then
+      # the daemon we wait for is gone: say so now, with its own words, instead of waiting out the limit
+      tail_logs "${WATCH_LOGS[@]}"
+      WATCH_WHAT=""
+      die "$what exited during start-up (its log is above); waited $((SECONDS - start))s"
+    fi
     if [ $((SECONDS - start)) -ge "$limit" ]; then
       # shellcheck disable=SC2046
       tail_logs $(all_logs)
@@ -183,6 +189,33 @@ wait_for() { # description limit-seconds command...
     fi
     sleep 0.5
   done
+  WATCH_WHAT=""
+}
+
+# The next wait_for also watches a daemon and fails at once when it exits:
+#   watch_daemon comm:NAME LOG...   a daemon that forks (daemon_env): a live process named NAME
+#                                   that carries this harness's marker
+#   watch_daemon pid:PID LOG...     a process started with spawn (its pid survives the exec)
+WATCH_WHAT=""
+WATCH_LOGS=()
+watch_daemon() {
+  WATCH_WHAT="$1"
+  shift
+  WATCH_LOGS=("$@")
+}
+watched_daemon_gone() {
+  local p
+  case "$WATCH_WHAT" in
+    pid:*) # not pid_is_ours: the marker appears only once env has exec'd the daemon
+      local pid="${WATCH_WHAT#pid:}"
+      ! [ -d "/proc/$pid" ] || [ "$(proc_state "$pid")" = Z ] ;;
+    comm:*)
+      for p in $(pgrep -x "${WATCH_WHAT#comm:}" 2>/dev/null); do
+        pid_is_ours "$p" && return 1
+      done
+      return 0 ;;
+    *) return 1 ;;
+  esac
 }
 
 munge_ok() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
@@ -196,6 +229,7 @@ start_munge() {
     --pid-file="$MUNGED_PID" --seed-file="$MUNGE/munged.seed" --log-file="$MUNGE/munged.log" \
     </dev/null >>"$MUNGE/munged.out" 2>&1 ||
     { tail_logs "$MUNGE/munged.out" "$MUNGE/munged.log"; die "munged failed to start"; }
+  watch_daemon comm:munged "$MUNGE/munged.out" "$MUNGE/munged.log"
   wait_for "munged" "$TIMEOUT" munge_ok
 }
 
@@ -211,6 +245,7 @@ start_mariadb() {
   log "starting mariadbd (127.0.0.1:$DB_PORT)"
   # Started as root, switches to the mysql user (user=mysql in my.cnf).
   spawn "$MYSQL/mariadbd.out" mariadbd --defaults-file="$ETC/my.cnf"
+  watch_daemon "pid:$SPAWNED_PID" "$MYSQL/mariadbd.out" "$MYSQL/mariadbd.err"
   wait_for "MariaDB" "$TIMEOUT" mariadb-admin --defaults-file="$ETC/my.cnf" -uroot ping
   local pass
   pass="$(cat "$ETC/db.pass")"
@@ -227,6 +262,7 @@ start_slurmdbd() {
   log "starting slurmdbd (127.0.0.1:$DBD_PORT)"
   daemon_env slurmdbd </dev/null >>"$LOG/slurmdbd.out" 2>&1 ||
     { tail_logs "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"; die "slurmdbd failed to start"; }
+  watch_daemon comm:slurmdbd "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"
   wait_for "slurmdbd" "$TIMEOUT" sacctmgr -n -P list cluster
 }
 
@@ -269,6 +305,7 @@ start_slurmctld() {
   # -i: ignore unreadable state files (e.g. after a SIGKILLed run).
   daemon_env slurmctld -i </dev/null >>"$LOG/slurmctld.out" 2>&1 ||
     { tail_logs "$LOG/slurmctld.out" "$LOG/slurmctld.log"; die "slurmctld failed to start"; }
+  watch_daemon comm:slurmctld "$LOG/slurmctld.out" "$LOG/slurmctld.log"
   wait_for "slurmctld" "$TIMEOUT" scontrol ping
 }
 
@@ -292,14 +329,9 @@ start_slurmrestd() {
   # it use the JWT of each request. It reads slurm.conf only at start.
   spawn "$LOG/slurmrestd.log" SLURM_JWT=daemon slurmrestd -a rest_auth/jwt \
     -u "$REST_USER" -g "$REST_GROUP" "127.0.0.1:$REST_PORT"
-  local pid="$SPAWNED_PID" i
-  for ((i = 0; i < 20; i++)); do
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "slurmrestd" ] && break
-    sleep 0.1
-  done
-  sleep 0.5
-  pid_is_ours "$pid" || { tail_logs "$LOG/slurmrestd.log"; die "slurmrestd exited at once"; }
+  local pid="$SPAWNED_PID"
   echo "$pid" >"$SLURMRESTD_PID"
+  watch_daemon "pid:$pid" "$LOG/slurmrestd.log"
   wait_for "slurmrestd ping on 127.0.0.1:$REST_PORT" "$TIMEOUT" rest_ping_ok
 }
 
