@@ -14,7 +14,7 @@ OBJS  = $(SRCS:host/%.c=build/obj/%.o)
 AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help
+.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load
 
 all: build/obleth build/obleth-provisioner
 
@@ -25,6 +25,8 @@ help:
 	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
 	@echo "make cluster-up / cluster-down   the harness Slurm cluster (spec/cluster/)"
 	@echo "make bench      benchmarks under spec/bench/"
+	@echo "make fresh-check   'make demo' on a fresh minimal Debian 12 root (debootstrap + chroot), as a new user"
+	@echo "make check-load    'make check' three times in a row with every CPU held by a busy loop"
 	@echo "make install PREFIX=/usr/local"
 
 build/.deps-ok:
@@ -90,6 +92,12 @@ demo: build/.deps-all-ok all
 
 bench: all
 	@spec/bench/run.sh
+
+fresh-check:
+	@scripts/fresh-check.sh
+
+check-load: build/.deps-all-ok all asan
+	@spec/load.sh 3
 
 clean:
 	rm -rf build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok
