@@ -16,9 +16,11 @@ describe("obleth repl", function()
     return
   end
 
-  local session = "obleth-repl-spec-" .. require("obleth.sys").getpid()
-  local function screen() return select(2, sh("tmux capture-pane -p -t " .. session)) end
-  local function send(keys) sh("tmux send-keys -t " .. session .. " " .. keys) end
+  -- a tmux server of its own (never the user's or another spec's)
+  local tmux = "tmux -L obleth-repl-spec-" .. require("obleth.sys").getpid()
+  local session = "repl"
+  local function screen() return select(2, sh(tmux .. " capture-pane -p -t " .. session)) end
+  local function send(keys) sh(tmux .. " send-keys -t " .. session .. " " .. keys) end
   local function wait_for(text, secs)
     local t_end = loop.monotonic() + (secs or 10)
     repeat
@@ -34,9 +36,9 @@ describe("obleth repl", function()
     os.remove(home)
     os.execute("mkdir -p " .. util.shq(home))
     local cmd = ("env HOME=%s TERM=xterm %s repl"):format(util.shq(home), util.shq(util.obleth()))
-    assert.equal(0, (sh(("tmux new-session -d -s %s -x 160 -y 50 %s"):format(session, util.shq(cmd)))))
+    assert.equal(0, (sh(("%s new-session -d -s %s -x 160 -y 50 %s"):format(tmux, session, util.shq(cmd)))))
   end)
-  teardown(function() sh("tmux kill-session -t " .. session) end)
+  teardown(function() sh(tmux .. " kill-server") end)
 
   it("starts read-only and connected, and slurm.ping() answers", function()
     assert.truthy(wait_for("read-only", 10))
