@@ -3,7 +3,6 @@
 -- equal to a secret the REPL knows (the admin token, the JWT, the Hugging Face
 -- token) is shown as "********", whatever route it came from; the
 -- provisioner's snapshot (which carries the JWT) is not offered.
-local http = require "obleth.http"
 local cjson = require "cjson"
 local json = require "obleth.api.json"
 
@@ -27,6 +26,34 @@ function M.mask(v, secrets)
   local out = {}
   for k, x in pairs(v) do out[k] = M.mask(x, secrets) end
   return out
+end
+
+-- Lists that read better as rows; the values stay plain tables (filter them in Lua).
+local function _rows(list, headers, row)
+  if type(list) ~= "table" then return list end
+  return setmetatable(list, { __repl = function(l)
+    local rows = {}
+    for _, x in ipairs(l) do rows[#rows + 1] = row(x) end
+    return require("obleth.format").table(headers, rows)
+  end })
+end
+
+local function _s(v) if v == nil then return "-" end return tostring(v) end
+
+--- Models as rows: id, name, status, managed, endpoints.
+function M.models_rows(list)
+  return _rows(list, { "ID", "NAME", "STATUS", "MANAGED", "ENDPOINTS" }, function(m)
+    return { _s(m.id), _s(m.name), _s(m.status), m.managed and "yes" or "no",
+      type(m.endpoints) == "table" and #m.endpoints > 0 and table.concat(m.endpoints, " ") or "-" }
+  end)
+end
+
+--- Replicas as rows: id, model id, slot, state, job, node, endpoint, problem.
+function M.replicas_rows(list)
+  return _rows(list, { "ID", "MODEL", "SLOT", "STATE", "JOB", "NODE", "ENDPOINT", "PROBLEM" }, function(r)
+    return { _s(r.id), _s(r.model_id), _s(r.slot), _s(r.state), _s(r.job_id), _s(r.node), _s(r.endpoint),
+      _s(r.problem or r.pending_reason) }
+  end)
 end
 
 local function _query(q)
@@ -57,7 +84,7 @@ function M.new(base, token, secrets)
     if path:match("^/api/v1/provisioner/snapshot") then
       return nil, { code = "refused", message = "the snapshot carries the JWT: use plan() to see what a pass reads" }
     end
-    local r, err = http.request { url = api.base .. path, timeout = 15,
+    local r, err = require("obleth.http").request { url = api.base .. path, timeout = 15,
       headers = { Authorization = "Bearer " .. token, Accept = "application/json" } }
     if not r then return nil, { code = err.code, message = "Management API: " .. tostring(err.message) } end
     local ok, doc = pcall(cjson.decode, r.body)
@@ -78,7 +105,11 @@ function M.new(base, token, secrets)
 
   --- The models (name, status, endpoints).
   ---@return table[]|nil models, table|nil err
-  function api.models() return field("/api/v1/models", "models") end
+  function api.models()
+    local l, err = field("/api/v1/models", "models")
+    if not l then return nil, err end
+    return M.models_rows(l)
+  end
 
   --- One model by id.
   ---@param id integer
@@ -98,10 +129,14 @@ function M.new(base, token, secrets)
   function api.replicas(opts)
     opts = opts or {}
     local q = opts.live and "?state=live" or ""
+    local l, err
     if opts.model_id then
-      return field(("/api/v1/models/%d/replicas%s"):format(math.tointeger(opts.model_id), q), "replicas")
+      l, err = field(("/api/v1/models/%d/replicas%s"):format(math.tointeger(opts.model_id), q), "replicas")
+    else
+      l, err = field("/api/v1/replicas" .. q, "replicas")
     end
-    return field("/api/v1/replicas" .. q, "replicas")
+    if not l then return nil, err end
+    return M.replicas_rows(l)
   end
 
   --- Launch history, newest first, with the job outcomes of each launch.
