@@ -92,6 +92,19 @@ describe("repl dry run", function()
     assert.equal("mark lost", by_new["gamma slot 1"])
   end)
 
+  it("a healthy replica near its walltime gets a successor, with the rollover rule's numbers", function()
+    local f = facts()
+    -- alpha slot 1 started 56 min ago with a 60 min limit, healthy after 60 s: 300 s policy margin + 60 s
+    local r = f.snapshot.models[1].replicas[1]
+    r.started_at, r.healthy_at = NOW - 56 * 60, NOW - 56 * 60 + 60
+    local run = dryrun.run(f)
+    local a = action(run, "alpha", 1)
+    assert.equal("start successor", a.action)
+    assert.equal("rollover", a.rule)
+    assert.matches("margin 360 s = start%-up 60 s %+ policy margin 300 s", a.facts)
+    assert.equal(2, run.submits)
+  end)
+
   it("sends nothing: the snapshot it was given is unchanged", function()
     local f = facts()
     dryrun.run(f)

@@ -279,7 +279,10 @@ function M.main(argv)
   local o, perr = args.parse(argv, spec)
   if not o or o.help then
     io.stderr:write(perr and ("obleth repl: " .. perr .. "\n") or "", "usage: obleth repl [--write [--yes]] [-e CODE]\n",
-      args.help(spec), "\n")
+      args.help(spec), "\n",
+      "environment: OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN (api, plan(), the Slurm connection saved in\n",
+      "obleth serve), OBLETH_SLURM_URL / _SOCKET / _USER / _TOKEN (a connection of its own), OBLETH_POLICY_DIR\n",
+      "(default /etc/obleth/policy.d). In the REPL, help() lists what is there; see docs/repl.md.\n")
     return o and 0 or 2
   end
   local sys = require "obleth.sys"
