@@ -200,7 +200,7 @@ end
 --- The REPL's top-level functions beside the handles, made for one session.
 ---@param ctx {conn: table|nil, source: string, o: table, admin: table|nil, secrets: table, out: fun(s: string),
 ---  policy: table, live: table}
----@return table H {plan, help, banner}
+---@return table H {plan, help, banner, rows}
 function M.handles(ctx)
   local H = {}
 
@@ -223,6 +223,46 @@ function M.handles(ctx)
       local text = require("obleth.repl.dryrun").render(r)
       if r.policy_error then text = text .. "\n" .. r.policy_error end
       return text
+    end })
+  end
+
+  --- Print a list of records as aligned rows of the given fields (dotted paths reach into nested tables).
+  ---@param list table[] e.g. a filtered slurm.jobs()
+  ---@param ... string field names, e.g. "id", "name", "state.base", "nodes"
+  ---@return table list the same list, shown as rows
+  function H.rows(list, ...)
+    if type(list) ~= "table" then error("rows: give a list of records, then field names", 2) end
+    local fields = { ... }
+    if #fields == 0 then error('rows: name the fields to show, e.g. rows(list, "id", "name")', 2) end
+    local function get(x, path)
+      for part in path:gmatch("[^.]+") do
+        if type(x) ~= "table" then return nil end
+        x = x[math.tointeger(tonumber(part)) or part]
+      end
+      if type(x) ~= "table" then return x end
+      -- one line: an array or a set as its items, anything else flattened
+      local items, set = {}, true
+      for k, v in pairs(x) do
+        if v ~= true then set = false end
+        items[#items + 1] = k
+      end
+      if set then table.sort(items, function(a, b) return tostring(a) < tostring(b) end)
+      elseif #x == #items then items = x
+      else return (pp.format(x):gsub("%s*\n%s*", " ")) end
+      local parts = {}
+      for i, v in ipairs(items) do parts[i] = tostring(v) end
+      return table.concat(parts, ",")
+    end
+    local headers = {}
+    for i, f in ipairs(fields) do headers[i] = f:upper() end
+    return setmetatable(list, { __repl = function(l)
+      local out = {}
+      for _, x in ipairs(l) do
+        local r = {}
+        for i, f in ipairs(fields) do r[i] = get(x, f) end
+        out[#out + 1] = r
+      end
+      return fmt.table(headers, out)
     end })
   end
 
@@ -406,7 +446,7 @@ function M.main(argv)
     out = out, policy = policy_set, live = live, token = token,
     policy_dir = os.getenv("OBLETH_POLICY_DIR") or policy_set.DEFAULT_DIR }
   local H = M.handles(ctx)
-  env.plan, env.help, env.banner = H.plan, H.help, H.banner
+  env.plan, env.help, env.banner, env.rows = H.plan, H.help, H.banner, H.rows
 
   if o.eval then
     local r = M.eval(env, o.eval, out)

@@ -14,14 +14,15 @@ M.HANDLES = {
   { name = "policy", module = "obleth.repl.policy", obj = "P",
     about = "the live policies (built-in + the policy directory's overrides) on live facts" },
   { name = "plan", module = "obleth.cli.repl", obj = "H", top = true,
-    about = "top level: plan() (a dry run of the provisioner's next pass, sends nothing), help(), banner()" },
+    about = "top level: plan() (a dry run of the provisioner's next pass, sends nothing), help(), banner(), rows()" },
 }
 
 M.EXAMPLES = {
   slurm = {
     "slurm.nodes()                       -- name, state, CPUs, memory, GPUs free by type",
     "slurm.partitions()",
-    "local mine = {} for _, j in ipairs(slurm.jobs()) do if j.user == 'obleth' then mine[#mine+1] = j end end; return mine",
+    "mine = {} for _, j in ipairs(slurm.jobs()) do if j.user == 'obleth' then mine[#mine+1] = j end end",
+    "rows(mine, 'id', 'name', 'state.base', 'nodes')",
     "slurm.job(42)",
   },
   api = { "api.models()", "api.specs()", "api.replicas{live = true}", "api.launches{recipe_id = 'smoke-test'}",
@@ -29,7 +30,9 @@ M.EXAMPLES = {
   policy = { "policy.partition_fit{gpus_per_node = 2, gpu_type = 'a100', memory_per_node = 16000}",
     "policy.partition_fit('my-model')     -- that model's spec", "policy.suggestions('smoke-test')",
     "policy.validate('my-model')", "policy.try('/tmp/lost.lua')         -- an edit, not installed" },
-  plan = { "plan()", "plan().actions                      -- the rows, to filter in Lua", "help('policy.try')" },
+  plan = { "plan()", "plan().actions                      -- the rows, to filter in Lua", "help('policy.try')",
+    "mine = {} for _, j in ipairs(slurm.jobs()) do if j.state.base == 'PENDING' then mine[#mine+1] = j end end",
+    "rows(mine, 'id', 'name', 'partition', 'reason')   -- any list as aligned rows" },
 }
 
 --- The documented functions of a module: name → {name, args, doc (lines without "---"), summary}.
