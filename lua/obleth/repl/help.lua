@@ -14,7 +14,7 @@ M.HANDLES = {
   { name = "policy", module = "obleth.repl.policy", obj = "P",
     about = "the live policies (built-in + the policy directory's overrides) on live facts" },
   { name = "plan", module = "obleth.cli.repl", obj = "H", top = true,
-    about = "top level: plan() (a dry run of the provisioner's next pass, sends nothing), help(), banner(), rows()" },
+    label = "(top)", about = "plan() is a dry run of the provisioner's next pass; it sends nothing" },
 }
 
 M.EXAMPLES = {
@@ -105,7 +105,7 @@ function M.text(name)
   if name == nil then
     out[#out + 1] = "handles (help('NAME') for one, e.g. help('policy.try')):"
     for _, h in ipairs(M.HANDLES) do
-      out[#out + 1] = ("  %-7s %s"):format(h.name, h.about)
+      out[#out + 1] = ("  %-7s %s"):format(h.label or h.name, h.about)
       M._list(out, h, M.functions(h.module, h.obj), "    ")
     end
     out[#out + 1] = "also: pp(v), loop, http, yaml, cjson, log, sys, slurm_lib; Tab completes names"
@@ -120,7 +120,7 @@ function M.text(name)
   end
   local fns = M.functions(h.module, h.obj)
   if fname == "" then
-    out[#out + 1] = ("%s: %s"):format(h.name, h.about)
+    out[#out + 1] = ("%s: %s"):format(h.label or h.name, h.about)
     M._list(out, h, fns, "  ")
   else
     local f = fns[fname]
