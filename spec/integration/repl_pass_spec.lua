@@ -20,7 +20,8 @@ describe("obleth repl against the live cluster and the Management API", function
     return
   end
 
-  local tmux = "tmux -L repl-spec-" .. sys.getpid()
+  -- a tmux server of its own, its socket in the spec's directory (removed with it)
+  local tmux
   local s, dir
   local function screen(session)
     return select(2, sh(("%s capture-pane -p -J -t %s"):format(tmux, session)))
@@ -61,6 +62,7 @@ describe("obleth repl against the live cluster and the Management API", function
   setup(function()
     dir = os.tmpname()
     os.remove(dir)
+    tmux = "tmux -S " .. shq(dir .. "/tmux-" .. sys.getpid())
     os.execute("mkdir -p " .. shq(dir .. "/policy.d") .. " " .. shq(dir .. "/edit") .. " " .. shq(dir .. "/broken"))
     -- the site's lost rule waits an hour before resubmitting a failed start (so gamma waits, whenever this runs)
     local f = assert(io.open(dir .. "/policy.d/lost.lua", "w"))
@@ -71,7 +73,7 @@ describe("obleth repl against the live cluster and the Management API", function
   end)
 
   teardown(function()
-    sh(tmux .. " kill-server")
+    if tmux then sh(tmux .. " kill-server") end
     if s then s:stop() end
     if dir then os.execute("rm -rf " .. shq(dir)) end
   end)

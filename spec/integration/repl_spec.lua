@@ -16,8 +16,10 @@ describe("obleth repl", function()
     return
   end
 
-  -- a tmux server of its own (never the user's or another spec's)
-  local tmux = "tmux -L obleth-repl-spec-" .. require("obleth.sys").getpid()
+  -- a tmux server of its own (never the user's or another spec's), its socket in the spec's HOME
+  local home = os.tmpname()
+  os.remove(home)
+  local tmux = "tmux -S " .. util.shq(home .. "/tmux")
   local session = "repl"
   local function screen() return select(2, sh(tmux .. " capture-pane -p -t " .. session)) end
   local function send(keys) sh(tmux .. " send-keys -t " .. session .. " " .. keys) end
@@ -32,13 +34,14 @@ describe("obleth repl", function()
   end
 
   setup(function()
-    local home = os.tmpname()
-    os.remove(home)
     os.execute("mkdir -p " .. util.shq(home))
     local cmd = ("env HOME=%s TERM=xterm %s repl"):format(util.shq(home), util.shq(util.obleth()))
     assert.equal(0, (sh(("%s new-session -d -s %s -x 160 -y 50 %s"):format(tmux, session, util.shq(cmd)))))
   end)
-  teardown(function() sh(tmux .. " kill-server") end)
+  teardown(function()
+    sh(tmux .. " kill-server")
+    os.execute("rm -rf " .. util.shq(home))
+  end)
 
   it("starts read-only and connected, and slurm.ping() answers", function()
     assert.truthy(wait_for("read-only", 10))
