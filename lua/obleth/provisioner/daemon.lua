@@ -100,6 +100,55 @@ local function check_all(due)
   return results
 end
 
+--- The rest of the live facts a pass decides from, besides the snapshot and
+--- the one job listing: for each recorded job the listing no longer shows,
+--- one accounting lookup (conn:job). Reads only.
+---@param conn table an obleth.slurm connection
+---@param snap table the Management API snapshot
+---@param jobs table[] conn:jobs()
+---@return table|nil job_by_id job id → job, or nil when the snapshot has no installation id
+---@return string|nil err why nothing may be decided (nothing is submitted or cancelled then)
+function M.lookup_jobs(conn, snap, jobs)
+  if not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
+    return nil, "the Management API gave no installation id (snapshot.instance): nothing is submitted or cancelled"
+  end
+  local listed = {}
+  for _, j in ipairs(jobs) do listed[j.id] = true end
+  local job_by_id = {}
+  for _, m in ipairs(snap.models or {}) do
+    for _, r in ipairs(m.replicas or {}) do
+      if r.job_id and not listed[r.job_id] and r.state ~= "lost" then
+        local j = conn:job(r.job_id)
+        if j then job_by_id[r.job_id] = j end
+      end
+    end
+  end
+  return job_by_id
+end
+
+--- The lost and rollover rules a pass applies: the policy set's current
+--- versions (reloaded first: edits in the override directory apply on the
+--- next pass; a broken edit keeps the previous version), or the built-in
+--- ones without a set.
+---@param policy table|nil an obleth.policy set
+---@return function|nil lost, function|nil rollover (nil: plan's built-in rule)
+---@return string|nil err "policy (previous version kept): NAME: message; ..." when a file failed
+function M.rules(policy)
+  if not policy then return nil, nil, nil end
+  policy.reload()
+  local perr
+  local perrs = policy.errors()
+  if perrs and next(perrs) then
+    local msgs = {}
+    for name, e in pairs(perrs) do
+      msgs[#msgs + 1] = ("%s: %s"):format(name, type(e) == "table" and e.message or tostring(e))
+    end
+    table.sort(msgs)
+    perr = "policy (previous version kept): " .. table.concat(msgs, "; ")
+  end
+  return policy.get("lost").check, policy.get("rollover").plan, perr
+end
+
 --- One pass. Returns the report it sent (or would have sent), or nil, err.
 function M:pass()
   local t0, started = loop.monotonic(), loop.now()
@@ -131,39 +180,14 @@ function M:pass()
     pass_error = cerr.message
   end
 
-  if jobs and not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
-    pass_error = "the Management API gave no installation id (snapshot.instance): nothing is submitted or cancelled"
-    jobs = nil
+  if jobs then
+    local ierr
+    job_by_id, ierr = M.lookup_jobs(conn, snap, jobs)
+    if not job_by_id then pass_error, jobs = ierr, nil end
   end
   if jobs then
-    -- rows whose job the listing no longer shows: ask once (accounting)
-    local listed = {}
-    for _, j in ipairs(jobs) do listed[j.id] = true end
-    job_by_id = {}
-    for _, m in ipairs(snap.models or {}) do
-      for _, r in ipairs(m.replicas or {}) do
-        if r.job_id and not listed[r.job_id] and r.state ~= "lost" then
-          local j = conn:job(r.job_id)
-          if j then job_by_id[r.job_id] = j end
-        end
-      end
-    end
-    local lost_rule, rollover_rule
-    if self.policy then
-      -- edits in the override directory apply on the next pass; a broken
-      -- edit keeps the previous version and its error is reported
-      self.policy.reload()
-      lost_rule, rollover_rule = self.policy.get("lost").check, self.policy.get("rollover").plan
-      local perrs = self.policy.errors()
-      if perrs and next(perrs) then
-        local msgs = {}
-        for name, e in pairs(perrs) do
-          msgs[#msgs + 1] = ("%s: %s"):format(name, type(e) == "table" and e.message or tostring(e))
-        end
-        table.sort(msgs)
-        pass_error = "policy (previous version kept): " .. table.concat(msgs, "; ")
-      end
-    end
+    local lost_rule, rollover_rule, perr = M.rules(self.policy)
+    if perr then pass_error = perr end
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,

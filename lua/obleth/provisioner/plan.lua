@@ -60,7 +60,8 @@ end
 ---  rand: fun(lo: integer, hi: integer): integer, lost: function|nil, rollover: function|nil}
 ---@return table state {rows = array of replica rows (every row touched or live),
 ---  submits = array of {row, model, spec}, cancels = array of {row, job_id, why},
----  outcomes = array, ack = {restart = {}, clear_lost = {}}, models = array}
+---  outcomes = array, ack = {restart = {}, clear_lost = {}}, models = array of {id, name, spec, rows,
+---  decisions = array of {slot, rule = "lost"|"rollover", decision, action, row|nil}, flags}}
 function M.reconcile(input)
   local now, snap = input.now, input.snapshot
   local lost_rule = input.lost or M.default_lost
@@ -147,6 +148,8 @@ function M.reconcile(input)
   -- 1. follow each row's job
   for _, mm in ipairs(out.models) do
     mm.ended_now = {}
+    -- what each slot's rule decided (lost/backoff, rollover), for a dry run to show
+    mm.decisions = {}
     for _, row in ipairs(mm.rows) do
       if row.state ~= "lost" and row.state ~= "ended" and row.job_id then
         local jt = by_nonce[row.nonce]
@@ -310,17 +313,23 @@ function M.reconcile(input)
             ends = counted
             local d = lost_rule(ends)
             local just_ended = ends[1] and ends[1].row
+            local decided = { slot = slot, rule = "lost", decision = d }
+            mm.decisions[#mm.decisions + 1] = decided
             if d.lost and just_ended then
               just_ended.state = "lost"
               just_ended.problem = ("ended %d times in a row without becoming healthy"):format(d.failures or 0)
               touch(just_ended)
+              decided.action, decided.row = "mark lost", just_ended
             elseif d.lost then
               -- already counted as lost before (e.g. after a restart): wait for "Try once more"
               mm.waiting_lost = true
+              decided.action = "wait for Try once more"
             elseif d.backoff_until and d.backoff_until > now then
               mm.backoff_until = math.max(mm.backoff_until or 0, d.backoff_until)
+              decided.action = "wait (backoff)"
             elseif blocked then
               mm.blocked = true
+              decided.action = "wait (provision error)"
             else
               local port = M.pick_port(defaults.port_range or { 20000, 20999 }, used_ports, input.rand)
               if port then
@@ -330,13 +339,17 @@ function M.reconcile(input)
                 mm.rows[#mm.rows + 1] = row
                 touch(row)
                 out.submits[#out.submits + 1] = { row = row, model = mm, spec = spec }
+                decided.action, decided.row = "submit", row
               else
                 mm.no_port = true
+                decided.action = "wait (no free port)"
               end
             end
           elseif primary.state == "healthy" and not successor and not blocked then
             local d = rollover_rule({ now = now, time_limit = spec.time_limit, started_at = primary.started_at,
               healthy_at = primary.healthy_at, rollover_margin = spec.rollover_margin })
+            mm.decisions[#mm.decisions + 1] = { slot = slot, rule = "rollover", decision = d, row = primary,
+              action = d.start_successor and "start successor" or "keep" }
             if d.start_successor then
               local port = M.pick_port(defaults.port_range or { 20000, 20999 }, used_ports, input.rand)
               if port then

@@ -610,6 +610,18 @@ function M.accounts(doc, version)
   return out
 end
 
+--- Clusters of `GET /slurmdb/vX/clusters`: {name, nodes (hostlist string), controller = {host, port}|nil}.
+function M.clusters(doc, version)
+  _vnum(version)
+  local out = {}
+  for _, c in ipairs(_list(doc, "clusters")) do
+    local ctl = type(_v(c.controller)) == "table" and c.controller or nil
+    out[#out + 1] = { name = _str(c.name), nodes = _str(c.nodes),
+      controller = ctl and { host = _str(ctl.host), port = M.count(ctl.port) } or nil }
+  end
+  return out
+end
+
 --- Associations of `GET /slurmdb/vX/associations`:
 -- {account, user (nil for the account's own row), partition|nil, qos (set),
 --  default_qos|nil, is_default (bool)}.
