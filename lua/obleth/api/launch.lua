@@ -172,14 +172,51 @@ local function _same_key(a, b)
   return tostring(a) == tostring(b)
 end
 
+--- The Slurm user and its groups, for partitions with AllowGroups: the
+--- Cluster defaults' `user_groups` when the site sets them, else this host's
+--- group database (NSS: getgrouplist, as slurmctld does on its own host).
+---@param s table app:slurm_settings()
+---@return {name: string, groups: table<string, boolean>|nil, groups_from: string|nil, groups_error: string|nil}
+function M.slurm_user(s)
+  local u = { name = s.user }
+  local listed = s.defaults and s.defaults.user_groups
+  if type(listed) == "table" then
+    u.groups, u.groups_from = {}, "cluster_default"
+    for _, g in ipairs(listed) do u.groups[g] = true end
+    return u
+  end
+  local ok, sys = pcall(require, "obleth.sys")
+  if not ok or not sys.user_groups or not s.user then
+    u.groups_error = "this host cannot look up the Slurm user's groups"
+    return u
+  end
+  local list, err = sys.user_groups(s.user)
+  if not list then
+    u.groups_error = err
+    return u
+  end
+  u.groups, u.groups_from = {}, "host"
+  for _, g in ipairs(list) do u.groups[g] = true end
+  return u
+end
+
 --- The cluster facts the checks need, normalized (cached M.FACTS_TTL seconds).
----@return table|nil {partitions, nodes, associations, qos, api_version}, string|nil why not
+---@return table|nil {partitions, nodes, associations, qos, api_version, user, enforce_part_limits},
+---  string|nil why not
 function M.facts(app)
   local s = app:slurm_settings()
   if not s.url and not s.socket then return nil, "no slurmrestd connection is set up" end
   local c = app.cache.launch_facts
   local now = app.clock()
-  if c and _same_key(c.key, s.updated_at) and now - c.at < M.FACTS_TTL then return c.facts end
+  -- the Slurm user's groups and EnforcePartLimits follow the settings at once (not cached)
+  local function with_site(f)
+    local out = {}
+    for k, v in pairs(f) do out[k] = v end
+    out.user = M.slurm_user(s)
+    out.enforce_part_limits = s.defaults and s.defaults.enforce_part_limits
+    return out
+  end
+  if c and _same_key(c.key, s.updated_at) and now - c.at < M.FACTS_TTL then return with_site(c.facts) end
   local conn, err = app:slurm_connect()
   if not conn then return nil, "slurmrestd: " .. tostring(err and err.message) end
   local f = { api_version = conn:version() }
@@ -196,7 +233,7 @@ function M.facts(app)
     f[call[1]] = v
   end
   app.cache.launch_facts = { key = s.updated_at, at = now, facts = f }
-  return f
+  return with_site(f)
 end
 
 ---------------------------------------------------------------------------
@@ -280,11 +317,22 @@ function M.answer(pv, c)
     settings[k] = { value = s.value == nil and NULL or s.value, provenance = s.provenance or NULL }
   end
   local learned = pv.learned
+  local fields = {}
+  for i, f in ipairs(pv.fields) do
+    fields[i] = { field = f.field, value = f.value == nil and NULL or f.value, provenance = f.provenance or NULL,
+      error = f.error or NULL }
+  end
+  local user = pv.slurm_user
+  if user then
+    user = { name = user.name or NULL, groups = user.groups and json.array(user.groups) or NULL,
+      groups_from = user.groups_from or NULL, groups_error = user.groups_error or NULL }
+  end
   return _arrays({
     ok = pv.ok,
     recipe = { id = c.recipe.id, name = c.recipe.name or NULL, source = c.source, engine = c.recipe.engine or NULL },
     hf = c.picked or NULL,
-    settings = settings, fields = pv.fields, errors = pv.errors,
+    settings = settings, fields = fields, errors = pv.errors,
+    slurm_user = user or NULL, enforce_part_limits = pv.enforce_part_limits or NULL,
     partitions = pv.partitions, partitions_offered = pv.partitions_offered,
     accounts_offered = pv.accounts_offered, qos_offered = pv.qos_offered,
     suggestions = pv.suggestions,
@@ -510,6 +558,14 @@ local function check_yaml(ctx)
       return 200, { ok = true, settings = settings, warnings = json.array(pv.warnings) }
     end
   end
+  -- in line order (then column): the structure's diagnostics and the checks' come from two passes
+  table.sort(diags, function(x, y)
+    local la, lb = x.line or math.huge, y.line or math.huge
+    if la ~= lb then return la < lb end
+    local ca, cb = x.column or 0, y.column or 0
+    if ca ~= cb then return ca < cb end
+    return tostring(x.field) < tostring(y.field)
+  end)
   for _, d in ipairs(diags) do
     d.line, d.column, d.field = d.line or NULL, d.column or NULL, d.field or NULL
   end

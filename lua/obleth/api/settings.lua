@@ -28,6 +28,7 @@ function M.public(app)
       modules = d.modules, partition = n(d.partition), account = n(d.account), qos = n(d.qos),
       hf_token = d.hf_token and validate.MASK or NULL, hf_token_set = d.hf_token ~= nil,
       port_range = d.port_range, environment = d.environment,
+      user_groups = d.user_groups and json.array(d.user_groups) or NULL, enforce_part_limits = n(d.enforce_part_limits),
     },
     provisioner = app.store:provisioner_status(),
     updated_at = n(s.updated_at),
