@@ -307,6 +307,69 @@ function M.cluster_choices(policy, values, provenance, facts)
   return notes
 end
 
+--- The cluster's checks of one replica's Slurm settings, as Slurm will
+--- make them: the Slurm user's groups, account, QoS and time limit
+--- (policy `validate`.check; an empty account or QoS is the default Slurm
+--- fills in), then whether the replica fits a node of the partition
+--- (policy `partition_fit`). The one owner of these checks: the preview, the
+--- launch and PUT /api/v1/models/{id}/managed all call it.
+---@param policy fun(name: string): table
+---@param values {partition: string, account: string|nil, qos: string|nil, time_limit: integer|nil,
+---  nodes: integer|nil, gpus_per_node: integer|nil, gpu_type: string|nil, cpus_per_node: integer|nil,
+---  memory_per_node: integer|nil, constraint: string|nil, exclude: string|nil} minutes, MiB
+---@param facts table {partitions, nodes, associations, qos, user, enforce_part_limits}
+---@return {field: string, message: string, code: string}[] errors one per field, the first found
+---@return table[] fits every partition (M.partitions), string[] offered partitions
+---@return string[] warnings what does not stop the job but delays it (fitting nodes down, drained)
+function M.cluster_errors(policy, values, facts)
+  local errors, seen, warnings = {}, {}, {}
+  local function add(e)
+    if seen[e.field] then return end
+    seen[e.field] = true
+    errors[#errors + 1] = { field = e.field, message = e.message, code = e.code }
+  end
+  for _, e in ipairs(policy("validate").check({ partition = values.partition, account = values.account,
+    qos = values.qos, time_limit = values.time_limit }, facts)) do add(e) end
+  local fits, offered = M.partitions(policy, values, facts)
+  for _, f in ipairs(fits) do
+    if f.partition == values.partition then
+      for _, e in ipairs(f.errors) do add(e) end
+      if not f.fits and #f.errors == 0 then
+        warnings[#warnings + 1] = ("one replica cannot start on partition %s now: %s"):format(f.partition,
+          table.concat(f.reasons, "; "))
+      end
+    end
+  end
+  return errors, fits, offered, warnings
+end
+
+--- The cluster checks of a stored managed spec (PUT /api/v1/models/{id}/managed):
+--- the values the provisioner submits — the spec's, else the cluster
+--- defaults' partition / account / QoS, else Slurm's default partition.
+---@param policy fun(name: string): table
+---@param spec table validated managed spec (obleth.validate.managed_spec)
+---@param defaults table|nil cluster defaults
+---@param facts table as for M.cluster_errors
+---@return {field: string, message: string, code: string}[] errors
+function M.spec_errors(policy, spec, defaults, facts)
+  defaults = defaults or {}
+  local values = {}
+  for _, k in ipairs({ "partition", "account", "qos", "time_limit", "nodes", "gpus_per_node", "gpu_type",
+    "cpus_per_node", "memory_per_node", "constraint", "exclude" }) do values[k] = _v(spec[k]) end
+  for _, k in ipairs({ "partition", "account", "qos" }) do
+    if values[k] == nil then values[k] = _v(defaults[k]) end
+  end
+  if (values.gpus_per_node or 0) == 0 then values.gpu_type = nil end
+  if values.partition == nil then
+    for _, p in ipairs(facts.partitions or {}) do if p.default then values.partition = p.name end end
+  end
+  if values.partition == nil then
+    return { { field = "partition", code = "required",
+      message = "no partition: name one, or set a default partition in Cluster defaults" } }
+  end
+  return (M.cluster_errors(policy, values, facts))
+end
+
 ---------------------------------------------------------------------------
 -- the preview
 ---------------------------------------------------------------------------
@@ -400,25 +463,16 @@ function M.preview(p)
     if values.partition and not seen.partition then
       for _, n in ipairs(M.cluster_choices(policy, values, res.provenance, facts)) do warnings[#warnings + 1] = n end
     end
-    local checks = policy("validate").check({ partition = values.partition, account = values.account,
-      qos = values.qos, time_limit = values.time_limit }, facts)
-    for _, e in ipairs(checks) do err(e.field, e.message, e.code) end
-    out.partitions, out.partitions_offered = M.partitions(policy, values, facts)
+    local cerrs, cwarn
+    cerrs, out.partitions, out.partitions_offered, cwarn = M.cluster_errors(policy, values, facts)
+    for _, e in ipairs(cerrs) do err(e.field, e.message, e.code) end
+    for _, w in ipairs(cwarn) do warnings[#warnings + 1] = w end
     local part = _find_partition(facts, values.partition)
     if part then
       out.accounts_offered = policy("validate").accounts_for(part, facts.associations)
       local account = M.effective_account(policy, values, facts)
       if account and policy("validate").qos_for then
         out.qos_offered = policy("validate").qos_for(part, account, facts.associations, facts.qos)
-      end
-      for _, f in ipairs(out.partitions) do
-        if f.partition == part.name then
-          for _, e in ipairs(f.errors) do err(e.field, e.message, e.code) end
-          if not f.fits and #f.errors == 0 then
-            warnings[#warnings + 1] = ("one replica cannot start on partition %s now: %s"):format(part.name,
-              table.concat(f.reasons, "; "))
-          end
-        end
       end
     end
   else

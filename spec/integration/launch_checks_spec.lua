@@ -255,6 +255,92 @@ describe("launch checks on the harness cluster", function()
     assert.equal(error_for(pv, "gpu_type").message, by.gpu_type.error.message)
   end)
 
+  describe("PUT /api/v1/models/{id}/managed runs the same cluster checks", function()
+    local function put(mid, spec, query)
+      return srv:request("PUT", ("/api/v1/models/%d/managed%s"):format(mid, query or ""), spec)
+    end
+    local function base(over)
+      local s = { replicas = 1, partition = "gpu", account = "research", time_limit = 10, nodes = 1, cpus_per_node = 1,
+        memory_per_node = 200, launch_command = "obleth smoke-engine --startup-delay 1",
+        health = { path = "/health", interval = 1, timeout = 1, startup_grace = 30, failure_threshold = 2 } }
+      for k, v in pairs(over or {}) do s[k] = v end
+      return s
+    end
+
+    it("refuses what the preview refuses, with the preview's per-field errors, and stores nothing", function()
+      local m = ok("POST", "/api/v1/models", { name = "put-checks" })
+      local cases = {
+        { { partition = "debug", account = "teaching" }, "account", "AccountNotAllowed" },
+        { { partition = "debug", qos = "long" }, "qos", "QOSNotAllowed" },
+        { { partition = "debug", time_limit = 60 }, "time_limit", "PartitionTimeLimit" },
+        -- no QoS: the provisioner submits none and Slurm uses the default QoS normal, which pends forever
+        -- (the form preselects inference instead: see above)
+        { { partition = "inference" }, "qos", "QOSNotAllowed", "no preview" },
+        { { partition = "staff" }, "partition", "GroupNotAllowed" },
+        { { gpus_per_node = 8, gpu_type = "a100" }, "gpu_type", "node_config" },
+        { { constraint = "v100" }, "constraint", "invalid_feature" },
+        { { account = "nosuch" }, "account", "no_association" },
+      }
+      for _, c in ipairs(cases) do
+        local st, doc = put(m.id, base(c[1]))
+        assert.equal(422, st, cjson.encode(c[1]))
+        assert.equal(c[2], doc.error.field)
+        assert.equal(c[2], doc.errors[1].field)
+        assert.equal(c[3], doc.errors[1].code)
+        -- the preview says the same about the same settings
+        if not c[4] then
+          local values = { replicas = 0 }
+          for k, v in pairs(c[1]) do values[k] = v end
+          local pv = preview(values)
+          assert.equal(doc.errors[1].message, error_for(pv, c[2]).message)
+        end
+      end
+      assert.equal(404, (srv:request("GET", ("/api/v1/models/%d/managed"):format(m.id))))
+      -- the fields' own checks still come first (400), and ?check=false stores without the cluster's
+      assert.equal(400, (put(m.id, base({ nodes = 0 }))))
+      assert.equal(201, (put(m.id, base({ partition = "debug", account = "teaching" }), "?check=false")))
+      assert.equal(204, (srv:request("DELETE", ("/api/v1/models/%d/managed"):format(m.id))))
+    end)
+
+    it("a refused edit leaves the running replicas untouched", function()
+      local provisioner = require "spec.support.provisioner"
+      local prov = provisioner.start { base = srv.base, token = srv.token }
+      local m = ok("POST", "/api/v1/models", { name = "put-running" })
+      local path = ("/api/v1/models/%d/managed"):format(m.id)
+      local okp, e = pcall(function()
+        assert.equal(201, (put(m.id, base())))
+        local function healthy()
+          local _, doc = srv:request("GET", ("/api/v1/models/%d/replicas?state=live"):format(m.id))
+          local r = doc and doc.replicas and doc.replicas[1]
+          if r and r.state == "healthy" then return r end
+          return nil, r and r.state or "no replica"
+        end
+        local before = util.wait_until(healthy, 120, "a healthy replica")
+        local _, spec_before = srv:request("GET", path)
+        local st, doc = put(m.id, base({ partition = "debug", account = "teaching" }))
+        assert.equal(422, st)
+        assert.equal("account", doc.error.field)
+        local _, spec_after = srv:request("GET", path)
+        assert.same(spec_before, spec_after) -- same generation, same settings
+        -- a pass later the same job still serves, healthy
+        local _, snap1 = srv:request("GET", "/api/v1/settings/slurm")
+        util.wait_until(function()
+          local _, s2 = srv:request("GET", "/api/v1/settings/slurm")
+          return (s2.provisioner.passes or 0) >= (snap1.provisioner.passes or 0) + 2
+        end, 60, "two more provisioner passes")
+        local after = assert(healthy())
+        assert.equal(before.job_id, after.job_id)
+        local live = cluster:live_jobs(m.id)
+        assert.equal(1, #live)
+        assert.equal(before.job_id, live[1].id)
+      end)
+      srv:request("DELETE", path)
+      util.wait_until(function() return #cluster:live_jobs(m.id) == 0 end, 60, "the model's job to end")
+      prov:stop()
+      assert(okp, e)
+    end)
+  end)
+
   it("Edit as YAML answers its diagnostics in line order", function()
     local doc = ok("POST", "/api/v1/deployments/check-yaml", { recipe_id = "smoke-test",
       yaml = "time_limit: 1:00:00\npartition: debug\ncolour: blue\nnodes: [1]\n" })

@@ -320,6 +320,26 @@ describe("launch checks against a real cluster's layout", function()
     end)
   end)
 
+  describe("a managed spec (PUT /managed)", function()
+    it("is checked by the preview's own checks, on the values the provisioner submits", function()
+      local f = facts()
+      f.partitions[2].allowed_qos = { inference = true }
+      -- partition from the cluster defaults, no QoS anywhere: Slurm's default QoS normal pends forever
+      local errs = launch.spec_errors(policy, { gpus_per_node = 1, nodes = 1, time_limit = 60 }, { partition = "ia" }, f)
+      assert.equal("qos", errs[1].field)
+      assert.equal("QOSNotAllowed", errs[1].code)
+      assert.same({}, launch.spec_errors(policy, { gpus_per_node = 1, nodes = 1, time_limit = 60, qos = "inference" },
+        { partition = "ia" }, f))
+      errs = launch.spec_errors(policy, { gpus_per_node = 2, nodes = 1, time_limit = 60 }, { partition = "standard" }, f)
+      assert.equal("gpus_per_node", errs[1].field)
+      -- a GPU type without GPUs is never sent, so never checked
+      assert.same({}, launch.spec_errors(policy, { gpus_per_node = 0, gpu_type = "a100", partition = "standard",
+        nodes = 1, time_limit = 60 }, {}, f))
+      errs = launch.spec_errors(policy, { nodes = 1 }, {}, f) -- v0.0.42 reports no default partition
+      assert.equal("partition", errs[1].field)
+    end)
+  end)
+
   describe("fields", function()
     it("holds every setting of the form, also those nobody set, each with value, provenance and error", function()
       local res = pv({ values = { partition = "ia", gpus_per_node = 1, gpu_type = "a100" }, defaults = { } })

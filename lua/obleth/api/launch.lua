@@ -250,6 +250,31 @@ local function _policy(app, warnings)
   return policy.get
 end
 
+--- The cluster checks of a managed spec about to be stored (PUT
+--- /api/v1/models/{id}/managed): the same obleth.launch.cluster_errors the
+--- preview and the launch run, on the values the provisioner would submit.
+---@param app table
+---@param spec table validated managed spec
+---@return {field: string, message: string, code: string}[] errors (empty when fine)
+---@return string|nil why the checks could not run (no connection, Slurm unreachable)
+function M.check_spec(app, spec)
+  local facts, why = M.facts(app)
+  if not facts then return {}, why end
+  local warnings = {}
+  local errs = launch.spec_errors(_policy(app, warnings), spec, app:slurm_settings().defaults, facts)
+  return errs
+end
+
+--- A 422 answer for per-field errors: {error: {code: "invalid", field, message}, errors: [...]}.
+function M.unprocessable(errs, extra)
+  local first = errs[1] or {}
+  local body = { error = { code = "invalid", field = first.field or NULL,
+    message = (#errs == 1 and "%s" or "%s (and %d more)"):format(tostring(first.message), #errs - 1) },
+    errors = json.array(errs) }
+  for k, v in pairs(extra or {}) do body[k] = v end
+  return 422, body
+end
+
 --- Read the body's recipe / hf / values; returns the pieces or a failure.
 local function _read_body(ctx, extra_keys)
   local b, st, eb = errors.need_object(ctx)
@@ -356,15 +381,6 @@ end
 -- launch
 ---------------------------------------------------------------------------
 
-local function _unprocessable(errs, extra)
-  local first = errs[1] or {}
-  local body = { error = { code = "invalid", field = first.field or NULL,
-    message = (#errs == 1 and "%s" or "%s (and %d more)"):format(tostring(first.message), #errs - 1) },
-    errors = json.array(errs) }
-  for k, v in pairs(extra or {}) do body[k] = v end
-  return 422, body
-end
-
 -- The save_recipe object: {id, name?} or nil; or a failure.
 local function _save_target(app, s)
   if _null(s) then return nil end
@@ -400,7 +416,7 @@ local function do_launch(ctx)
   if sf then return sf.status, sf.body end
   local pv, c = M.prepare(app, b, values)
   if not pv then return c.status, c.body, c.headers end
-  if not pv.ok then return _unprocessable(pv.errors, { preview = M.answer(pv, c) }) end
+  if not pv.ok then return M.unprocessable(pv.errors, { preview = M.answer(pv, c) }) end
 
   local saved_text
   if save then
@@ -414,7 +430,7 @@ local function do_launch(ctx)
     if not ok then
       local out = {}
       for _, e in ipairs(errs) do out[#out + 1] = { field = "save_recipe", message = (e.field or "") .. ": " .. e.message } end
-      return _unprocessable(out)
+      return M.unprocessable(out)
     end
     saved_text = json.encode(doc)
   end
