@@ -106,6 +106,16 @@ describe("launch checks on the harness cluster", function()
     assert.matches("group not permitted", res.message)
   end)
 
+  it("GET /api/v1/slurm/resources lists each partition's AllowGroups", function()
+    local r = ok("GET", "/api/v1/slurm/resources")
+    local by = {}
+    for _, p in ipairs(r.partitions) do by[p.name] = p end
+    assert.same({ "obleth-staff" }, by.staff.allowed_groups)
+    assert.equal(cjson.null, by.gpu.allowed_groups)
+    assert.same({ "inference" }, by.inference.allowed_qos)
+    assert.equal(45, by.inference.default_time)
+  end)
+
   it("groups the site configures in Cluster defaults replace the host's: then staff is offered", function()
     defaults({ user_groups = { "obleth", "obleth-staff" } })
     local pv = preview({})

@@ -161,6 +161,7 @@ local function _partition(p)
     max_nodes = _limit(p.max_nodes), total_cpus = n(p.total_cpus), total_nodes = n(p.total_nodes),
     allowed_accounts = _sorted(p.allowed_accounts), denied_accounts = _sorted(p.denied_accounts),
     allowed_qos = _sorted(p.allowed_qos), denied_qos = _sorted(p.denied_qos),
+    allowed_groups = _sorted(p.allowed_groups),
   }
 end
 
