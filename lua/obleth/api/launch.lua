@@ -175,9 +175,12 @@ end
 --- The Slurm user and its groups, for partitions with AllowGroups: the
 --- Cluster defaults' `user_groups` when the site sets them, else this host's
 --- group database (NSS: getgrouplist, as slurmctld does on its own host).
+--- A host lookup is reused M.FACTS_TTL seconds when `cache` is given (NSS may ask LDAP).
 ---@param s table app:slurm_settings()
+---@param cache table|nil app.cache
+---@param now number|nil app.clock()
 ---@return {name: string, groups: table<string, boolean>|nil, groups_from: string|nil, groups_error: string|nil}
-function M.slurm_user(s)
+function M.slurm_user(s, cache, now)
   local u = { name = s.user }
   local listed = s.defaults and s.defaults.user_groups
   if type(listed) == "table" then
@@ -190,7 +193,14 @@ function M.slurm_user(s)
     u.groups_error = "this host cannot look up the Slurm user's groups"
     return u
   end
-  local list, err = sys.user_groups(s.user)
+  local c = cache and cache.slurm_user_groups
+  local list, err
+  if c and c.user == s.user and now and now - c.at < M.FACTS_TTL then
+    list, err = c.list, c.err
+  else
+    list, err = sys.user_groups(s.user)
+    if cache and now then cache.slurm_user_groups = { user = s.user, at = now, list = list, err = err } end
+  end
   if not list then
     u.groups_error = err
     return u
@@ -212,7 +222,7 @@ function M.facts(app)
   local function with_site(f)
     local out = {}
     for k, v in pairs(f) do out[k] = v end
-    out.user = M.slurm_user(s)
+    out.user = M.slurm_user(s, app.cache, now)
     out.enforce_part_limits = s.defaults and s.defaults.enforce_part_limits
     return out
   end
