@@ -159,6 +159,7 @@ function App:slurm_settings()
       modules = json.array(d.modules or {}), partition = nn(d.partition), account = nn(d.account),
       qos = nn(d.qos), hf_token = nn(d.hf_token),
       port_range = json.array(d.port_range or { 20000, 20999 }), environment = d.environment or {},
+      user_groups = nn(d.user_groups), enforce_part_limits = nn(d.enforce_part_limits),
     },
   }
 end

@@ -367,7 +367,7 @@ local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at"
 local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "verify", "ca_file", "api_version",
   "timeout", "defaults" })
 local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
-  "qos", "hf_token", "port_range", "environment", "hf_token_set" })
+  "qos", "hf_token", "port_range", "environment", "hf_token_set", "user_groups", "enforce_part_limits" })
 local API_VERSIONS = _set({ "auto", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44" })
 
 local function _secret(v, field)
@@ -457,6 +457,22 @@ function M.settings(input)
         return { a, b }
       end },
       { "environment", _env },
+      -- the Slurm user's groups as slurmctld sees them (AllowGroups); null: this host's group database
+      { "user_groups", function(v, f)
+        if _null(v) then return nil end
+        local l, e = _lines(v, f, 256)
+        if e then return nil, e end
+        for i, g in ipairs(l) do
+          if not g:match(NAME64) or #g > 64 then return _err(("%s[%d]"):format(f, i - 1), "%q is not a group name", g) end
+        end
+        return l
+      end },
+      -- slurmctld's EnforcePartLimits (slurmrestd does not report it); null: unknown
+      { "enforce_part_limits", function(v, f)
+        if _null(v) then return nil end
+        if v ~= "NO" and v ~= "ANY" and v ~= "ALL" then return _err(f, "must be NO, ANY, ALL or null") end
+        return v
+      end },
     }
     for _, s in ipairs(steps) do
       ok, err = _field(din, d, s[1], s[2], "defaults." .. s[1])

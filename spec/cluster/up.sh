@@ -57,6 +57,8 @@ ensure_users() {
     useradd --system --create-home --home-dir "/home/$TEST_USER" --shell /bin/bash \
       --comment "obleth test cluster job user" "$TEST_USER"
   fi
+  # AllowGroups of partition staff: a group the job user is not in
+  getent group obleth-staff >/dev/null || groupadd --system obleth-staff
   local home
   home="$(getent passwd "$TEST_USER" | cut -d: -f6)"
   [ -d "$home" ] || install -d -o "$TEST_USER" -g "$(id -gn "$TEST_USER")" -m 755 "$home"
@@ -277,6 +279,7 @@ setup_accounting() {
   sacct_has obleth cluster format=cluster || sacctmgr -i add cluster obleth >/dev/null
   sacct_has normal qos format=name || sacctmgr -i add qos normal >/dev/null
   sacct_has long qos format=name || sacctmgr -i add qos long >/dev/null
+  sacct_has inference qos format=name || sacctmgr -i add qos inference >/dev/null
   sacct_has 2-00:00:00 qos name=long format=maxwall ||
     sacctmgr -i modify qos long set MaxWall=2-00:00:00 >/dev/null
   local a
@@ -286,17 +289,18 @@ setup_accounting() {
     sacct_has "$a" assoc user="$TEST_USER" account="$a" cluster=obleth format=account ||
       sacctmgr -i add user "$TEST_USER" account="$a" cluster=obleth >/dev/null
   done
-  sacct_has "long,normal" assoc user="$TEST_USER" account=research format=qos &&
-    sacct_has "long,normal" assoc user="$TEST_USER" account=teaching format=qos ||
-    sacctmgr -i modify user "$TEST_USER" set qos=normal,long defaultqos=normal >/dev/null || true
+  sacct_has "inference,long,normal" assoc user="$TEST_USER" account=research format=qos &&
+    sacct_has "inference,long,normal" assoc user="$TEST_USER" account=teaching format=qos &&
+    sacct_has "normal" assoc user="$TEST_USER" account=research format=defaultqos ||
+    sacctmgr -i modify user "$TEST_USER" set qos=normal,long,inference defaultqos=normal >/dev/null || true
   sacct_has research user name="$TEST_USER" format=defaultaccount ||
     sacctmgr -i modify user "$TEST_USER" set defaultaccount=research >/dev/null || true
   # Verify instead of trusting exit codes (sacctmgr returns 1 for "nothing
   # modified").
   sacct_has research user name="$TEST_USER" format=defaultaccount || die "default account of $TEST_USER is not research"
   for a in research teaching; do
-    sacct_has "$a|long,normal" assoc user="$TEST_USER" account="$a" format=account,qos ||
-      die "association $TEST_USER/$a with QoS normal,long missing"
+    sacct_has "$a|inference,long,normal|normal" assoc user="$TEST_USER" account="$a" format=account,qos,defaultqos ||
+      die "association $TEST_USER/$a with QoS normal,long,inference (default normal) missing"
   done
 }
 

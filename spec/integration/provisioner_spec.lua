@@ -55,11 +55,13 @@ describe("obleth-provisioner on the harness cluster", function()
   end
 
   local counter = 0
-  local function launch(over, name)
+  -- unchecked: store a spec the cluster checks of PUT would refuse (?check=false), to see what the
+  -- provisioner makes of Slurm's own answer
+  local function launch(over, name, unchecked)
     counter = counter + 1
     local m = ok("POST", "/api/v1/models", { name = name or ("spec-" .. counter) })
     m = m.model or m
-    ok("PUT", "/api/v1/models/" .. m.id .. "/managed", spec(over))
+    ok("PUT", "/api/v1/models/" .. m.id .. "/managed" .. (unchecked and "?check=false" or ""), spec(over))
     return m.id
   end
 
@@ -166,7 +168,7 @@ describe("obleth-provisioner on the harness cluster", function()
 
   it("a refused submit becomes the spec's provision_error, with no resubmission loop", function()
     local before = select(2, prov:log():gsub("event=job_refused", ""))
-    local mid = launch({ replicas = 1, account = "nosuch" })
+    local mid = launch({ replicas = 1, account = "nosuch" }, nil, true)
     local perr = wait_until(function()
       local doc = ok("GET", "/api/v1/models/" .. mid .. "/managed")
       local s = doc.spec or doc
@@ -185,7 +187,7 @@ describe("obleth-provisioner on the harness cluster", function()
   end)
 
   it("shows a job Slurm accepted but will never start as a problem on its replica", function()
-    local mid = launch({ replicas = 1, partition = "debug", account = "teaching", time_limit = 5 })
+    local mid = launch({ replicas = 1, partition = "debug", account = "teaching", time_limit = 5 }, nil, true)
     -- first Slurm's submit warning, then (next pass) the pending reason that means never
     local r = wait_until(function()
       for _, x in ipairs(replicas(mid, true)) do

@@ -28,6 +28,7 @@ function M.public(app)
       modules = d.modules, partition = n(d.partition), account = n(d.account), qos = n(d.qos),
       hf_token = d.hf_token and validate.MASK or NULL, hf_token_set = d.hf_token ~= nil,
       port_range = d.port_range, environment = d.environment,
+      user_groups = d.user_groups and json.array(d.user_groups) or NULL, enforce_part_limits = n(d.enforce_part_limits),
     },
     provisioner = app.store:provisioner_status(),
     updated_at = n(s.updated_at),
@@ -160,6 +161,7 @@ local function _partition(p)
     max_nodes = _limit(p.max_nodes), total_cpus = n(p.total_cpus), total_nodes = n(p.total_nodes),
     allowed_accounts = _sorted(p.allowed_accounts), denied_accounts = _sorted(p.denied_accounts),
     allowed_qos = _sorted(p.allowed_qos), denied_qos = _sorted(p.denied_qos),
+    allowed_groups = _sorted(p.allowed_groups),
   }
 end
 
