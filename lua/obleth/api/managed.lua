@@ -64,11 +64,11 @@ end
 M.routes = {
   { "GET", "/api/v1/managed", list, summary = "Every managed spec" },
   { "GET", "/api/v1/models/{id}/managed", get, summary = "A model's Slurm spec" },
-  { "PUT", "/api/v1/models/{id}/managed", put,
+  { "PUT", "/api/v1/models/{id}/managed", put, changes = { "managed", "models" },
     summary = "Create or replace a model's Slurm spec (generation is bumped when it changes)", body = "ManagedSpec" },
-  { "DELETE", "/api/v1/models/{id}/managed", delete,
+  { "DELETE", "/api/v1/models/{id}/managed", delete, changes = { "managed", "models" },
     summary = "Delete a model's spec: nothing more is launched and its jobs are cancelled" },
-  { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss,
+  { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss, changes = { "managed" },
     summary = "Dismiss the last refused-job message" },
 }
 
