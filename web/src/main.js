@@ -1,0 +1,29 @@
+// The dashboard's entry: routes the current path to its page.
+import { render } from 'preact';
+import { useEffect } from 'preact/hooks';
+import { html } from './html.js';
+import { useLocation } from './router.js';
+import { match } from './lib/routes.js';
+import { SignIn } from './pages/signin.js';
+import { Deployments } from './pages/deployments.js';
+import { Deployment } from './pages/deployment.js';
+import { NewDeployment } from './pages/new-deployment.js';
+import { Keys } from './pages/keys.js';
+import { NotFound } from './pages/not-found.js';
+
+const PAGES = { signin: SignIn, deployments: Deployments, deployment: Deployment,
+  'new-deployment': NewDeployment, keys: Keys, 'not-found': NotFound };
+
+function App() {
+  const loc = useLocation();
+  const route = match(loc.path);
+  const Page = PAGES[route.name];
+  // a new page: focus its main region so screen readers start there (not on first load)
+  useEffect(() => {
+    const main = document.getElementById('main');
+    if (main && document.activeElement === document.body && history.state !== null) main.focus();
+  }, [loc.path]);
+  return html`<${Page} key=${route.name + (route.params.modelId || '')} params=${route.params} loc=${loc} />`;
+}
+
+render(html`<${App} />`, document.getElementById('app'));
