@@ -212,3 +212,76 @@ export function assertClean(rec) {
   assert.deepEqual(rec.pageErrors, [], 'uncaught errors in the page');
   assert.deepEqual(rec.foreign, [], 'requests to another origin');
 }
+
+/**
+ * Reach a control with the Tab key alone (as a keyboard user would) and press Enter on it.
+ * name: the control's accessible name (aria-label, else its text), a string or RegExp.
+ */
+export async function pressWithKeyboard(page, name, { key = 'Enter', max = 120 } = {}) {
+  const want = typeof name === 'string' ? (s) => s === name : (s) => name.test(s);
+  // start from the top of the document
+  await page.evaluate(() => { if (document.activeElement) document.activeElement.blur(); });
+  for (let i = 0; i < max; i++) {
+    await page.keyboard.press('Tab');
+    const got = await page.evaluate(() => {
+      const a = document.activeElement;
+      if (!a || a === document.body) return '';
+      return (a.getAttribute('aria-label') || a.innerText || a.value || '').trim();
+    });
+    if (want(got)) { await page.keyboard.press(key); return; }
+  }
+  throw new Error(`no control named ${name} is reachable with Tab`);
+}
+
+/** Launch the smoke-test recipe through the API (as a script would); returns the model id. */
+export async function launchSmoke(stack, name, values = {}) {
+  const r = await stack.api('POST', '/api/v1/deployments/launch', { recipe_id: 'smoke-test', api_model_name: name, values });
+  assert.equal(r.status, 201, r.text);
+  return r.json.model.id;
+}
+
+/** The model's replicas from the API. */
+export async function replicasOf(stack, modelId) {
+  return (await stack.api('GET', `/api/v1/models/${modelId}/replicas`)).json.replicas;
+}
+
+/** Live Slurm jobs of this stack's installation (from slurmrestd itself), optionally of one model. */
+export async function liveJobs(stack, modelId = null) {
+  const env = clusterEnv();
+  const instance = (await stack.api('GET', '/api/v1/provisioner/snapshot')).json.instance;
+  const v = env.OBLETH_SLURM_API_VERSION || 'v0.0.38';
+  const r = await fetch(`${env.OBLETH_SLURM_URL}/slurm/${v}/jobs`, { headers: {
+    'X-SLURM-USER-NAME': env.OBLETH_SLURM_USER, 'X-SLURM-USER-TOKEN': env.OBLETH_SLURM_TOKEN } });
+  const prefix = modelId == null ? `obleth-${instance}-` : `obleth-${instance}-m${modelId}-`;
+  return ((await r.json()).jobs || []).filter((j) => {
+    const st = Array.isArray(j.job_state) ? j.job_state[0] : j.job_state;
+    return String(j.name || '').startsWith(prefix) && ['PENDING', 'RUNNING', 'CONFIGURING'].includes(st);
+  });
+}
+
+/**
+ * Record, inside the page, every data-state each replica row shows (rows are <tr data-state> in the
+ * Replicas table), without reloading: returns a function giving {slot: [states in order]}.
+ */
+export async function recordReplicaStates(page) {
+  await page.evaluate(() => {
+    window.__seen = {};
+    window.__loaded = performance.timeOrigin;
+    const take = () => {
+      for (const tr of document.querySelectorAll('table.replicas tbody tr')) {
+        const slot = tr.querySelector('th').firstChild.textContent.trim();
+        const st = tr.dataset.state;
+        const a = (window.__seen[slot] ||= []);
+        if (a[a.length - 1] !== st) a.push(st);
+      }
+    };
+    take();
+    new MutationObserver(take).observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });
+  });
+  const origin = await page.evaluate(() => performance.timeOrigin);
+  return async () => {
+    const same = await page.evaluate(() => window.__loaded);
+    assert.equal(same, origin, 'the page reloaded');
+    return page.evaluate(() => window.__seen);
+  };
+}

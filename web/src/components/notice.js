@@ -10,7 +10,7 @@ export function ErrorNote({ err, label = null }) {
 }
 
 const STATUS_CLASS = { active: 'ok', staged: 'warn', healthy: 'ok', starting: 'info', submitted: 'info',
-  pending: 'info', unhealthy: 'bad', ending: 'muted', ended: 'muted', lost: 'bad', paused: 'muted' };
+  pending: 'info', unhealthy: 'bad', ending: 'muted', ended: 'muted', lost: 'bad', paused: 'muted', bad: 'bad', muted: 'muted' };
 
 export function Badge({ value, label = null }) {
   return html`<span class=${`badge ${STATUS_CLASS[value] || 'muted'}`}>${label || value}</span>`;

@@ -74,3 +74,11 @@ export function visibleReplicas(replicas) {
   }
   return [...live, ...lastEnded.values()].sort((a, b) => a.slot - b.slot || b.id - a.id);
 }
+
+/** Slurm end states an operator did not ask for (the job failed), shown as trouble. */
+const FAILED_ENDS = new Set(['FAILED', 'TIMEOUT', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BOOT_FAIL', 'DEADLINE', 'PREEMPTED']);
+
+/** The badge style of a job outcome: "bad" for a failure, "muted" for a cancel or a normal end. */
+export function outcomeLevel(state) {
+  return FAILED_ENDS.has(String(state || '').split(' ')[0]) ? 'bad' : 'muted';
+}

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { progress, stepText, secondsLeft, timeLeftText, healthyCount, visibleReplicas } from './replica.js';
+import { progress, stepText, secondsLeft, timeLeftText, healthyCount, visibleReplicas, outcomeLevel } from './replica.js';
 
 const statuses = (r) => progress(r).steps.map((s) => s.status).join(',');
 
@@ -46,4 +46,12 @@ test('the list shows live replicas and only the newest ended one of an otherwise
   ];
   assert.deepEqual(visibleReplicas(rs).map((r) => r.id), [2, 4]);
   assert.equal(healthyCount(rs), 1);
+});
+
+test('a job that failed shows as trouble; a cancelled or completed one does not', () => {
+  assert.equal(outcomeLevel('TIMEOUT'), 'bad');
+  assert.equal(outcomeLevel('OUT_OF_MEMORY'), 'bad');
+  assert.equal(outcomeLevel('NODE_FAIL'), 'bad');
+  assert.equal(outcomeLevel('CANCELLED'), 'muted');
+  assert.equal(outcomeLevel('COMPLETED'), 'muted');
 });

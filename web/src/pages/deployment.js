@@ -9,7 +9,7 @@ import { useResource, useNow } from '../live.js';
 import { Layout } from '../components/layout.js';
 import { Badge, CopyButton, ErrorNote, Item } from '../components/notice.js';
 import { ConfirmDialog } from '../components/dialog.js';
-import { progress, stepText, timeLeftText, healthyCount, visibleReplicas } from '../lib/replica.js';
+import { progress, stepText, timeLeftText, healthyCount, visibleReplicas, outcomeLevel } from '../lib/replica.js';
 import { timestamp, relative, minutes, memory, count } from '../lib/format.js';
 import { baseUrl, curlLine } from '../lib/curl.js';
 
@@ -71,7 +71,7 @@ function Replicas({ data, now, onRestart, busyId }) {
       <td class="num">${timeLeftText(r, tl, now)}</td>
       <td>${slurmCell(r, now)}</td>
       <td class="num mono">${r.end && r.end.exit_code != null ? `${r.end.exit_code}${r.end.signal ? ` (signal ${r.end.signal})` : ''}` : '—'}</td>
-      <td>${['ended', 'lost', 'pending'].includes(r.state) ? '' : r.restart_requested
+      <td>${['ended', 'lost', 'pending', 'ending'].includes(r.state) ? '' : r.restart_requested
         ? html`<span class="muted small">restart asked</span>`
         : html`<button type="button" class="small" disabled=${busyId === r.id} onClick=${() => onRestart(r)}
             aria-label=${`Restart replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}`}>Restart</button>`}</td>
@@ -92,9 +92,9 @@ function History({ launches }) {
         <td>${l.recipe_id || (s.hf && s.hf.repo_id) || '—'}</td>
         <td class="small">${[s.partition, s.account, s.qos].filter(Boolean).join(' · ')}${s.time_limit ? ` · ${minutes(s.time_limit)}` : ''}${s.replicas != null ? ` · ${count('replica', s.replicas)}` : ''}</td>
         <td>${(l.outcomes || []).length ? html`<ul class="plain small">${l.outcomes.map((o, i) => html`<li key=${i}>
-            job <span class="mono">${o.job_id}</span> <${Badge} value=${o.state === 'COMPLETED' ? 'ended' : 'lost'} label=${o.state} />
+            job <span class="mono">${o.job_id}</span> <${Badge} value=${outcomeLevel(o.state)} label=${o.state} />
             ${o.reason && o.reason !== 'None' ? html` <span class="reason">${o.reason}</span>` : ''}${o.exit_code != null ? ` exit ${o.exit_code}` : ''}${o.node ? ` on ${o.node}` : ''}
-            ${o.healthy ? ' (was healthy)' : ''}</li>`)}</ul>` : html`<span class="muted">none yet</span>`}</td>
+            ${o.healthy ? ' (was healthy)' : ' (never healthy)'}</li>`)}</ul>` : html`<span class="muted">none yet</span>`}</td>
       </tr>`;
     })}</tbody>
   </table></div>`;
