@@ -313,12 +313,12 @@ function App:_publish(route, ctx, rbody)
   for _, c in ipairs(list) do self.events:publish(c[1], c[2]) end
 end
 
-function App:_dispatch(req, res)
+function App:_dispatch(req, res, found)
   if self.draining then
     return _reply(errors.fail(503, "shutting_down", "the server is shutting down"))
   end
   local path = req.path or "/"
-  local route, params, allowed = M.route(self.routes, req.method, path)
+  local route, params, allowed = found[1], found[2], found[3]
   -- every /api/ route needs the admin token (or a session cookie), except the sign-in ones
   local auth, sid = self:_auth(req)
   if not auth and not (route and route.public) then
@@ -373,11 +373,11 @@ end
 ---@return table {status, headers, body}
 function App:handle(req, res)
   local t0 = self.clock()
-  local route = M.route(self.routes, req.method, req.path or "/")
+  local found = table.pack(M.route(self.routes, req.method, req.path or "/"))
   -- an event stream lasts as long as its client: it does not hold up a shutdown
-  local counted = not (route and route.stream)
+  local counted = not (found[1] and found[1].stream)
   if counted then self.inflight = self.inflight + 1 end
-  local ok, out = pcall(self._dispatch, self, req, res)
+  local ok, out = pcall(self._dispatch, self, req, res, found)
   if counted then self.inflight = self.inflight - 1 end
   if not ok then
     self.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
