@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
-  pressWithKeyboard, launchSmoke, replicasOf, liveJobs, recordReplicaStates } from './support.mjs';
+  pressWithKeyboard, launchSmoke, replicasOf, liveJobs, recordReplicaStates, shownAt, watchApiStates } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
@@ -32,6 +32,7 @@ test('a launched model comes up live on its deployment page; restart, pause, res
 
     // launched through the API while the page is open: it appears without a reload
     const id = await launchSmoke(stack, 'smoke-web', { replicas: 2, inputs: { startup_delay: 4 } });
+    const apiStates = watchApiStates(stack, id);
     const link = page.getByRole('link', { name: 'smoke-web' });
     await link.waitFor();
     await page.getByRole('row', { name: /smoke-web/ }).getByText('staged').waitFor();
@@ -48,6 +49,14 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     await page.getByRole('region', { name: 'Status' }).getByText('2 of 2 replicas healthy').waitFor({ timeout: 90000 });
     await page.getByRole('region', { name: 'Status' }).getByText('active', { exact: true }).waitFor();
     const states = await seen();
+    // each step the API reports shows on the page within two seconds, without a reload
+    const apiAt = await apiStates();
+    const pageAt = await shownAt(page);
+    for (const [k, t] of Object.entries(apiAt)) {
+      if (!(k in pageAt)) continue; // a step shorter than the page's refetch (e.g. "pending" for a few ms)
+      assert.ok(pageAt[k] - t < 2000, `${k} showed ${pageAt[k] - t} ms after the API had it`);
+    }
+    assert.ok(pageAt['1:healthy'] && pageAt['2:healthy'], 'both replicas shown healthy');
     for (const slot of ['1', '2']) {
       assert.equal(states[slot].at(-1), 'healthy', `replica ${slot}: ${states[slot]}`);
       assert.ok(states[slot].length >= 2, `replica ${slot} was seen on its way, not only healthy: ${states[slot]}`);

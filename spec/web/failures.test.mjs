@@ -82,3 +82,26 @@ test('a never-healthy engine becomes lost; Try once more submits it again', { sk
   await stack.api('DELETE', `/api/v1/models/${id}/managed`);
   assertClean(rec);
 });
+
+test('a job Slurm keeps pending shows its state and Slurm\'s reason on the replica', { skip }, async () => {
+  // debug allows 30 minutes: a 2-hour job is accepted and pends (EnforcePartLimits is unset on the harness)
+  const m = (await stack.api('POST', '/api/v1/models', { name: 'pending-web' })).json;
+  const put = await stack.api('PUT', `/api/v1/models/${m.id}/managed`, { partition: 'debug', account: 'research',
+    replicas: 1, time_limit: 120, launch_command: 'sleep 600' });
+  assert.equal(put.status, 201, put.text);
+  const { page, rec, shot } = await newPage(b, stack, 'pending');
+  await signIn(page, stack);
+  await page.goto(`/deployments/${m.id}`);
+  const row = page.getByRole('table', { name: 'Replicas' }).getByRole('row').filter({ hasText: 'PENDING' });
+  await row.getByText('PartitionTimeLimit', { exact: true }).waitFor({ timeout: 30000 });
+  await row.getByText(/^Slurm will never start this job/).waitFor(); // the provisioner's word on it
+  const current = row.locator('[aria-current="step"]');
+  assert.match(await current.innerText(), /Queued in Slurm/);
+  const jobs = await liveJobs(stack, m.id);
+  assert.equal(jobs.length, 1);
+  await row.getByRole('cell', { name: String(jobs[0].job_id), exact: true }).waitFor();
+  await shot('pending-reason');
+  await axe(page, 'a deployment with a pending job');
+  await stack.api('DELETE', `/api/v1/models/${m.id}/managed`);
+  assertClean(rec);
+});

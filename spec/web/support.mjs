@@ -266,6 +266,7 @@ export async function liveJobs(stack, modelId = null) {
 export async function recordReplicaStates(page) {
   await page.evaluate(() => {
     window.__seen = {};
+    window.__seenAt = {};
     window.__loaded = performance.timeOrigin;
     const take = () => {
       for (const tr of document.querySelectorAll('table.replicas tbody tr')) {
@@ -273,6 +274,7 @@ export async function recordReplicaStates(page) {
         const st = tr.dataset.state;
         const a = (window.__seen[slot] ||= []);
         if (a[a.length - 1] !== st) a.push(st);
+        window.__seenAt[`${slot}:${st}`] ??= Date.now();
       }
     };
     take();
@@ -284,4 +286,27 @@ export async function recordReplicaStates(page) {
     assert.equal(same, origin, 'the page reloaded');
     return page.evaluate(() => window.__seen);
   };
+}
+
+/** When the page first showed each "slot:state" (epoch ms, the machine's clock). */
+export async function shownAt(page) {
+  return page.evaluate(() => window.__seenAt);
+}
+
+/**
+ * Poll the API (every 100 ms) for when each "slot:state" of a model's replicas first appears;
+ * stop() returns {"slot:state": epoch ms}.
+ */
+export function watchApiStates(stack, modelId) {
+  const at = {};
+  let on = true;
+  const done = (async () => {
+    while (on) {
+      const r = await stack.api('GET', `/api/v1/models/${modelId}/replicas?state=live`);
+      const now = Date.now();
+      for (const rep of (r.json && r.json.replicas) || []) at[`${rep.slot}:${rep.state}`] ??= now;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  })();
+  return async () => { on = false; await done; return at; };
 }
