@@ -76,6 +76,13 @@ function Hub:close_all()
   for sub in pairs(self.subs) do self:unsubscribe(sub) end
 end
 
+--- Close the subscribers whose `owner` (set by whoever subscribed) is `owner`.
+function Hub:close_owned(owner)
+  for sub in pairs(self.subs) do
+    if sub.owner == owner then self:unsubscribe(sub) end
+  end
+end
+
 --- Notices not yet taken, in the order they first happened; waits up to
 --- `timeout` seconds for one. Returns {} on timeout or once closed.
 ---@param timeout number

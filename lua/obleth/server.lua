@@ -299,11 +299,11 @@ function App:_csrf_ok(req)
   return true
 end
 
--- Publish the changes a successful write made.
+-- Publish the changes a successful write made; true when there were any.
 function App:_publish(route, ctx, rbody)
   local list = ctx.changes
   if not list then
-    if not route.changes then return end
+    if not route.changes then return false end
     local mid = ctx.model_id
     if mid == nil and route.path:match("^/api/v1/models/{id}") then mid = M.int_param(ctx, "id") end
     if mid == nil and type(rbody) == "table" and math.type(rbody.model_id) == "integer" then mid = rbody.model_id end
@@ -311,6 +311,7 @@ function App:_publish(route, ctx, rbody)
     for _, t in ipairs(route.changes) do list[#list + 1] = { t, mid } end
   end
   for _, c in ipairs(list) do self.events:publish(c[1], c[2]) end
+  return #list > 0
 end
 
 function App:_dispatch(req, res, found)
@@ -361,10 +362,11 @@ function App:_dispatch(req, res, found)
     self.log.error("api_handler_error", { method = req.method, path = path, error = "handler returned no status" })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
-  if status >= 200 and status < 300 and req.method ~= "GET" and req.method ~= "HEAD" then
-    self:_publish(route, ctx, rbody)
-  end
-  return _reply(status, rbody, headers)
+  local wrote = status >= 200 and status < 300 and req.method ~= "GET" and req.method ~= "HEAD"
+    and self:_publish(route, ctx, rbody)
+  local out = _reply(status, rbody, headers)
+  out.wrote = wrote or nil
+  return out
 end
 
 --- Handle one request (the http.server handler).
@@ -438,10 +440,10 @@ function App:handler()
       return out
     end
     local out = self:handle(req, res)
-    -- every store write comes through a write request: the router reads afresh (not after
-    -- a 401: a request without the admin token wrote nothing, and must not be a way to
-    -- keep the router's cache and its fast path cold)
-    if req.method ~= "GET" and req.method ~= "HEAD" and out.status ~= 401 then router:invalidate() end
+    -- every store write comes through a write request: the router reads afresh after one
+    -- that changed something (not after a refused one, nor a sign-in: a request that wrote
+    -- nothing must not be a way to keep the router's cache and its fast path cold)
+    if out.wrote then router:invalidate() end
     return out
   end
 end

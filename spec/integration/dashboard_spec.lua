@@ -388,6 +388,11 @@ describe("obleth serve: live updates (GET /api/v1/events)", function()
     assert.equal(200, s.status)
     srv:request("POST", "/api/v1/models", { name = "cookie-events" })
     wait_event(s, "models")
+    -- signing out ends the stream the session opened
+    local st = srv:request("DELETE", "/api/v1/session", nil, { Authorization = false,
+      Cookie = "obleth_session=" .. sid, ["X-Requested-With"] = "obleth" })
+    assert.equal(204, st)
+    util.wait_until(function() return s.done end, 5, "the stream to end")
     s.resp:close()
     local r = assert(http.request { url = srv.base .. "/api/v1/events", timeout = 5 })
     assert.equal(401, r.status)

@@ -48,6 +48,16 @@ describe("obleth.events", function()
     assert.equal(0, hub.count)
   end)
 
+  it("closes the subscribers of one owner (a session signed out)", function()
+    local a = assert(hub:subscribe())
+    local b = assert(hub:subscribe())
+    a.owner, b.owner = "s1", "s2"
+    hub:close_owned("s1")
+    assert.is_true(a.closed)
+    assert.is_false(b.closed)
+    assert.equal(1, hub.count)
+  end)
+
   it("refuses a topic it does not know (a programming error)", function()
     assert.has_error(function() hub:publish("model", 1) end)
   end)

@@ -28,13 +28,16 @@ local function stream(ctx)
     local st, body = errors.fail(503, "too_many_streams", err.message)
     return st, body, { ["Retry-After"] = "5" }
   end
+  -- a stream opened with the session cookie ends with its session (sign-out, expiry, another token)
+  sub.owner = ctx.session_id
   local loop = require "obleth.loop"
   local keepalive = tonumber(os.getenv("OBLETH_EVENTS_KEEPALIVE") or "") or M.KEEPALIVE
   res:start(200, HEADERS)
   -- `ready` first: after a reconnect the page refetches everything once
   local ok = res:write("retry: 2000\nevent: ready\ndata: {}\n\n")
   local next_keep = loop.monotonic() + keepalive
-  while ok and not app.draining and not res:closed() and not sub.closed do
+  while ok and not app.draining and not res:closed() and not sub.closed
+    and not (ctx.session_id and not app.sessions:check(ctx.session_id, app._token)) do
     local list = sub:next(math.max(0, math.min(M.CHECK, next_keep - loop.monotonic())))
     if #list > 0 then
       local parts = {}

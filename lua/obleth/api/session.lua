@@ -44,6 +44,7 @@ local function delete(ctx)
   local app = ctx.app
   if ctx.auth == "session" then
     app.sessions:revoke(ctx.session_id)
+    app.events:close_owned(ctx.session_id)
     app.log.info("session_ended", { remote_addr = ctx.req.remote_addr })
   end
   return 204, "", { ["Set-Cookie"] = sessions.set_cookie(nil, app:secure_cookie(ctx.req)) }
