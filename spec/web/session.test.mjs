@@ -107,6 +107,14 @@ test('strings from the cluster and from users show as text, and no secret reache
   await sheet.getByText('A Hugging Face token is saved').waitFor();
   await shot('sheet-defaults');
   await axe(page, 'the Slurm sheet on Cluster defaults');
+  // clearing a secret is explicit; the JWT, left empty, is kept
+  await sheet.getByLabel('Clear the saved Hugging Face token').check();
+  await sheet.getByText('The saved Hugging Face token will be cleared.').waitFor();
+  await sheet.getByRole('button', { name: 'Save' }).click();
+  await sheet.waitFor({ state: 'detached' });
+  const saved = (await stack.api('GET', '/api/v1/settings/slurm')).json;
+  assert.equal(saved.defaults.hf_token_set, false);
+  assert.equal(saved.token_set, true);
 
   assert.equal(await page.locator('img').count(), 0, 'an <img> was made from a string');
   const dom = await page.content();
@@ -139,7 +147,8 @@ test('signed out, the page\'s calls get 401 and it returns to /signin; writes ne
   assert.equal(forged.status, 403);
   assert.equal((await stack.api('GET', '/api/v1/keys')).json.keys.filter((k) => k.name === 'forged').length, 0);
 
-  // the session ends elsewhere (another tab signs out); the next refetch gets 401 → /signin
+  // the session ends elsewhere (another tab signs out): the page's next call (its event stream
+  // reconnecting, or a refetch after an event) gets 401 → /signin
   const out = await fetch(`${stack.base}/api/v1/session`, { method: 'DELETE', headers: { Cookie: cookie, 'X-Requested-With': 'obleth' } });
   assert.equal(out.status, 204);
   await stack.api('POST', '/api/v1/keys', { name: 'made by a script' }); // an event: the page refetches

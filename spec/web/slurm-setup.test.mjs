@@ -3,7 +3,9 @@
 // the card shows the provisioner's check-in.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, portRange } from './support.mjs';
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { startStack, browser, newPage, axe, assertClean, clusterEnv, portRange, ROOT } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
@@ -70,7 +72,14 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     assert.match(ok, /Latency\s+[\d.]+ ms/i);
     await shot('test-ok');
 
-    await sheet.getByLabel('Slurm enabled').check();
+    assert.equal(await sheet.getByLabel('Slurm enabled').isChecked(), true, 'a first setup starts enabled');
+    // tabs by keyboard: arrow right moves to Cluster defaults, arrow left back
+    await sheet.getByRole('tab', { name: 'Connection' }).focus();
+    await page.keyboard.press('ArrowRight');
+    await sheet.getByRole('tab', { name: 'Cluster defaults', selected: true }).waitFor();
+    await sheet.getByLabel('Default partition').waitFor();
+    await page.keyboard.press('ArrowLeft');
+    await sheet.getByRole('tab', { name: 'Connection', selected: true }).waitFor();
     await sheet.getByRole('tab', { name: 'Cluster defaults' }).click();
     await sheet.getByLabel('Default partition').fill('gpu');
     await sheet.getByLabel('Default account').fill('research');
@@ -108,9 +117,24 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     assert.equal(await sheet2.getByLabel('JWT', { exact: true }).inputValue(), '');
     await sheet2.getByText('A JWT is saved; it is never shown').waitFor();
     await shot('sheet-reopened');
-    await page.keyboard.press('Escape');
+
+    // a JWT an hour from expiry, typed over the saved one: the card warns
+    const short = execFileSync(path.join(ROOT, 'spec', 'cluster', 'token.sh'), ['3600', env.OBLETH_SLURM_USER]).toString().trim();
+    await sheet2.getByLabel('JWT', { exact: true }).fill(short);
+    await sheet2.getByRole('button', { name: 'Save' }).click();
     await sheet2.waitFor({ state: 'detached' });
-    await page.waitForURL((u) => !u.search);
+    await card.getByText(/expires in (59 min|1 h) — renew it soon/).waitFor();
+    await shot('jwt-near-expiry');
+    const all1 = rec.bodies.map((r) => r.body).join('\n') + await page.content();
+    assert.ok(!all1.includes(short), 'the new JWT reached the page');
+
+    // New deployment (part 2) is an honest placeholder for now
+    await page.getByRole('link', { name: 'New deployment' }).click();
+    await page.waitForURL('**/deployments/new');
+    await page.getByRole('heading', { level: 2, name: 'Not built yet' }).waitFor();
+    assert.equal(await page.evaluate(() => document.activeElement.id), 'main', 'focus moves to the new page');
+    await shot('new-deployment-placeholder');
+    await axe(page, 'New deployment (placeholder)');
 
     const all = rec.bodies.map((r) => r.body).join('\n') + await page.content();
     assert.ok(!all.includes(env.OBLETH_SLURM_TOKEN), 'the JWT reached the page');

@@ -2,6 +2,7 @@
 // useResource(), which loads something and loads it again when the server
 // says a topic it depends on changed (a burst of events → one refetch).
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { request } from './api.js';
 
 const listeners = new Set();
 let source = null;
@@ -30,6 +31,8 @@ function open() {
     // sign-in, 503 while the server restarts): then open a new one, a little later each time
     if (source && source.readyState === EventSource.CLOSED) {
       source = null;
+      // refused: was it the session? (a 401 here sends the page to sign-in, like any call)
+      request('GET', '/session').catch(() => {});
       retryIn = Math.min(retryIn * 2, 30000);
       setTimeout(() => { if (listeners.size || statusListeners.size) open(); }, retryIn);
     }

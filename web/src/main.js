@@ -1,6 +1,6 @@
 // The dashboard's entry: routes the current path to its page.
 import { render } from 'preact';
-import { useEffect } from 'preact/hooks';
+import { useEffect, useRef } from 'preact/hooks';
 import { html } from './html.js';
 import { useLocation } from './router.js';
 import { match } from './lib/routes.js';
@@ -18,10 +18,13 @@ function App() {
   const loc = useLocation();
   const route = match(loc.path);
   const Page = PAGES[route.name];
-  // a new page: focus its main region so screen readers start there (not on first load)
+  // a new page (not the first load): focus its main region so keyboard and screen-reader users
+  // start there, unless the page already put focus somewhere (sign-in's token field)
+  const first = useRef(true);
   useEffect(() => {
+    if (first.current) { first.current = false; return; }
     const main = document.getElementById('main');
-    if (main && document.activeElement === document.body && history.state !== null) main.focus();
+    if (main && (document.activeElement === document.body || !document.activeElement)) main.focus();
   }, [loc.path]);
   return html`<${Page} key=${route.name + (route.params.modelId || '')} params=${route.params} loc=${loc} />`;
 }

@@ -217,7 +217,7 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
       </div>
 
       <${ErrorNote} err=${saveErr} label="Not saved" />
-      <div class="actions">
+      <div class="actions sheet-actions">
         <p class="help grow">Changes reach the provisioner on its next pass. Saving launches nothing.</p>
         <button type="button" onClick=${onClose}>Cancel</button>
         <button type="submit" class="primary" disabled=${busy}>${busy ? 'Saving…' : 'Save'}</button>

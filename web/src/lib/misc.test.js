@@ -76,3 +76,9 @@ test('after sign-in the page returns only to a path on this site', () => {
   assert.equal(safeNext('/signin'), '/deployments');
   assert.equal(safeNext(null), '/deployments');
 });
+
+test('a first setup starts enabled; a saved connection keeps what was saved', () => {
+  assert.equal(fromSettings({ enabled: false, url: null, socket: null, defaults: {} }).enabled, true);
+  assert.equal(fromSettings({ ...saved, enabled: false }).enabled, false);
+  assert.equal(fromSettings(saved).enabled, true);
+});

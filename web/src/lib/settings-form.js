@@ -9,12 +9,12 @@ export const MASK = '********';
 const str = (v) => (v == null ? '' : String(v));
 const orNull = (v) => (v.trim() === '' ? null : v.trim());
 
-/** Form values from a GET answer. */
+/** Form values from a GET answer. A first setup (nothing saved yet) starts with Slurm enabled. */
 export function fromSettings(s) {
   const d = s.defaults || {};
   const env = d.environment || {};
   return {
-    enabled: s.enabled === true,
+    enabled: s.enabled === true || !(s.url || s.socket),
     transport: s.socket ? 'socket' : 'url',
     url: str(s.url), socket: str(s.socket), user: str(s.user),
     token: { value: '', clear: false, set: s.token_set === true },
