@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings,
-  pressWithKeyboard, launchSmoke } from './support.mjs';
+  pressWithKeyboard } from './support.mjs';
 
 const env = clusterEnv();
 const skip = !env && 'the harness cluster is not up (spec/cluster/up.sh)';
@@ -79,13 +79,27 @@ test('client keys: a new key is shown once with a copy button, revoked keys stop
 });
 
 test('strings from the cluster and from users show as text, and no secret reaches the page', { skip }, async () => {
-  const id = await launchSmoke(stack, 'escape-web', { replicas: 1 });
+  // a saved recipe named with markup (the smoke-test recipe's document under another id and name)
+  const smoke = (await stack.api('GET', '/api/v1/recipes/smoke-test')).json.recipe;
+  const recipe = await stack.api('POST', '/api/v1/recipes', { ...smoke, id: 'escape-recipe', name: XSS });
+  assert.equal(recipe.status, 201, recipe.text);
+  const l = await stack.api('POST', '/api/v1/deployments/launch', { recipe_id: 'escape-recipe', api_model_name: 'escape-web',
+    values: { replicas: 1 } });
+  assert.equal(l.status, 201, l.text);
+  const id = l.json.model.id;
   assert.equal((await stack.api('PATCH', `/api/v1/models/${id}`, { description: XSS })).status, 200);
-  const rep = await stack.api('POST', '/api/v1/provisioner/report', {
-    pass: { started_at: Date.now() / 1000, duration: 0.1, error: XSS },
+  // what a provisioner would report: a queued job with Slurm's reason, then its end, and a refused submit
+  const now = Date.now() / 1000;
+  const nonce = '0123456789abcdef';
+  let rep = await stack.api('POST', '/api/v1/provisioner/report', {
+    pass: { started_at: now, duration: 0.1, error: null },
+    replicas: [{ nonce, model_id: id, slot: 1, state: 'submitted', job_id: 4242, pending_reason: XSS, launch_id: l.json.launch.id }] });
+  assert.equal(rep.status, 200, rep.text);
+  rep = await stack.api('POST', '/api/v1/provisioner/report', {
+    pass: { started_at: now, duration: 0.1, error: XSS },
     provision_errors: { [id]: { message: XSS, field: 'partition', code: 2000 } },
-    outcomes: [{ nonce: '0123456789abcdef', model_id: id, job_id: 4242, state: 'FAILED', reason: XSS, exit_code: 1,
-      node: 'n1', started_at: Date.now() / 1000 - 60, ended_at: Date.now() / 1000 }] });
+    outcomes: [{ nonce, model_id: id, job_id: 4242, state: 'FAILED', reason: XSS, exit_code: 1,
+      node: 'n1', started_at: now - 60, ended_at: now }] });
   assert.equal(rep.status, 200, rep.text);
   assert.equal((await stack.api('POST', '/api/v1/keys', { name: XSS })).status, 201);
 
@@ -96,7 +110,11 @@ test('strings from the cluster and from users show as text, and no secret reache
   await shot('deployments');
   await page.getByRole('link', { name: 'escape-web' }).click();
   await page.getByRole('alert').filter({ hasText: 'Slurm refused the last job' }).getByText(XSS).waitFor();
-  await page.getByText(XSS).first().waitFor();
+  await page.getByRole('region', { name: 'Status' }).getByText(XSS).first().waitFor(); // the description
+  await page.getByRole('region', { name: 'Settings' }).getByText(XSS).waitFor(); // the recipe's name
+  await page.getByRole('table', { name: 'Launch history' }).getByText(XSS).waitFor(); // the job's end reason
+  await shot('deployment');
+  await page.getByRole('table', { name: 'Replicas' }).getByText(XSS).first().waitFor(); // Slurm's pending reason
   await shot('deployment');
   await page.goto('/keys');
   await page.getByRole('row', { name: /img src=x/ }).waitFor();

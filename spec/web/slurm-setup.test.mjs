@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
-import { startStack, browser, newPage, axe, assertClean, clusterEnv, portRange, ROOT } from './support.mjs';
+import { startStack, browser, newPage, axe, assertClean, clusterEnv, portRange, ROOT, pressWithKeyboard } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
@@ -63,7 +63,7 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await shot('test-wrong-jwt');
 
     await sheet.getByLabel('JWT', { exact: true }).fill(env.OBLETH_SLURM_TOKEN);
-    await sheet.getByRole('button', { name: 'Test connection' }).click();
+    await pressWithKeyboard(page, 'Test connection'); // Tab stays inside the modal sheet
     await sheet.getByRole('status').filter({ hasText: 'Connected.' }).waitFor();
     const ok = await sheet.getByRole('status').filter({ hasText: 'Connected.' }).innerText();
     assert.match(ok, /v0\.0\.38/);
@@ -89,7 +89,7 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await sheet.getByLabel('to', { exact: true }).fill(String(hi));
     await shot('cluster-defaults');
     await axe(page, 'the Slurm sheet, Cluster defaults');
-    await sheet.getByRole('button', { name: 'Save' }).click();
+    await pressWithKeyboard(page, 'Save');
     await sheet.waitFor({ state: 'detached' });
     await page.waitForURL((u) => u.pathname === '/deployments' && !u.search);
     await page.getByText('Slurm settings saved').waitFor();

@@ -21,7 +21,10 @@ async function loadDeployment(id) {
     api.get('/deployments/launches', { model_id: id, limit: 20 }).catch(() => ({ launches: [] })),
     api.get('/settings/router').catch(() => ({ keyless: false })),
   ]);
-  return { model, spec, replicas: replicas.replicas, launches: launches.launches, keyless: router.keyless };
+  // the recipe's name, when the spec came from one that still exists
+  const recipe = spec && spec.recipe_id
+    ? await api.get(`/recipes/${encodeURIComponent(spec.recipe_id)}`).catch(() => null) : null;
+  return { model, spec, recipe, replicas: replicas.replicas, launches: launches.launches, keyless: router.keyless };
 }
 
 function Steps({ r }) {
@@ -100,7 +103,7 @@ function History({ launches }) {
   </table></div>`;
 }
 
-function Settings({ spec }) {
+function Settings({ spec, recipe }) {
   const gpus = spec.gpus_per_node ? `${spec.gpus_per_node}${spec.gpu_type ? ` × ${spec.gpu_type}` : ''}` : '0';
   return html`<dl class="facts grid">
     <${Item} term="Partition">${spec.partition}<//>
@@ -114,7 +117,7 @@ function Settings({ spec }) {
     <${Item} term="Memory per node">${memory(spec.memory_per_node)}<//>
     <${Item} term="Only on nodes with">${spec.constraint || '—'}<//>
     <${Item} term="Avoid nodes">${spec.exclude || '—'}<//>
-    <${Item} term="Recipe">${spec.recipe_id || '—'}<//>
+    <${Item} term="Recipe">${recipe ? html`${recipe.name} <span class="muted small">(${recipe.source || 'recipe'} <span class="mono">${spec.recipe_id}</span>)</span>` : spec.recipe_id || '—'}<//>
     <${Item} term="Health check">${spec.health ? `${spec.health.path} every ${spec.health.interval} s` : '—'}<//>
     ${spec.inputs && Object.keys(spec.inputs).length > 0 && html`<${Item} term="Inputs"><span class="mono small">${Object.entries(spec.inputs).map(([k, v]) => `${k}=${v}`).join(' ')}</span><//>`}
   </dl>`;
@@ -123,7 +126,7 @@ function Settings({ spec }) {
 export function Deployment({ params, loc }) {
   const id = params.modelId;
   const now = useNow(5);
-  const res = useResource(() => loadDeployment(id), ['models', 'managed', 'replicas', 'launches', 'settings'], [id], id);
+  const res = useResource(() => loadDeployment(id), ['models', 'managed', 'replicas', 'launches', 'settings', 'recipes'], [id], id);
   const [busy, setBusy] = useState(null);
   const [actionErr, setActionErr] = useState(null);
   const [said, setSaid] = useState('');
@@ -202,7 +205,7 @@ export function Deployment({ params, loc }) {
 
     ${spec && html`<section class="card" aria-labelledby="spec-h">
       <div class="card-head"><h2 id="spec-h">Settings</h2></div>
-      <${Settings} spec=${spec} />
+      <${Settings} spec=${spec} recipe=${res.data.recipe} />
     </section>`}
 
     <section class="card" aria-labelledby="hist-h">
