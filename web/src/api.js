@@ -16,14 +16,11 @@ export class ApiError extends Error {
   }
 }
 
-let onSignedOut = () => {
+function onSignedOut() {
   if (location.pathname !== '/signin') {
     navigate(`/signin?next=${encodeURIComponent(location.pathname + location.search)}`, { replace: true });
   }
-};
-
-/** Replace what happens on a 401 (tests of the page never need this; kept for part 2's dialogs). */
-export function setSignedOutHandler(fn) { onSignedOut = fn; }
+}
 
 /**
  * One request. path is under /api/v1 (e.g. "/models"); query an object of parameters.

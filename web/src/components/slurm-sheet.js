@@ -148,7 +148,8 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
   // the server names the secret fields "token" / "defaults.hf_token"; port_range errors may name an element
   const portErr = Object.keys(errors).find((k) => k.startsWith('defaults.port_range'));
 
-  return html`<${Dialog} title=${settings.url || settings.socket ? 'Slurm connection' : 'Set up Slurm'} onClose=${onClose} wide=${true}>
+  return html`<${Dialog} title=${settings.url || settings.socket ? 'Slurm connection' : 'Set up Slurm'} onClose=${onClose} wide=${true}
+      initialFocus='[role="tab"][aria-selected="true"]'>
     <form onSubmit=${(e) => { e.preventDefault(); save(false); }} novalidate>
       <div role="tablist" aria-label="Slurm settings" class="tabs">
         ${TABS.map(([k, label]) => html`<button type="button" role="tab" id=${`tab-${k}`} aria-controls=${`panel-${k}`}
