@@ -2,7 +2,12 @@
 // Usage: node web/build.mjs [outdir]   (default: <repo>/build/web)
 // The page has no inline script or style (the server's CSP forbids them) and
 // fetches nothing from outside the server: fonts are the system's.
-import * as esbuild from 'esbuild';
+const major = Number(process.versions.node.split('.')[0]);
+if (major < 18) {
+  console.error(`web: Node ${process.versions.node} is too old: the dashboard builds and tests with Node 18 or newer (20 is what it is tested with)`);
+  process.exit(1);
+}
+const esbuild = await import('esbuild');
 import { mkdir, rm, writeFile, readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import path from 'node:path';

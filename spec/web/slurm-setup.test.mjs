@@ -136,6 +136,12 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await shot('new-deployment-placeholder');
     await axe(page, 'New deployment (placeholder)');
 
+    // a deployment page for a model that does not exist says so
+    await page.goto('/deployments/9999');
+    await page.getByRole('heading', { level: 1, name: 'Model not found' }).waitFor();
+    await shot('model-not-found');
+    await axe(page, 'a deployment page for no model');
+
     const all = rec.bodies.map((r) => r.body).join('\n') + await page.content();
     assert.ok(!all.includes(env.OBLETH_SLURM_TOKEN), 'the JWT reached the page');
     assert.ok(!all.includes(stack.token), 'the admin token reached the page');
