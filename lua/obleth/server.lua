@@ -200,11 +200,6 @@ function M.origin_of(url)
   return scheme:lower() .. "://" .. host:lower()
 end
 
---- Tell the event streams that `topic` changed (for model `model_id`).
-function App:changed(topic, model_id)
-  self.events:publish(topic, model_id)
-end
-
 --- Requests being answered now (the Management API's, the router's and its fast path's).
 function App:busy()
   return self.inflight + (self.router and self.router:fast_in_flight() or 0)
