@@ -423,12 +423,17 @@ function App:handler()
           require("obleth.router").error_body(msg, "invalid_request_error", nil, "bad_path"))
         return
       end
-      return _reply(errors.fail(400, "bad_path", msg))
+      local out = _reply(errors.fail(400, "bad_path", msg))
+      -- outside /api/ this is the dashboard's ground: its headers too
+      if p:sub(1, 5) ~= "/api/" then
+        for k, v in pairs(require("obleth.web").HEADERS) do out.headers[k] = v end
+      end
+      return out
     end
     if to_router then return router:serve(req, res) end
     if p ~= "/api" and p:sub(1, 5) ~= "/api/" then
       local t0 = self.clock()
-      local out = self.draining and _reply(errors.fail(503, "shutting_down", "the server is shutting down"))
+      local out = self.draining and require("obleth.web").text(503, "the server is shutting down")
         or self.web:serve(req)
       self.log.info("http_request", { method = req.method, path = p, status = out.status,
         ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })

@@ -77,12 +77,17 @@ local function _headers(extra)
   return h
 end
 
-local function _text(status, msg, extra)
+--- A plain-text answer with the dashboard's headers.
+---@param status integer
+---@param msg string
+---@param extra table|nil more headers
+function M.text(status, msg, extra)
   local h = _headers(extra)
   h["Content-Type"] = "text/plain; charset=utf-8"
   h["Cache-Control"] = "no-store"
   return { status = status, headers = h, body = msg .. "\n" }
 end
+local _text = M.text
 
 -- index.html, re-read when its size or modification time changes (a rebuild)
 function Web:_index()

@@ -95,6 +95,7 @@ describe("obleth serve: the dashboard's files", function()
       "/../secret.txt", "/assets//etc/passwd", "/assets/%00.js" }) do
       local r = raw(srv, "GET", p)
       assert.is_true(r.status == 400 or r.status == 404, p .. " -> " .. r.status)
+      assert_page_headers(r, p)
       assert.not_matches("not for the web", r.body, 1, true)
       assert.not_matches("root:", r.body, 1, true)
     end
