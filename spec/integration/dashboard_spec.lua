@@ -127,6 +127,22 @@ describe("obleth serve: the dashboard when it is not built", function()
     srv:cleanup()
   end)
 
+  it("installed as PREFIX/bin/obleth, serves PREFIX/share/obleth/web by default", function()
+    local prefix = os.tmpname()
+    os.remove(prefix)
+    local q = util.shq
+    assert(util.sh(("mkdir -p %s/bin %s/share/obleth && cp %s %s/bin/obleth && cp -R %s/lua %s/share/obleth/")
+      :format(q(prefix), q(prefix), q(util.obleth()), q(prefix), q(util.root()), q(prefix))) == 0)
+    local web = web_dir()
+    assert(util.sh(("mv %s %s/share/obleth/web"):format(q(web), q(prefix))) == 0)
+    local srv = server.start { exe = prefix .. "/bin/obleth" }
+    local r = raw(srv, "GET", "/deployments")
+    assert.equal(200, r.status)
+    assert.matches("/assets/app%-1a2b3c4d%.js", r.body)
+    srv:cleanup()
+    util.sh("rm -rf " .. q(prefix))
+  end)
+
   it("serves build/web by default from a source tree; OBLETH_WEB_DIR and --web-dir choose another", function()
     assert.equal(util.root() .. "/build/web", require("obleth.web").default_dir())
     local fake = os.tmpname()
