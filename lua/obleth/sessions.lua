@@ -90,12 +90,25 @@ function Sessions:throttled(addr)
   return nil
 end
 
+--- Addresses whose wrong tokens are remembered at most (a sweep of stale ones first).
+M.MAX_ADDRESSES = 10000
+
 --- Count a wrong token from `addr`.
 function Sessions:failed(addr)
   addr = addr or "?"
   local f = self.failures[addr]
   local now = self.now()
   if not f or now - f.since > M.WINDOW then
+    if not f then
+      self.nfailures = (self.nfailures or 0) + 1
+      if self.nfailures > M.MAX_ADDRESSES then
+        self:_sweep(now)
+        local n = 0
+        for _ in pairs(self.failures) do n = n + 1 end
+        if n >= M.MAX_ADDRESSES then self.failures = {}; n = 0 end
+        self.nfailures = n + 1
+      end
+    end
     f = { n = 0, since = now }
     self.failures[addr] = f
   end

@@ -45,6 +45,19 @@ describe("obleth.sessions", function()
     assert.is_nil(s:throttled("10.0.0.1"))
   end)
 
+  it("remembers at most MAX_ADDRESSES addresses' failures (stale ones go first)", function()
+    for i = 1, sessions.MAX_ADDRESSES do s:failed("10.1." .. i) end
+    t = t + sessions.WINDOW + 1
+    s:failed("10.9.9.9")
+    local n = 0
+    for _ in pairs(s.failures) do n = n + 1 end
+    assert.equal(1, n)
+    for i = 1, sessions.MAX_ADDRESSES + 5 do s:failed("10.2." .. i) end
+    n = 0
+    for _ in pairs(s.failures) do n = n + 1 end
+    assert.is_true(n <= sessions.MAX_ADDRESSES, n)
+  end)
+
   it("reads its cookie from a Cookie header and writes the Set-Cookie value", function()
     assert.equal("abc", sessions.cookie("a=1; obleth_session=abc; b=2", "obleth_session"))
     assert.equal("abc", sessions.cookie("obleth_session=abc", "obleth_session"))
