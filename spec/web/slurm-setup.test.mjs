@@ -132,7 +132,8 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await page.getByRole('link', { name: 'New deployment' }).click();
     await page.waitForURL('**/deployments/new');
     await page.getByRole('heading', { level: 2, name: 'Not built yet' }).waitFor();
-    assert.equal(await page.evaluate(() => document.activeElement.id), 'main', 'focus moves to the new page');
+    // focus moves to the new page's <main> (after Preact's effects run, so wait for it)
+    await page.waitForFunction(() => document.activeElement && document.activeElement.id === 'main', null, { timeout: 5000 });
     await shot('new-deployment-placeholder');
     await axe(page, 'New deployment (placeholder)');
 
