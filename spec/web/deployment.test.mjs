@@ -112,7 +112,28 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     assert.equal((await liveJobs(stack, id)).length, 2);
     await shot('resumed');
 
+    // confirmed, Slurm goes off (the jobs keep running, unmanaged); turned on again, it does not ask
+    await page.goto('/deployments?slurm=1');
+    const sheet2 = page.getByRole('dialog', { name: 'Slurm connection' });
+    await sheet2.getByLabel('Slurm enabled').uncheck();
+    await sheet2.getByRole('button', { name: 'Save' }).click();
+    await ask.waitFor();
+    await ask.getByRole('button', { name: 'Turn Slurm off' }).click();
+    await sheet2.waitFor({ state: 'detached' });
+    const card = page.getByRole('region', { name: 'Slurm' });
+    await card.getByText('no — the provisioner submits nothing').waitFor();
+    assert.equal((await stack.api('GET', '/api/v1/settings/slurm')).json.enabled, false);
+    await shot('slurm-off');
+    await card.getByRole('link', { name: 'Slurm connection' }).click();
+    await sheet2.getByLabel('Slurm enabled').check();
+    await sheet2.getByRole('button', { name: 'Save' }).click();
+    await sheet2.waitFor({ state: 'detached' });
+    await card.getByText('Enabled').waitFor();
+    assert.equal((await stack.api('GET', '/api/v1/settings/slurm')).json.enabled, true);
+
     // Stop launching: asks, then the jobs go and the page says the model is not managed
+    await page.goto(`/deployments/${id}`);
+    await page.getByRole('button', { name: 'Stop launching' }).waitFor();
     await pressWithKeyboard(page, 'Stop launching');
     const stop = page.getByRole('dialog', { name: 'Stop launching smoke-web?' });
     await stop.waitFor();

@@ -52,6 +52,15 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await shot('sheet-open');
     await axe(page, 'the Slurm sheet');
 
+    // the server checks the fields; its error shows at the field, and nothing is saved
+    await sheet.getByLabel('slurmrestd URL').fill('ftp://slurm-head');
+    await sheet.getByRole('button', { name: 'Save' }).click();
+    await sheet.getByText('is not valid: an http:// or https:// URL').first().waitFor();
+    assert.equal(await sheet.getByLabel('slurmrestd URL').getAttribute('aria-invalid'), 'true');
+    assert.equal((await stack.api('GET', '/api/v1/settings/slurm')).json.url, null);
+    await shot('field-error');
+    await axe(page, 'the Slurm sheet with a field error');
+
     await sheet.getByLabel('slurmrestd URL').fill(env.OBLETH_SLURM_URL);
     await sheet.getByLabel('Slurm user').fill(env.OBLETH_SLURM_USER);
     await sheet.getByLabel('JWT', { exact: true }).fill(`${env.OBLETH_SLURM_TOKEN.slice(0, -6)}AAAAAA`);
