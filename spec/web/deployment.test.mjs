@@ -4,6 +4,7 @@
 // it on), and Stop launching — each action done with the keyboard alone.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
   pressWithKeyboard, launchSmoke, replicasOf, liveJobs, recordReplicaStates, shownAt, watchApiStates } from './support.mjs';
 
@@ -68,6 +69,11 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     const how = page.getByRole('region', { name: 'How clients call it' });
     assert.match(await how.innerText(), new RegExp(`${stack.base.replace(/[.:/]/g, '\\$&')}/v1/chat/completions`));
     assert.match(await how.innerText(), /"model":"smoke-web"/);
+    // the curl line the page shows, run as shown with a client key, gets a chat completion through obleth
+    const key = (await stack.api('POST', '/api/v1/keys', { name: 'curl from the page' })).json.key;
+    const line = await how.getByLabel('curl example').innerText();
+    const answer = JSON.parse(execFileSync('sh', ['-c', line], { env: { ...process.env, OBLETH_API_KEY: key } }).toString());
+    assert.ok(answer.choices && answer.choices[0].message.content, JSON.stringify(answer));
 
     // Restart replica 1, keyboard only: a new job id, healthy again
     const before1 = (await replicasOf(stack, id)).find((r) => r.slot === 1 && r.state === 'healthy');
