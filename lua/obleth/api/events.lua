@@ -22,7 +22,11 @@ end
 
 local function stream(ctx)
   local app, res = ctx.app, ctx.res
-  if ctx.req.method == "HEAD" or not res then return 200, "", HEADERS end
+  if ctx.req.method == "HEAD" or not res then
+    local h = {}
+    for k, v in pairs(HEADERS) do h[k] = v end
+    return 200, "", h
+  end
   local sub, err = app.events:subscribe()
   if not sub then
     local st, body = errors.fail(503, "too_many_streams", err.message)
