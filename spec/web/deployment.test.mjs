@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
-  pressWithKeyboard, launchSmoke, replicasOf, liveJobs, recordReplicaStates, shownAt, watchApiStates } from './support.mjs';
+  pressWithKeyboard, launchSmoke, replicasOf, liveJobs, recordReplicaStates, shownAt, watchApiStates, waitInPage } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
@@ -98,6 +98,8 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     await axe(page, 'the turn-Slurm-off confirmation');
     await ask.getByRole('button', { name: 'Cancel' }).click();
     await ask.waitFor({ state: 'detached' });
+    // focus goes back to where it was before the question: the sheet's Save
+    await waitInPage(page, () => document.activeElement && document.activeElement.textContent === 'Save', 'focus back on Save');
     await page.keyboard.press('Escape');
     await sheet.waitFor({ state: 'detached' });
     assert.equal((await stack.api('GET', '/api/v1/settings/slurm')).json.enabled, true);

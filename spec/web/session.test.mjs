@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings,
-  pressWithKeyboard } from './support.mjs';
+  pressWithKeyboard, waitInPage } from './support.mjs';
 
 const env = clusterEnv();
 const skip = !env && 'the harness cluster is not up (spec/cluster/up.sh)';
@@ -69,11 +69,11 @@ test('client keys: a new key is shown once with a copy button, revoked keys stop
   assert.equal(await keyless.isChecked(), false);
   await keyless.focus();
   await page.keyboard.press('Space');
-  await page.waitForFunction(() => document.querySelector('input[type=checkbox]').checked);
+  await waitInPage(page, () => document.querySelector('input[type=checkbox]').checked, 'keyless checked');
   assert.equal((await stack.api('GET', '/api/v1/settings/router')).json.keyless, true);
   await shot('keyless-on');
   await keyless.uncheck();
-  await page.waitForFunction(() => !document.querySelector('input[type=checkbox]').checked);
+  await waitInPage(page, () => !document.querySelector('input[type=checkbox]').checked, 'keyless unchecked');
   assert.equal((await stack.api('GET', '/api/v1/settings/router')).json.keyless, false);
   assertClean(rec);
 });

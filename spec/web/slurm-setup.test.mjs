@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
-import { startStack, browser, newPage, axe, assertClean, clusterEnv, portRange, ROOT, pressWithKeyboard } from './support.mjs';
+import { startStack, browser, newPage, axe, assertClean, clusterEnv, portRange, ROOT, pressWithKeyboard, waitInPage } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
@@ -142,7 +142,7 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await page.waitForURL('**/deployments/new');
     await page.getByRole('heading', { level: 2, name: 'Not built yet' }).waitFor();
     // focus moves to the new page's <main> (after Preact's effects run, so wait for it)
-    await page.waitForFunction(() => document.activeElement && document.activeElement.id === 'main', null, { timeout: 5000 });
+    await waitInPage(page, () => document.activeElement && document.activeElement.id === 'main', 'focus on <main>');
     await shot('new-deployment-placeholder');
     await axe(page, 'New deployment (placeholder)');
 

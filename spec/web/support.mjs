@@ -310,3 +310,11 @@ export function watchApiStates(stack, modelId) {
   })();
   return async () => { on = false; await done; return at; };
 }
+
+/**
+ * Wait until fn() (run in the page) is truthy. Playwright's waitForFunction polls with eval, which the
+ * page's CSP (rightly) refuses; page.evaluate goes through the DevTools protocol instead.
+ */
+export async function waitInPage(page, fn, what, timeout = 10000) {
+  return until(() => page.evaluate(fn), { timeout, every: 100, what });
+}

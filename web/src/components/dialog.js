@@ -41,7 +41,8 @@ export function ConfirmDialog({ title, children, confirmLabel, onConfirm, onCanc
     ${error && html`<p class="error" role="alert">${error}</p>`}
     <div class="actions">
       <button type="button" class="cancel" onClick=${onCancel}>Cancel</button>
-      <button type="button" class=${danger ? 'danger' : 'primary'} disabled=${busy} onClick=${onConfirm}>${confirmLabel}</button>
+      <button type="button" class=${danger ? 'danger' : 'primary'} aria-disabled=${busy ? 'true' : undefined}
+        onClick=${() => { if (!busy) onConfirm(); }}>${confirmLabel}</button>
     </div>
   <//>`;
 }

@@ -22,6 +22,7 @@ export function SlurmCard({ settings, error }) {
   const setUp = isSetUp(settings);
   const check = async () => {
     if (!setUp || !settings.enabled) { setPing(null); return; }
+    if (pinging) return;
     setPinging(true);
     try { setPing(await api.post('/settings/slurm/test', {})); } catch (e) { setPing({ error: { kind: 'error', message: e.message } }); }
     setPinging(false);
@@ -60,6 +61,6 @@ export function SlurmCard({ settings, error }) {
     </dl>
     ${err && html`<p class="error" role="alert"><strong>Connection check: </strong>${err.text} <span class="detail">${err.detail}</span></p>`}
     ${prov.error && html`<p class="error"><strong>Last pass error: </strong><span class="detail">${prov.error}</span></p>`}
-    <div class="actions start"><button type="button" onClick=${check} disabled=${pinging || !settings.enabled}>Check again</button></div>`}
+    <div class="actions start"><button type="button" onClick=${check} disabled=${!settings.enabled} aria-disabled=${pinging ? 'true' : undefined}>Check again</button></div>`}
   </section>`;
 }

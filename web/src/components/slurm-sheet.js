@@ -91,7 +91,9 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
   const set = (k, v) => setForm((f) => ({ ...f, [k]: v }));
   const setD = (k, v) => setForm((f) => ({ ...f, defaults: { ...f.defaults, [k]: v } }));
 
+  // buttons stay enabled while busy (a disabled button drops the keyboard focus); a second press does nothing
   const runTest = async () => {
+    if (testing) return;
     setTesting(true);
     setTest(null);
     try { setTest(await api.post('/settings/slurm/test', toTestBody(form))); } catch (e) { setTest({ failed: e }); }
@@ -99,6 +101,7 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
   };
 
   const save = async (confirmed = false) => {
+    if (busy) return;
     const r = toBody(form);
     if (r.errors) {
       const byField = {};
@@ -183,7 +186,7 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
         <label class="check"><input type="checkbox" checked=${form.verify} onChange=${(e) => set('verify', e.currentTarget.checked)} /> Verify the TLS certificate</label>
 
         <div class="test-box">
-          <button type="button" onClick=${runTest} disabled=${testing}>${testing ? 'Testing…' : 'Test connection'}</button>
+          <button type="button" onClick=${runTest} aria-disabled=${testing ? 'true' : undefined}>${testing ? 'Testing…' : 'Test connection'}</button>
           <div role="status" aria-live="polite" class="test-out">${testing ? 'Testing the connection…' : html`<${TestResult} result=${test} now=${now} />`}</div>
         </div>
         <p class="muted prov-line"><span class=${`level-${prov.level}`}>${prov.text}</span>${lease ? ` ${lease}` : ''}
@@ -221,7 +224,7 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
       <div class="actions sheet-actions">
         <p class="help grow">Changes reach the provisioner on its next pass. Saving launches nothing.</p>
         <button type="button" onClick=${onClose}>Cancel</button>
-        <button type="submit" class="primary" disabled=${busy}>${busy ? 'Saving…' : 'Save'}</button>
+        <button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Saving…' : 'Save'}</button>
       </div>
     </form>
     ${confirm && html`<${ConfirmDialog} title="Turn Slurm off?" confirmLabel="Turn Slurm off" busy=${busy}

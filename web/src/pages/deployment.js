@@ -76,7 +76,7 @@ function Replicas({ data, now, onRestart, busyId }) {
       <td class="num mono">${r.end && r.end.exit_code != null ? `${r.end.exit_code}${r.end.signal ? ` (signal ${r.end.signal})` : ''}` : '—'}</td>
       <td>${['ended', 'lost', 'pending', 'ending'].includes(r.state) ? '' : r.restart_requested
         ? html`<span class="muted small">restart asked</span>`
-        : html`<button type="button" class="small" disabled=${busyId === r.id} onClick=${() => onRestart(r)}
+        : html`<button type="button" class="small" aria-disabled=${busyId === r.id ? 'true' : undefined} onClick=${() => onRestart(r)}
             aria-label=${`Restart replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}`}>Restart</button>`}</td>
     </tr>`)}</tbody>
   </table></div>`;
@@ -132,7 +132,9 @@ export function Deployment({ params, loc }) {
   const [said, setSaid] = useState('');
   const [confirmStop, setConfirmStop] = useState(false);
 
+  // one action at a time; buttons stay enabled while busy (a disabled button drops the keyboard focus)
   const act = async (key, fn, done) => {
+    if (busy) return;
     setBusy(key);
     setActionErr(null);
     try { await fn(); if (done) setSaid(done); res.reload(); } catch (e) { setActionErr(e); }
@@ -156,7 +158,7 @@ export function Deployment({ params, loc }) {
   }, spec.enabled ? 'Paused: the provisioner cancels the jobs on its next pass.' : 'Resumed: the provisioner submits jobs on its next pass.');
 
   const actions = spec && html`
-    <button type="button" onClick=${toggle} disabled=${busy === 'pause'}>${spec.enabled ? 'Pause' : 'Resume'}</button>
+    <button type="button" onClick=${toggle} aria-disabled=${busy === 'pause' ? 'true' : undefined}>${spec.enabled ? 'Pause' : 'Resume'}</button>
     <button type="button" class="danger" onClick=${() => setConfirmStop(true)}>Stop launching</button>`;
 
   return html`<${Layout} title=${model.name} path=${loc.path} actions=${actions}>
@@ -175,12 +177,12 @@ export function Deployment({ params, loc }) {
         <p><strong>Slurm refused the last job:</strong> <span class="reason">${spec.provision_error.message}</span>
           ${spec.provision_error.field ? html` <span class="muted">(${spec.provision_error.field})</span>` : ''}
           ${spec.provision_error.at ? html` <span class="muted small">${timestamp(spec.provision_error.at)}</span>` : ''}</p>
-        <button type="button" disabled=${busy === 'dismiss'} onClick=${() => act('dismiss',
+        <button type="button" aria-disabled=${busy === 'dismiss' ? 'true' : undefined} onClick=${() => act('dismiss',
           () => api.patch(`/models/${model.id}/managed/provision-error`), 'Dismissed: the provisioner tries again on its next pass.')}>Dismiss</button>
       </div>`}
       ${lost.length > 0 && html`<div class="refused" role="alert">
         <p><strong>${count('replica', lost.length)} lost:</strong> ${lost.length === 1 ? 'it' : 'they'} ended too often in a row and ${lost.length === 1 ? 'is' : 'are'} not replaced.</p>
-        <button type="button" disabled=${busy === 'clear'} onClick=${() => act('clear',
+        <button type="button" aria-disabled=${busy === 'clear' ? 'true' : undefined} onClick=${() => act('clear',
           () => api.post(`/models/${model.id}/replicas/clear-lost`), 'Trying once more: the provisioner submits again on its next pass.')}>Try once more</button>
       </div>`}
     </section>

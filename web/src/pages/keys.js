@@ -20,6 +20,7 @@ export function Keys({ loc }) {
 
   const create = async (e) => {
     e.preventDefault();
+    if (busy) return;
     setBusy(true);
     setErr(null);
     try {
@@ -31,6 +32,7 @@ export function Keys({ loc }) {
     setBusy(false);
   };
   const doRevoke = async () => {
+    if (busy) return;
     setBusy(true);
     try { await api.del(`/keys/${revoke.id}`); setRevoke(null); keys.reload(); } catch (x) { setErr(x); setRevoke(null); }
     setBusy(false);
@@ -51,7 +53,7 @@ export function Keys({ loc }) {
         <label for="key-name">Name</label>
         <input id="key-name" value=${name} maxlength="128" onInput=${(e) => setName(e.currentTarget.value)}
           aria-describedby="key-name-help" />
-        <button type="submit" class="primary" disabled=${busy}>Create key</button>
+        <button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>Create key</button>
         <span class="help" id="key-name-help">Who or what uses it, e.g. “chat frontend”.</span>
       </form>
       ${created && html`<div class="new-key" role="status">

@@ -18,6 +18,7 @@ export function SignIn({ loc }) {
   }, []);
   const submit = async (e) => {
     e.preventDefault();
+    if (busy) return;
     const token = input.current.value;
     if (!token) { setError('Enter the admin token.'); return; }
     setBusy(true);
@@ -41,7 +42,7 @@ export function SignIn({ loc }) {
       <input id="token" ref=${input} type="password" autocomplete="current-password" spellcheck="false"
         aria-invalid=${error ? 'true' : undefined} aria-describedby=${error ? 'signin-error' : undefined} />
       ${error && html`<p id="signin-error" class="error" role="alert">${error}</p>`}
-      <div class="actions"><button type="submit" class="primary" disabled=${busy}>${busy ? 'Signing in…' : 'Sign in'}</button></div>
+      <div class="actions"><button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Signing in…' : 'Sign in'}</button></div>
     </form>
   </main>`;
 }
