@@ -74,10 +74,11 @@ function Replicas({ data, now, onRestart, busyId }) {
       <td class="num">${timeLeftText(r, tl, now)}</td>
       <td>${slurmCell(r, now)}</td>
       <td class="num mono">${r.end && r.end.exit_code != null ? `${r.end.exit_code}${r.end.signal ? ` (signal ${r.end.signal})` : ''}` : '—'}</td>
-      <td>${['ended', 'lost', 'pending', 'ending'].includes(r.state) ? '' : r.restart_requested
-        ? html`<span class="muted small">restart asked</span>`
-        : html`<button type="button" class="small" aria-disabled=${busyId === r.id ? 'true' : undefined} onClick=${() => onRestart(r)}
-            aria-label=${`Restart replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}`}>Restart</button>`}</td>
+      <td>${['ended', 'lost', 'pending', 'ending'].includes(r.state) ? '' : html`<button type="button" class="small"
+          aria-disabled=${busyId === r.id || r.restart_requested ? 'true' : undefined}
+          onClick=${() => { if (!r.restart_requested) onRestart(r); }}
+          aria-label=${r.restart_requested ? `Restart asked for replica ${r.slot}` : `Restart replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}`}>
+          ${r.restart_requested ? 'Restart asked' : 'Restart'}</button>`}</td>
     </tr>`)}</tbody>
   </table></div>`;
 }
