@@ -43,6 +43,8 @@ export function Keys({ loc }) {
   };
 
   const list = keys.data ? keys.data.keys : [];
+  // "last used" only when the server records it: a column saying "never" for every key would mislead
+  const hasUsed = list.some((k) => 'last_used_at' in k);
   return html`<${Layout} title="Client keys" path=${loc.path}>
     <p class="help">Clients send a key as <code>Authorization: Bearer obk_…</code> on <code>/v1/</code> requests. A key is shown once, when it is made.</p>
     <${ErrorNote} err=${err} label="That did not work" />
@@ -70,12 +72,12 @@ export function Keys({ loc }) {
       ${list.length === 0 ? html`<p class="empty">${keys.loading ? 'Loading…' : 'No client keys yet.'}</p>` : html`
       <div class="table-wrap"><table>
         <caption class="sr-only">Client keys</caption>
-        <thead><tr><th scope="col">Name</th><th scope="col">Key starts with</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">State</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
+        <thead><tr><th scope="col">Name</th><th scope="col">Key starts with</th><th scope="col">Created</th>${hasUsed && html`<th scope="col">Last used</th>`}<th scope="col">State</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
         <tbody>${list.map((k) => html`<tr key=${k.id}>
           <th scope="row">${k.name || html`<span class="muted">(no name)</span>`}</th>
           <td class="mono">${k.prefix}…</td>
           <td>${timestamp(k.created_at)}</td>
-          <td>${k.last_used_at ? timestamp(k.last_used_at) : html`<span class="muted">never</span>`}</td>
+          ${hasUsed && html`<td>${k.last_used_at ? timestamp(k.last_used_at) : html`<span class="muted">never</span>`}</td>`}
           <td>${k.revoked_at ? html`<${Badge} value="ended" label="revoked" />` : html`<${Badge} value="active" />`}</td>
           <td>${!k.revoked_at && html`<button type="button" class="small danger" onClick=${() => setRevoke(k)}
             aria-label=${`Revoke key ${k.name || k.prefix}`}>Revoke</button>`}</td>
