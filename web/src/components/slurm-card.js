@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { html } from '../html.js';
 import { api } from '../api.js';
 import { Link } from '../router.js';
-import { useEvents, useNow } from '../live.js';
+import { useNow } from '../live.js';
 import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords } from '../lib/slurm.js';
 import { timestamp } from '../lib/format.js';
 import { Item, ErrorNote } from './notice.js';
@@ -27,9 +27,9 @@ export function SlurmCard({ settings, error }) {
     try { setPing(await api.post('/settings/slurm/test', {})); } catch (e) { setPing({ error: { kind: 'error', message: e.message } }); }
     setPinging(false);
   };
-  // ping when the saved connection changes (not on every provisioner check-in)
+  // ping when the saved connection changes (a "settings" event refetches them, so updated_at moves),
+  // not on every provisioner check-in
   useEffect(() => { check(); }, [settings && settings.updated_at, setUp]);
-  useEvents((d) => { if (d.topic === 'settings') check(); });
 
   if (error) return html`<section class="card slurm-card" aria-labelledby="slurm-h"><h2 id="slurm-h">Slurm</h2><${ErrorNote} err=${error} /></section>`;
   if (!settings) return html`<section class="card slurm-card" aria-labelledby="slurm-h" aria-busy="true"><h2 id="slurm-h">Slurm</h2><p class="muted">Loading…</p></section>`;
