@@ -61,6 +61,14 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await shot('field-error');
     await axe(page, 'the Slurm sheet with a field error');
 
+    // nothing listening there: said in plain words (and the old error goes with the old value)
+    await sheet.getByLabel('slurmrestd URL').fill('http://127.0.0.1:9');
+    assert.equal(await sheet.getByText('is not valid: an http:// or https:// URL').count(), 0);
+    assert.equal(await sheet.getByLabel('slurmrestd URL').getAttribute('aria-invalid'), null);
+    await sheet.getByRole('button', { name: 'Test connection' }).click();
+    await sheet.getByRole('status').filter({ hasText: 'could not be reached' }).waitFor();
+    await shot('test-unreachable');
+
     await sheet.getByLabel('slurmrestd URL').fill(env.OBLETH_SLURM_URL);
     await sheet.getByLabel('Slurm user').fill(env.OBLETH_SLURM_USER);
     await sheet.getByLabel('JWT', { exact: true }).fill(`${env.OBLETH_SLURM_TOKEN.slice(0, -6)}AAAAAA`);

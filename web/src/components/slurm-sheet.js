@@ -88,8 +88,19 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
   const [confirm, setConfirm] = useState(null);
   const tabRefs = useRef({});
 
-  const set = (k, v) => setForm((f) => ({ ...f, [k]: v }));
-  const setD = (k, v) => setForm((f) => ({ ...f, defaults: { ...f.defaults, [k]: v } }));
+  // editing a field clears its error (and the "Not saved" note): it spoke of the old value
+  const clearErr = (prefix) => {
+    setSaveErr(null);
+    setErrors((e) => {
+      const left = Object.fromEntries(Object.entries(e).filter(([k]) => k !== prefix && !k.startsWith(`${prefix}.`) && !k.startsWith(`${prefix}[`)));
+      return Object.keys(left).length === Object.keys(e).length ? e : left;
+    });
+  };
+  const set = (k, v) => { setForm((f) => ({ ...f, [k]: v })); clearErr(k); };
+  const setD = (k, v) => {
+    setForm((f) => ({ ...f, defaults: { ...f.defaults, [k]: v } }));
+    clearErr(`defaults.${k === 'port_from' || k === 'port_to' ? 'port_range' : k}`);
+  };
 
   // buttons stay enabled while busy (a disabled button drops the keyboard focus); a second press does nothing
   const runTest = async () => {
