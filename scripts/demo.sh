@@ -77,6 +77,8 @@ OBLETH_PASS_INTERVAL=2 setsid build/obleth-provisioner >"$state/provisioner.log"
 pids+=($!)
 
 step env OBLETH_DEMO_LOG_DIR="$state/logs" build/obleth lua scripts/demo_drive.lua start
+echo "demo: dashboard: http://127.0.0.1:$port/ (sign in on /signin with the admin token:"
+echo "  paste the contents of $state/admin-token, e.g. from: cat $state/admin-token)"
 
 if [ -t 0 ]; then
   echo "demo: running. Press Ctrl-C to stop everything the demo started."

@@ -531,6 +531,16 @@ local REPLICA_FIELDS = {
   generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
 }
 
+--- A replica's job as Slurm last showed it (docs/managed-spec.md): `slurm` in a report.
+local SLURM_FIELDS = {
+  state = function(v, f) return _str(v, f, { max = 64 }) end,
+  reason = function(v, f) return _str(v, f, { max = 1024, multiline = true }) end,
+  start_time = function(v, f) return _num(v, f, 0, 1e11) end,
+  end_time = function(v, f) return _num(v, f, 0, 1e11) end,
+  time_limit = function(v, f) return _int(v, f, 0, 1e9) end,
+  estimated = _bool,
+}
+
 local END_FIELDS = {
   state = function(v, f) return _str(v, f, { max = 64 }) end,
   reason = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
@@ -607,6 +617,9 @@ function M.report(input)
       local checks = setmetatable({ ["end"] = function(v, ff)
         if _null(v) then return NULL end
         return _record(v, ff, END_FIELDS)
+      end, slurm = function(v, ff)
+        if _null(v) then return NULL end
+        return _record(v, ff, SLURM_FIELDS)
       end }, { __index = REPLICA_FIELDS })
       local rec, e = _record(r, f, checks, { "nonce" })
       if not rec then return nil, e end

@@ -39,8 +39,19 @@ daemon_pids_alive() {
 
 any_harness_process() { [ -n "$(marked_pids "")" ]; }
 
+# What the running cluster was started from: its templates and this script (partitions, accounts,
+# QoS, groups). A change to any of them restarts the cluster on the next up.sh instead of running
+# the specs against the old definition.
+definition_hash() {
+  cat "$CLUSTER_SPEC_DIR"/templates/* "$CLUSTER_SPEC_DIR/up.sh" "$CLUSTER_SPEC_DIR/lib.sh" | sha256sum | cut -c1-16
+}
+
 healthy() {
   daemon_pids_alive || return 1
+  if [ "$(cat "$STATE/definition" 2>/dev/null)" != "$(definition_hash)" ]; then
+    log "the harness definition (spec/cluster/templates, up.sh) changed since the cluster started"
+    return 1
+  fi
   local tok
   tok="$(scontrol token username="$TEST_USER" lifespan=60 2>/dev/null)" || return 1
   rest_api_version "${tok#SLURM_JWT=}" >/dev/null
@@ -411,6 +422,7 @@ main() {
   start_slurmds
   start_slurmrestd
   wait_nodes_idle
+  definition_hash >"$STATE/definition"
   write_env
   summary
 }

@@ -476,6 +476,7 @@ local function do_launch(ctx)
     if e.code == "conflict" and e.field == "id" then e.field = "save_recipe.id" end
     return errors.store(e)
   end
+  ctx.model_id = res.model_id
   local model = store:get_model(res.model_id)
   local spec = store:get_spec(res.model_id)
   local rec
@@ -599,12 +600,13 @@ local function check_yaml(ctx)
 end
 
 M.routes = {
-  { "POST", "/api/v1/deployments/preview", preview, tag = "deployments", body = "LaunchRequest",
+  { "POST", "/api/v1/deployments/preview", preview, tag = "deployments", body = "LaunchRequest", changes = {},
     summary = "Every setting of a launch with its value and provenance, per-field errors, partition fit, "
       .. "offered accounts, suggestions, the job script and the exact slurmrestd request" },
-  { "POST", "/api/v1/deployments/check-yaml", check_yaml, tag = "deployments", body = "LaunchYaml",
+  { "POST", "/api/v1/deployments/check-yaml", check_yaml, tag = "deployments", body = "LaunchYaml", changes = {},
     summary = "Check the launch settings as YAML (Edit as YAML): per-line diagnostics or the parsed settings" },
   { "POST", "/api/v1/deployments/launch", do_launch, tag = "deployments", body = "LaunchRequest",
+    changes = { "models", "managed", "launches", "recipes" },
     summary = "Launch: create the model (staged), its managed spec and a launch record (and optionally a "
       .. "saved recipe) in one transaction; 422 with per-field errors when a setting is refused" },
   { "GET", "/api/v1/deployments/suggestions", suggestions, tag = "deployments", query = { "recipe_id" },

@@ -35,13 +35,23 @@ local function report(ctx)
   if #res.ignored > 0 then
     ctx.app.log.warn("provisioner_report_ignored", { count = #res.ignored })
   end
+  -- what the pass changed, for the event streams: the check-in always, the rest per model
+  local changes = { { "provisioner" } }
+  for _, topic in ipairs({ "replicas", "models", "managed", "launches" }) do
+    local ids = {}
+    for id in pairs(res.changes[topic]) do ids[#ids + 1] = id end
+    table.sort(ids)
+    for _, id in ipairs(ids) do changes[#changes + 1] = { topic, id } end
+  end
+  ctx.changes = changes
+  res.changes = nil
   return 200, res
 end
 
 M.routes = {
   { "GET", "/api/v1/provisioner/snapshot", snapshot,
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
-  { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport",
+  { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors" },
 }
 

@@ -38,6 +38,19 @@ local function first_node(job)
   return nil
 end
 
+--- A replica's job as Slurm shows it now, for the deployment page (the replica's `slurm`,
+--- docs/managed-spec.md): base state, reason, start and end times (for a pending job Slurm's
+--- estimates: `estimated` is true, and the start may be unknown), time limit in minutes
+--- (absent for UNLIMITED).
+---@param job table a normalized job record (obleth.slurm)
+---@return table
+function M.slurm_view(job)
+  local tl = job.time_limit
+  if tl == math.huge then tl = nil end
+  return { state = job.state and job.state.base or nil, reason = job.reason, start_time = job.start_time,
+    end_time = job.end_time, time_limit = tl, estimated = job.estimated == true }
+end
+
 --- Pick a port for a new replica: inside [lo, hi], not used by any live
 --- replica (of any model), so two replicas placed on one node never clash.
 ---@param range integer[] {lo, hi}
@@ -156,6 +169,7 @@ function M.reconcile(input)
         local job = jt and jt.job
         if not job and input.job_by_id then job = input.job_by_id[row.job_id] end
         local base = job and job.state and job.state.base
+        if job then row.slurm = M.slurm_view(job) end
         if not job then
           if input.jobs then
             -- listed nothing and the accounting lookup found nothing either
