@@ -33,6 +33,10 @@ step() {
 cleanup() {
   local code=$?
   trap - INT TERM EXIT
+  # Ctrl-C on `make demo | tee log` also ends tee: the messages below must not kill the cleanup
+  # (SIGPIPE) nor stop it (a failed echo under set -e)
+  trap '' PIPE
+  set +e
   if [ -n "$child" ]; then kill -TERM -- "-$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
   echo
   echo "demo: stopping (cancelling the demo's jobs, then the daemons)"
@@ -53,7 +57,8 @@ step bash -c "set -o pipefail; spec/cluster/up.sh | sed 's/^/  /'"
 set -a; . build/cluster/env; set +a
 
 if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then
-  echo "demo: port $port is taken; set OBLETH_DEMO_PORT to another one" >&2
+  echo "demo: port $port is taken (an earlier demo still running? its log: $state/serve.log);" \
+    "set OBLETH_DEMO_PORT to another port" >&2
   exit 1
 fi
 rm -f "$state/obleth.db" "$state/obleth.db-wal" "$state/obleth.db-shm"

@@ -110,9 +110,10 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     await page.goto(`/deployments/${id}`);
     await page.getByRole('button', { name: 'Pause' }).waitFor();
     await pressWithKeyboard(page, 'Pause');
-    await page.getByRole('region', { name: 'Status' }).getByText('paused').waitFor();
+    await page.getByRole('region', { name: 'Status' }).getByText('paused', { exact: true }).waitFor();
     await until(async () => (await liveJobs(stack, id)).length === 0, { timeout: 60000, what: 'both jobs cancelled' });
     await page.getByRole('region', { name: 'Status' }).getByText('0 of 2 replicas healthy').waitFor({ timeout: 20000 });
+    await page.getByRole('region', { name: 'Status' }).getByText(/paused: no job is submitted until you resume it/).waitFor();
     await page.getByRole('region', { name: 'Status' }).getByText('staged', { exact: true }).waitFor();
     await shot('paused');
     await pressWithKeyboard(page, 'Resume');

@@ -172,7 +172,8 @@ export function Deployment({ params, loc }) {
       <div class="card-head"><h2 id="sum-h">Status</h2>
         <span><${Badge} value=${model.status} />${spec && !spec.enabled ? html` <${Badge} value="paused" />` : ''}</span></div>
       <p class="summary" role="status">${spec ? `${healthy} of ${count('replica', spec.replicas)} healthy` : 'Not managed: obleth launches nothing for this model.'}
-        ${model.status === 'staged' ? ' — clients get 503 until a replica is healthy.' : ''}</p>
+        ${spec && !spec.enabled ? ' — paused: no job is submitted until you resume it; clients get 503 meanwhile.'
+          : model.status === 'staged' ? ' — clients get 503 until a replica is healthy.' : ''}</p>
       ${model.description && html`<p class="muted">${model.description}</p>`}
       ${spec && spec.provision_error && html`<div class="refused" role="alert">
         <p><strong>Slurm refused the last job:</strong> <span class="reason">${spec.provision_error.message}</span>
