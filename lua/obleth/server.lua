@@ -163,17 +163,6 @@ function App:slurm_settings()
   }
 end
 
---- Start shutting down: new requests get 503 shutting_down, in Lua and in the router's fast path.
-function App:drain()
-  self.draining = true
-  if self.router then self.router:drain() end
-end
-
---- Requests being answered now (the Management API's, the router's and its fast path's).
-function App:busy()
-  return self.inflight + (self.router and self.router:fast_in_flight() or 0)
-end
-
 --- Make the stored (or given) settings' secrets unprintable in the log.
 function App:register_secrets(s)
   if not s then
@@ -321,7 +310,7 @@ function App:handler()
     local out = self:handle(req)
     -- every store write comes through a write request: the router reads afresh (not after
     -- a 401: a request without the admin token wrote nothing, and must not be a way to
-    -- keep the router's cache and its fast path cold)
+    -- keep the router's cache cold)
     if req.method ~= "GET" and req.method ~= "HEAD" and out.status ~= 401 then router:invalidate() end
     return out
   end

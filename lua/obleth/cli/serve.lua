@@ -9,7 +9,7 @@ local args = require "obleth.args"
 local M = {}
 
 M.usage = [[
-usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES] [--no-fast-path]
+usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
 
 The Management API. Every /api/ route needs Authorization: Bearer <admin token>;
 the token comes from the environment (never a flag: it would show in ps):
@@ -24,8 +24,6 @@ local spec = {
   listen = { kind = "string", arg = "HOST:PORT", help = "address to listen on (default 127.0.0.1:8080)" },
   db = { kind = "string", arg = "PATH", help = "SQLite database file (created when missing)" },
   body_limit = { kind = "integer", arg = "BYTES", help = "largest request body (default 1048576)" },
-  no_fast_path = { kind = "boolean",
-    help = "answer every /v1/ request in the Lua router, without the fast path (docs/router.md)" },
   help = { kind = "boolean", short = "h", help = "this help" },
 }
 
@@ -90,16 +88,14 @@ function M.main(argv)
   local store, serr = require("obleth.store").open(dbpath, { log = log })
   if not store then return _die(serr, 1) end
   local app = require("obleth.server").new { store = store, admin_token = token, log = log }
-  local handler = app:handler()
-  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit,
-    fast = not o.no_fast_path and app.router.fast or nil }
+  local srv, berr, bcode = http.server { host = host, port = port, handler = app:handler(), body_limit = body_limit }
   if not srv then
     store:close()
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes, fast_path = not o.no_fast_path })
+    routes = #app.routes })
   io.stdout:write(("obleth serve listening on %s\n"):format(url))
   io.stdout:flush()
   pcall(sys.sd_notify, "READY=1")
@@ -113,11 +109,11 @@ function M.main(argv)
       -- no new connections; requests in flight finish (keep-alive
       -- connections still open get 503 shutting_down)
       srv:stop_listening()
-      app:drain()
-      log.info("serve_stopping", { signal = name, inflight = app:busy() })
+      app.draining = true
+      log.info("serve_stopping", { signal = name, inflight = app.inflight })
       loop.spawn(function()
         local t0 = loop.monotonic()
-        while app:busy() > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        while app.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
         loop.stop(0)
       end)
     end)
