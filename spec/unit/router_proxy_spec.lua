@@ -240,6 +240,44 @@ describe("router in-process (" .. transport .. ")", function()
     assert.equal("shutting_down", decode(r).error.code)
   end)
 
+  it("counts each request once in the metrics: requests and latency", function()
+    local _, u = engine("cnt-1", { model = "cnt" })
+    model("cnt", { u })
+    for _ = 1, 5 do assert.equal(200, chat("cnt").status) end
+    for _ = 1, 2 do -- a scrape does not change the counts
+      local t = req("GET", "/metrics", nil, { Authorization = false }).body
+      assert.matches('obleth_router_requests_total{model="cnt",status="200"} 5\n', t, 1, true)
+      assert.matches('obleth_router_upstream_latency_seconds_count{model="cnt"} 5\n', t, 1, true)
+      assert.matches('obleth_router_upstream_latency_seconds_bucket{model="cnt",le="+Inf"} 5\n', t, 1, true)
+    end
+  end)
+
+  it("sees a store write made behind its back once its cache is older than CACHE_TTL", function()
+    local _, u1 = engine("ttl-1", { model = "ttl" })
+    local _, u2 = engine("ttl-2", { model = "ttl" })
+    local m = model("ttl", { u1 })
+    assert.equal("ttl-1", chat("ttl").headers["x-obleth-replica"])
+    assert(store:remove_endpoint(m.id, u1))
+    assert(store:add_endpoint(m.id, u2))
+    loop.sleep(require("obleth.router").CACHE_TTL + 0.1)
+    assert.equal("ttl-2", chat("ttl").headers["x-obleth-replica"])
+  end)
+
+  it("keeps its cache after a write request refused with 401 (no way to keep it cold)", function()
+    local _, u = engine("cold-1", { model = "cold" })
+    model("cold", { u })
+    assert.equal(200, chat("cold").status)
+    local reads, route_model = 0, store.route_model
+    store.route_model = function(...) reads = reads + 1; return route_model(...) end
+    local ok, err = pcall(function()
+      assert.equal(401, req("POST", "/api/v1/models", { name = "x" }, { Authorization = "Bearer wrong" }).status)
+      assert.equal(200, chat("cold").status)
+    end)
+    store.route_model = nil -- the method again
+    assert(ok, err)
+    assert.equal(0, reads)
+  end)
+
   it("answers for an endpoint whose host is longer than a DNS name without a 500", function()
     local _, live = engine("long-live", { model = "long-host" })
     model("long-host", { "http://" .. ("a"):rep(300) .. ":8000", live })
