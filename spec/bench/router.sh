@@ -11,9 +11,10 @@
 #   load     DURATION s (10), THREADS (2), CONNECTIONS (32): throughput and latency under load
 #   latency  LAT_DURATION s (5), 1 thread, 1 connection: what one request costs end to end
 #   rate     RATE_DURATION s (10), 2 threads, about RATE (2000) requests/s: each of
-#            RATE_CONNECTIONS (22) connections waits RATE_DELAY_MS (10) between an answer
-#            and its next request (22 / 10.5 ms ~ 2100/s at 0.5 ms a request): a fixed load
-#            below saturation, where p99 is what a client sees at a busy site
+#            RATE_CONNECTIONS (22) connections waits 0 to 2 * RATE_DELAY_MS (10) ms, at
+#            random, between an answer and its next request (22 / 10.5 ms ~ 2100/s at
+#            0.5 ms a request): a fixed load below saturation, where p99 is what a client
+#            sees at a busy site
 # Added latency = p50 (p99) through the proxy - p50 (p99) direct (same run kind); the
 # ratio is obleth's added latency over nginx's (<= 1 means obleth adds no more than nginx).
 # cpu_us/req: CPU time (user + system, /proc/PID/stat) the answering process used
@@ -182,7 +183,7 @@ for kind in load latency rate; do
   case $kind in
     load) echo; echo "load: ${DURATION}s, $THREADS threads, $CONNECTIONS connections" ;;
     latency) echo; echo "latency: ${LAT_DURATION}s, 1 thread, 1 connection" ;;
-    rate) echo; echo "rate: ${RATE_DURATION}s, 2 threads, $RATE_CONNECTIONS connections, ${RATE_DELAY_MS} ms between requests on each (about $RATE requests/s)" ;;
+    rate) echo; echo "rate: ${RATE_DURATION}s, 2 threads, $RATE_CONNECTIONS connections, 0-$((2 * RATE_DELAY_MS)) ms between requests on each (about $RATE requests/s)" ;;
   esac
   printf '  %-10s %10s %10s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 added_p99 cpu_us/req errors
   for name in "${targets[@]}"; do
