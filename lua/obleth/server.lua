@@ -185,12 +185,10 @@ function App:slurm_settings()
   }
 end
 
---- Start shutting down: new requests get 503 shutting_down, in Lua and in the router's fast path;
---- event streams end.
+--- Start shutting down: new requests get 503 shutting_down; event streams end.
 function App:drain()
   self.draining = true
   self.events:close_all()
-  if self.router then self.router:drain() end
 end
 
 --- "scheme://host[:port]" of an absolute http(s) URL (lowercase scheme and host), or nil.
@@ -199,11 +197,6 @@ function M.origin_of(url)
   local scheme, host = url:match("^(https?)://([^/?#]+)")
   if not scheme or host:find("@", 1, true) then return nil end
   return scheme:lower() .. "://" .. host:lower()
-end
-
---- Requests being answered now (the Management API's, the router's and its fast path's).
-function App:busy()
-  return self.inflight + (self.router and self.router:fast_in_flight() or 0)
 end
 
 --- Make the stored (or given) settings' secrets unprintable in the log.
@@ -443,7 +436,7 @@ function App:handler()
     local out = self:handle(req, res)
     -- every store write comes through a write request: the router reads afresh after one
     -- that changed something (not after a refused one, nor a sign-in: a request that wrote
-    -- nothing must not be a way to keep the router's cache and its fast path cold)
+    -- nothing must not be a way to keep the router's cache cold)
     if out.wrote then router:invalidate() end
     return out
   end

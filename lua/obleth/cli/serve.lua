@@ -9,7 +9,7 @@ local args = require "obleth.args"
 local M = {}
 
 M.usage = [[
-usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES] [--no-fast-path]
+usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
                     [--web-dir DIR] [--public-url URL]
 
 The Management API, the OpenAI-compatible router and the dashboard (open / in a
@@ -30,8 +30,6 @@ local spec = {
   listen = { kind = "string", arg = "HOST:PORT", help = "address to listen on (default 127.0.0.1:8080)" },
   db = { kind = "string", arg = "PATH", help = "SQLite database file (created when missing)" },
   body_limit = { kind = "integer", arg = "BYTES", help = "largest request body (default 1048576)" },
-  no_fast_path = { kind = "boolean",
-    help = "answer every /v1/ request in the Lua router, without the fast path (docs/router.md)" },
   web_dir = { kind = "string", arg = "DIR", help = "the built dashboard (index.html, assets/)" },
   public_url = { kind = "string", arg = "URL",
     help = "the URL people open the dashboard at, when a proxy in front changes it (https: Secure cookies)" },
@@ -110,15 +108,14 @@ function M.main(argv)
   local app = server.new { store = store, admin_token = token, log = log, web_dir = web_dir,
     public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")) }
   local handler = app:handler()
-  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit,
-    fast = not o.no_fast_path and app.router.fast or nil }
+  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit }
   if not srv then
     store:close()
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes, fast_path = not o.no_fast_path, web_dir = web_dir })
+    routes = #app.routes, web_dir = web_dir })
   local wst = sys.stat(web_dir .. "/index.html")
   if not wst then
     log.warn("dashboard_not_built", { web_dir = web_dir,
@@ -138,10 +135,10 @@ function M.main(argv)
       -- connections still open get 503 shutting_down)
       srv:stop_listening()
       app:drain()
-      log.info("serve_stopping", { signal = name, inflight = app:busy() })
+      log.info("serve_stopping", { signal = name, inflight = app.inflight })
       loop.spawn(function()
         local t0 = loop.monotonic()
-        while app:busy() > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        while app.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
         loop.stop(0)
       end)
     end)
