@@ -14,6 +14,8 @@
 -- the error is kept (`errors()`), so a broken edit never replaces a working
 -- policy. A file is recompiled when its mtime or size changed (stat from
 -- obleth.sys, else lfs); without either, every reload recompiles.
+local tables = require "obleth.tables"
+
 local M = {}
 
 M.DEFAULT_DIR = "/etc/obleth/policy.d"
@@ -94,12 +96,20 @@ local function _check(name, mod)
 end
 
 -- Compile and run an override file over the built-in module.
+-- Late binding: the override's functions are written into a fresh instance of
+-- the built-in module (`builtin.new()`), whose own functions call each other
+-- through that instance; so overriding a helper (validate's
+-- partition_takes_account) changes every decision that uses it (check,
+-- accounts_for). `builtin` in the file's environment holds the instance's
+-- functions as shipped, bound to the same instance.
 local function _load_override(name, path, builtin)
   local fh, ferr = io.open(path, "rb")
   if not fh then return nil, tostring(ferr) end
   local src = fh:read("a")
   fh:close()
-  local chunk, cerr = load(src, "@" .. path, "t", _env(name, builtin))
+  local merged = type(builtin.new) == "function" and builtin.new() or _copy(builtin)
+  local shipped = _copy(merged)
+  local chunk, cerr = load(src, "@" .. path, "t", _env(name, shipped))
   if not chunk then return nil, cerr end
   local ok, ret = pcall(chunk)
   if not ok then return nil, tostring(ret) end
@@ -107,13 +117,10 @@ local function _load_override(name, path, builtin)
     return nil, ("%s must return a table of functions and values (got %s)"):format(path, type(ret))
   end
   if ret.DEFAULTS ~= nil and type(ret.DEFAULTS) ~= "table" then return nil, "DEFAULTS must be a table" end
-  local base = builtin
-  if ret.DEFAULTS and type(builtin.new) == "function" then
-    local okn, made = pcall(builtin.new, ret.DEFAULTS)
-    if not okn then return nil, "DEFAULTS: " .. tostring(made) end
-    base = made
+  if ret.DEFAULTS then
+    merged.DEFAULTS = tables.merged(merged.DEFAULTS, ret.DEFAULTS)
+    shipped.DEFAULTS = merged.DEFAULTS
   end
-  local merged = _copy(base)
   for k, v in pairs(ret) do
     if k ~= "DEFAULTS" then merged[k] = v end
   end

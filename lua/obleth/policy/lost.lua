@@ -9,7 +9,7 @@ local function new(defaults)
 
   local function opt(opts, k)
     if opts and opts[k] ~= nil then return opts[k] end
-    return defaults[k]
+    return M.DEFAULTS[k]
   end
 
   --- Backoff before the n-th resubmit in a row.
@@ -42,7 +42,7 @@ local function new(defaults)
     return { lost = failures >= k, failures = failures, backoff_until = until_, evidence = evidence }
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
+  M.new = function(d) return new(tables.merged(M.DEFAULTS, d)) end
   return M
 end
 

@@ -417,7 +417,7 @@ local function new(defaults)
     return out
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
+  M.new = function(d) return new(tables.merged(M.DEFAULTS, d)) end
   return M
 end
 

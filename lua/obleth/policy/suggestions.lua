@@ -21,7 +21,7 @@ local function new(defaults)
 
   local function opt(opts, k)
     if opts and opts[k] ~= nil then return opts[k] end
-    return defaults[k]
+    return M.DEFAULTS[k]
   end
 
   local function evidence_of(o)
@@ -174,7 +174,7 @@ local function new(defaults)
     return out
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
+  M.new = function(d) return new(tables.merged(M.DEFAULTS, d)) end
   return M
 end
 
