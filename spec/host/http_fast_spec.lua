@@ -6,7 +6,7 @@
 local http = require "obleth.http"
 local loop = require "obleth.loop"
 local cjson = require "cjson"
-local smoke = require "obleth.smoke_engine"
+local smoke = require "obleth.testing"
 local router_mod = require "obleth.router"
 local balancer = require "obleth.router.balancer"
 

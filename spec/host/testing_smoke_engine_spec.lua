@@ -7,8 +7,8 @@ local http = require("obleth.http")
 local loop = require("obleth.loop")
 local sys = require("obleth.sys")
 local util = require("spec.support.util")
-local smoke = require("obleth.smoke_engine")
-local cli = require("obleth.cli.smoke_engine")
+local smoke = require("obleth.testing")
+local cli = require("obleth.testing.cli")
 
 local MODEL = "smoke-test-model"
 

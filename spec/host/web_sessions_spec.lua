@@ -1,6 +1,6 @@
-local sessions = require "obleth.sessions"
+local sessions = require "obleth.web.sessions"
 
-describe("obleth.sessions", function()
+describe("obleth.web.sessions", function()
   local t, s
   before_each(function()
     t = 1764500000

@@ -1,4 +1,4 @@
-local server = require "obleth.server"
+local server = require "obleth.api"
 
 describe("server: canonical paths", function()
   it("accepts ordinary paths and one trailing slash", function()

@@ -10,7 +10,7 @@
 -- drained) and `ia` = ia[1-2] (32 CPUs, 524288 MiB, gpu:h100:2 + gpu:h200:4,
 -- no features). Associations, QoS and access lists are written by hand on top.
 local N = require "obleth.slurm.normalize"
-local launch = require "obleth.launch"
+local launch = require "obleth.deployment"
 local recipe = require "obleth.recipe"
 local validate = require "obleth.policy.validate"
 local H = dofile("spec/fixtures/slurmrestd/cases.lua")

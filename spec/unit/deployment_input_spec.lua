@@ -1,7 +1,7 @@
--- obleth.validate: managed specs, settings, reports and queries as the API
+-- obleth.deployment.input: managed specs, settings, reports and queries as the API
 -- receives them (decoded by cjson, so numbers arrive as floats and null as cjson.null).
 local cjson = require "cjson"
-local validate = require "obleth.validate"
+local validate = require "obleth.deployment.input"
 
 local function spec(t)
   local base = { launch_command = "vllm serve /models/x" }

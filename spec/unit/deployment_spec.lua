@@ -1,8 +1,8 @@
--- obleth.launch on plain tables: provenance, learned defaults, Slurm-side
+-- obleth.deployment on plain tables: provenance, learned defaults, Slurm-side
 -- field errors, partition fit, suggestions, the job script and the exact
 -- slurmrestd body, prefill, "save as recipe", and the YAML settings reader.
 -- Expected values are worked out by hand from the facts below.
-local launch = require "obleth.launch"
+local launch = require "obleth.deployment"
 local recipe = require "obleth.recipe"
 
 local function policy(name) return require("obleth.policy." .. name) end
@@ -72,7 +72,7 @@ local function launches(n, account, qos)
   return out
 end
 
-describe("obleth.launch.preview", function()
+describe("obleth.deployment.preview", function()
   it("gives every setting its value and where it came from", function()
     local res = pv()
     assert.is_true(res.ok)
@@ -210,7 +210,7 @@ describe("obleth.launch.preview", function()
   end)
 end)
 
-describe("obleth.launch helpers", function()
+describe("obleth.deployment helpers", function()
   it("outcomes: every launch's job ends, newest end first, with its launch id and time limit", function()
     local out = launch.outcomes({
       { id = 2, settings = { time_limit = 30 }, outcomes = { { job_id = 21, state = "FAILED", ended_at = 50 },

@@ -1,7 +1,7 @@
 -- Repo ids and revisions are checked before anything reaches a URL.
-local validate = require("obleth.hf.validate")
+local validate = require("obleth.hf.repo_id")
 
-describe("obleth.hf.validate", function()
+describe("obleth.hf.repo_id", function()
   describe("repo_id", function()
     for _, id in ipairs({
       "Qwen/Qwen2.5-0.5B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "gpt2", "bert-base-uncased",

@@ -1,8 +1,8 @@
--- obleth.shell: quoting for /bin/sh. Expected words are written out by hand
+-- obleth.job.shell: quoting for /bin/sh. Expected words are written out by hand
 -- from the POSIX rule: inside '...' nothing is special, and ' is spelled '\''.
-local shell = require "obleth.shell"
+local shell = require "obleth.job.shell"
 
-describe("obleth.shell", function()
+describe("obleth.job.shell", function()
   describe("quote", function()
     it("wraps a plain value in single quotes", function()
       assert.equal("'abc'", shell.quote("abc"))

@@ -4,7 +4,7 @@ local dryrun = require "obleth.repl.dryrun"
 local help = require "obleth.repl.help"
 local api = require "obleth.repl.api"
 local policy = require "obleth.policy"
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 
 local NOW = 1764500000
 local INSTANCE = "0badcafe"

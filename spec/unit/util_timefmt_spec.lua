@@ -1,6 +1,6 @@
-local tf = require "obleth.timefmt"
+local tf = require "obleth.util.timefmt"
 
-describe("obleth.timefmt", function()
+describe("obleth.util.timefmt", function()
   it("parses Slurm's time forms into minutes, rounding seconds up (sbatch --time)", function()
     local cases = { ["90"] = 90, ["5:30"] = 6, ["1:00:00"] = 60, ["2-00"] = 2880, ["1-02:03"] = 1563,
       ["0-00:00:01"] = 1, ["1-00:00:00"] = 1440 }

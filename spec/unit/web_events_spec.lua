@@ -1,4 +1,4 @@
-local events = require "obleth.events"
+local events = require "obleth.web.events"
 
 -- a notifier that records wake-ups instead of waiting (the real one: spec/host/loop_spec.lua)
 local function fake_notifier()
@@ -8,7 +8,7 @@ local function fake_notifier()
   return n
 end
 
-describe("obleth.events", function()
+describe("obleth.web.events", function()
   local hub
   before_each(function() hub = events.new { max = 2, notifier = fake_notifier } end)
 

@@ -1,13 +1,13 @@
 --- The launch flow (docs/launch.md): preview, "Edit as YAML" check, launch,
--- and suggestions from past runs. The logic is obleth.launch (pure); this
+-- suggestions from past runs, and the launch history. The logic is obleth.deployment (pure); this
 -- module gathers its facts — the recipe (library, saved, or a Hugging Face
 -- choice), the cluster defaults, the recipe's launch history and the
 -- cluster's partitions, nodes, associations and QoS — and stores a launch.
 local cjson = require "cjson"
 local errors = require "obleth.api.errors"
-local json = require "obleth.api.json"
-local validate = require "obleth.validate"
-local launch = require "obleth.launch"
+local json = require "obleth.util.json"
+local validate = require "obleth.deployment.input"
+local launch = require "obleth.deployment"
 
 local M = {}
 
@@ -261,7 +261,7 @@ local function _policy(app, warnings)
 end
 
 --- The cluster checks of a managed spec about to be stored (PUT
---- /api/v1/models/{id}/managed): the same obleth.launch.cluster_errors the
+--- /api/v1/models/{id}/managed): the same obleth.deployment.cluster_errors the
 --- preview and the launch run, on the values the provisioner would submit.
 ---@param app table
 ---@param spec table validated managed spec
@@ -416,7 +416,7 @@ local function _save_target(app, s)
   return { id = s.id, name = not _null(s.name) and s.name or nil }
 end
 
-local ABORT = { __name = "obleth.api.launch.abort" }
+local ABORT = { __name = "obleth.api.deployments.abort" }
 
 local function do_launch(ctx)
   local app = ctx.app
@@ -599,7 +599,17 @@ local function check_yaml(ctx)
   return 200, { ok = false, diagnostics = json.array(diags) }
 end
 
+-- Launch history (GET /api/v1/deployments/launches), newest first.
+local function list_launches(ctx)
+  local q, err = validate.launches_query(ctx.query)
+  if not q then return errors.invalid(err) end
+  return 200, { launches = ctx.app.store:list_launches(q) }
+end
+
 M.routes = {
+  { "GET", "/api/v1/deployments/launches", list_launches, tag = "launches",
+    summary = "Launch history, newest first; ?model_id=, ?recipe_id=, ?limit= (50, at most 500)",
+    query = { "model_id", "recipe_id", "limit" } },
   { "POST", "/api/v1/deployments/preview", preview, tag = "deployments", body = "LaunchRequest", changes = {},
     summary = "Every setting of a launch with its value and provenance, per-field errors, partition fit, "
       .. "offered accounts, suggestions, the job script and the exact slurmrestd request" },

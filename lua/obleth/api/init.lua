@@ -1,4 +1,4 @@
---- obleth.server — the HTTP application of `obleth serve`: the router, auth,
+--- obleth.api — the HTTP application of `obleth serve`: the router, auth,
 -- JSON bodies, errors and the request log, around the route modules.
 --
 -- Route modules (`lua/obleth/api/<area>.lua`) return
@@ -8,12 +8,13 @@
 -- auth = "bearer"|"session", session_id (when signed in by cookie)}.
 -- Adding a module is one line in M.ROUTE_MODULES.
 --
--- A route's optional fields: `changes` = the event topics (obleth.events) a 2xx answer to it
+-- A route's optional fields: `changes` = the event topics (obleth.web.events) a 2xx answer to it
 -- published (every route that writes declares them; the handler may set ctx.changes to
 -- {{topic, model_id}, ...} instead, and ctx.model_id); `public = true`: no credentials needed;
 -- `stream = true`: the handler answers through ctx.res itself.
-local json = require "obleth.api.json"
+local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
+local api_params = require "obleth.api.params"
 
 local M = {}
 
@@ -24,10 +25,9 @@ M.ROUTE_MODULES = {
   "obleth.api.replicas",
   "obleth.api.settings",
   "obleth.api.provisioner",
-  "obleth.api.launches",
   "obleth.api.recipes",
   "obleth.api.hf",
-  "obleth.api.launch",
+  "obleth.api.deployments",
   "obleth.api.keys",
   "obleth.api.session",
   "obleth.api.events",
@@ -155,8 +155,8 @@ function M.new(opts)
     store = opts.store, log = log, routes = M.load_routes(opts.modules), inflight = 0, draining = false,
     cache = {}, _token = opts.admin_token, _router_opts = opts.router, now = now,
     clock = opts.clock or function() return require("obleth.loop").monotonic() end,
-    sessions = require("obleth.sessions").new { now = now },
-    events = require("obleth.events").new { max = opts.max_streams },
+    sessions = require("obleth.web.sessions").new { now = now },
+    events = require("obleth.web.events").new { max = opts.max_streams },
     web = require("obleth.web").new { dir = opts.web_dir or require("obleth.web").default_dir() },
     public_origin = public_origin,
   }, App)
@@ -253,7 +253,7 @@ function App:_auth(req)
     if tok and require("obleth.sys").consteq(tok, self._token) then return "bearer" end
     return nil -- a wrong Authorization header is not rescued by a cookie
   end
-  local sid = require("obleth.sessions").cookie(hs["cookie"], require("obleth.sessions").COOKIE)
+  local sid = require("obleth.web.sessions").cookie(hs["cookie"], require("obleth.web.sessions").COOKIE)
   if sid and self.sessions:check(sid, self._token) then return "session", sid end
   return nil
 end
@@ -301,7 +301,7 @@ function App:_publish(route, ctx, rbody)
   if not list then
     if not route.changes then return false end
     local mid = ctx.model_id
-    if mid == nil and route.path:match("^/api/v1/models/{id}") then mid = M.int_param(ctx, "id") end
+    if mid == nil and route.path:match("^/api/v1/models/{id}") then mid = api_params.int_param(ctx, "id") end
     if mid == nil and type(rbody) == "table" and math.type(rbody.model_id) == "integer" then mid = rbody.model_id end
     list = {}
     for _, t in ipairs(route.changes) do list[#list + 1] = { t, mid } end
@@ -447,14 +447,6 @@ function App:handler()
     if out.wrote then router:invalidate() end
     return out
   end
-end
-
---- An integer path parameter, or nil.
-function M.int_param(ctx, name)
-  local s = ctx.params[name or "id"]
-  local n = s and s:match("^%d+$") and math.tointeger(tonumber(s))
-  if n and n >= 1 then return n end
-  return nil
 end
 
 return M

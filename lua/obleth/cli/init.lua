@@ -6,8 +6,8 @@ local commands = {
   serve = "obleth.cli.serve",
   provisioner = "obleth.cli.provisioner",
   slurm = "obleth.cli.slurm",
-  repl = "obleth.cli.repl",
-  ["smoke-engine"] = "obleth.cli.smoke_engine",
+  repl = "obleth.repl",
+  ["smoke-engine"] = "obleth.testing.cli",
 }
 
 ---@param cmd string the command name (argv[1], or "provisioner" for obleth-provisioner)

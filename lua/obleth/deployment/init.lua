@@ -1,10 +1,10 @@
---- obleth.launch — the launch flow's logic: from a recipe (or a Hugging Face
+--- obleth.deployment — the launch flow's logic: from a recipe (or a Hugging Face
 -- choice) and the values the user changed to every setting with its
 -- provenance, per-field errors, partition fit, suggestions from past runs,
 -- the rendered job script and the exact body sent to slurmrestd.
 --
 -- Pure functions of data: no store, no network. The Management API route
--- module (obleth.api.launch) gathers the facts (recipe, cluster defaults,
+-- module (obleth.api.deployments) gathers the facts (recipe, cluster defaults,
 -- the recipe's launch history, the cluster's partitions / nodes /
 -- associations / QoS) and hands them here. Policy modules are passed in (a
 -- `policy(name)` getter), so operator overrides apply and specs can give the
@@ -12,9 +12,9 @@
 --
 -- Units: time limits in minutes, memory in MiB (0 = the whole node).
 local recipe = require "obleth.recipe"
-local jobscript = require "obleth.provisioner.jobscript"
+local jobscript = require "obleth.job"
 local submit = require "obleth.slurm.submit"
-local validate = require "obleth.validate"
+local validate = require "obleth.deployment.input"
 
 local M = {}
 
@@ -347,7 +347,7 @@ end
 --- the values the provisioner submits — the spec's, else the cluster
 --- defaults' partition / account / QoS, else Slurm's default partition.
 ---@param policy fun(name: string): table
----@param spec table validated managed spec (obleth.validate.managed_spec)
+---@param spec table validated managed spec (obleth.deployment.input.managed_spec)
 ---@param defaults table|nil cluster defaults
 ---@param facts table as for M.cluster_errors
 ---@return {field: string, message: string, code: string}[] errors
@@ -376,7 +376,7 @@ end
 
 --- The job description the provisioner would build for this spec's first
 --- replica (placeholders for what only exists later), and its request body.
----@param spec table validated managed spec (obleth.validate.managed_spec)
+---@param spec table validated managed spec (obleth.deployment.input.managed_spec)
 ---@param o {model: {id: integer|nil, name: string}, defaults: table, api_version: string|nil, bindir: string|nil,
 ---  exe: string|nil, generation: integer|nil, port: integer|nil, instance: string|nil}
 ---  instance: the installation id of the job tag (8 hex characters)

@@ -6,7 +6,7 @@
 -- err = {code = "invalid", field = "health.interval", message = "..."} naming
 -- the first bad field. Unknown fields are refused by name.
 local cjson = require "cjson"
-local timefmt = require "obleth.timefmt"
+local timefmt = require "obleth.util.timefmt"
 local hostlist = require "obleth.slurm.hostlist"
 
 local M = {}
@@ -16,7 +16,7 @@ local NULL = cjson.null
 --- What GET shows instead of a stored secret; a PUT that sends it back keeps the secret.
 M.MASK = "********"
 --- Returned for a secret field that keeps the stored value (absent or the mask).
-M.KEEP = setmetatable({}, { __name = "obleth.validate.KEEP", __tostring = function() return "KEEP" end })
+M.KEEP = setmetatable({}, { __name = "obleth.deployment.input.KEEP", __tostring = function() return "KEEP" end })
 
 M.MODEL_NAME = "^[A-Za-z0-9._:/%-]+$"
 M.REPLICA_STATES = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true,

@@ -2,13 +2,13 @@
 -- run it (vLLM and SGLang for safetensors, llama.cpp and Ollama for GGUF).
 --
 -- The pure parts (validation, detection, the GPU suggestion) live in
--- obleth.hf.validate, obleth.hf.detect and obleth.hf.gpus and run under plain
+-- obleth.hf.repo_id, obleth.hf.detect and obleth.hf.gpus and run under plain
 -- Lua 5.4; the Hub client (obleth.hf.client) needs the host. Requiring this
 -- module has no side effects: the shared client behind hf.inspect is made on
 -- first use.
 local detect = require("obleth.hf.detect")
 local gpus = require("obleth.hf.gpus")
-local validate = require("obleth.hf.validate")
+local validate = require("obleth.hf.repo_id")
 
 local M = {}
 

@@ -6,7 +6,7 @@
 -- submit's `environment`), and the only operator data written into the
 -- script is shell by nature (preamble lines, the launch command, a script
 -- body) plus names that are quoted (the image path, module names).
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 
 local M = {}
 

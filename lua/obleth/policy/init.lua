@@ -14,7 +14,7 @@
 -- the error is kept (`errors()`), so a broken edit never replaces a working
 -- policy. A file is recompiled when its mtime or size changed (stat from
 -- obleth.sys, else lfs); without either, every reload recompiles.
-local tables = require "obleth.tables"
+local tables = require "obleth.util.tables"
 
 local M = {}
 
@@ -64,9 +64,12 @@ local SAFE_GLOBALS = {
 local SAFE_LIBS = { "string", "table", "math", "utf8" }
 -- pure modules an override may require
 local SAFE_REQUIRE = {
-  ["obleth.slurm.hostlist"] = true, ["obleth.slurm.gres"] = true, ["obleth.timefmt"] = true,
-  ["obleth.shell"] = true,
+  ["obleth.slurm.hostlist"] = true, ["obleth.slurm.gres"] = true, ["obleth.util.timefmt"] = true,
+  ["obleth.job.shell"] = true,
 }
+-- the names these modules had before the layout of lua/obleth/ changed, so that operator files
+-- written for them still load
+local RENAMED = { ["obleth.timefmt"] = "obleth.util.timefmt", ["obleth.shell"] = "obleth.job.shell" }
 
 local function _env(name, builtin)
   local env = {}
@@ -76,6 +79,7 @@ local function _env(name, builtin)
   env.builtin = builtin
   env.policy_name = name
   env.require = function(mod)
+    mod = RENAMED[mod] or mod
     if SAFE_REQUIRE[mod] or (type(mod) == "string" and mod:match("^obleth%.policy%.[%w_]+$")) then
       return require(mod)
     end

@@ -2,7 +2,7 @@
 -- one QoS, the launch form starts with them, marked `learned`.
 -- Pure function of data; built by a factory so an operator override can
 -- change DEFAULTS (policy.d/learned.lua: `return {DEFAULTS = {window = 5}}`).
-local tables = require "obleth.tables"
+local tables = require "obleth.util.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 

@@ -3,7 +3,7 @@
 -- `lost`: not replaced until the operator clears it ("Try once more").
 -- Before that, each resubmit waits base * 2^(n-1) seconds after the last end
 -- (n = ends in a row without becoming healthy), capped.
-local tables = require "obleth.tables"
+local tables = require "obleth.util.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 

@@ -6,7 +6,7 @@
 -- node_list, max_time (minutes|math.huge), max_nodes (count|math.huge),
 -- state}, nodes {name, state={base, flags}, idle, cpus, alloc_cpus, memory,
 -- alloc_memory (MiB), gres={gpu={total, by_type}}, gres_free, features (set)}.
-local tables = require "obleth.tables"
+local tables = require "obleth.util.tables"
 local hostlist = require "obleth.slurm.hostlist"
 
 local function new(defaults)

@@ -4,7 +4,7 @@
 --   margin  = measured start-up (healthy_at - started_at) + policy margin
 --             (DEFAULTS.margin seconds; a spec's rollover_margin, in minutes, overrides)
 --   at      = ends_at - margin; start the successor once now >= at.
-local tables = require "obleth.tables"
+local tables = require "obleth.util.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 

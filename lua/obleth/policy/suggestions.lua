@@ -13,7 +13,7 @@
 --     code 0 too) -> more memory per node (doubled, up to the largest node of
 --     the partition) when the spec asks for less than a whole node, else one
 --     more node (up to the partition's MaxNodes).
-local tables = require "obleth.tables"
+local tables = require "obleth.util.tables"
 local hostlist = require "obleth.slurm.hostlist"
 
 local function new(defaults)

@@ -14,7 +14,7 @@
 --
 -- An empty account or QoS is what Slurm fills in for the job — the user's
 -- default account, the association's default QoS — and is checked as such.
-local tables = require "obleth.tables"
+local tables = require "obleth.util.tables"
 local function new(defaults)
   local M = { DEFAULTS = defaults }
 

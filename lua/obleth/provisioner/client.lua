@@ -2,11 +2,11 @@
 --- "Provisioner protocol"): one snapshot read and one report per pass.
 local http = require "obleth.http"
 local cjson = require "cjson"
-local json = require "obleth.api.json"
+local json = require "obleth.util.json"
 
 local M = {}
 
---- A decoded JSON value as plain Lua data (obleth.api.json.plain).
+--- A decoded JSON value as plain Lua data (obleth.util.json.plain).
 M.plain = json.plain
 
 local Client = {}

@@ -13,8 +13,8 @@ local sys = require "obleth.sys"
 local cjson = require "cjson"
 local slurm = require "obleth.slurm"
 local plan = require "obleth.provisioner.plan"
-local jobscript = require "obleth.provisioner.jobscript"
-local tag = require "obleth.provisioner.tag"
+local jobscript = require "obleth.job"
+local tag = require "obleth.job.tag"
 
 local M = {}
 
@@ -290,7 +290,7 @@ function M:run()
       self.policy.reload()
       local errs = self.policy.errors()
       log.info("policy_reload", { ok = not (errs and next(errs)), errors = errs and next(errs) and
-        require("cjson").encode(require("obleth.format").jsonable(errs)) or nil })
+        require("cjson").encode(require("obleth.util.format").jsonable(errs)) or nil })
     end
   end)
   sys.sd_notify("READY=1")

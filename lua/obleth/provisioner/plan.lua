@@ -7,11 +7,11 @@
 -- health(state, results, now)  what the health checks change: states,
 --                   endpoints, restarts of replicas unhealthy past grace.
 --
--- Neither does I/O: the daemon (obleth.provisioner.daemon) reads the
+-- Neither does I/O: the daemon (obleth.provisioner) reads the
 -- snapshot and the job listing, runs the submits, cancels and checks these
 -- functions ask for, and reports the rows they return. Times are epoch
 -- seconds; time limits are minutes (docs/managed-spec.md).
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 local never_starts = require("obleth.slurm.submit").never_starts
 
 local M = {}

@@ -11,9 +11,9 @@
 -- partition lists and the dry run as aligned tables), then as statements; an
 -- incomplete chunk continues on the next line. Readline history lives in
 -- ~/.obleth_history; Tab completes table fields. No secret is ever printed.
-local args = require "obleth.args"
-local pp = require "obleth.pp"
-local fmt = require "obleth.format"
+local args = require "obleth.cli.args"
+local pp = require "obleth.repl.pp"
+local fmt = require "obleth.util.format"
 local slurm_cli = require "obleth.cli.slurm"
 
 local M = {}
@@ -213,7 +213,7 @@ function M.handles(ctx)
   function H.plan()
     local f, err = ctx.live.pass()
     if not f then error("plan: " .. (type(err) == "table" and tostring(err.message) or tostring(err)), 2) end
-    local _, _, perr = require("obleth.provisioner.daemon").rules(ctx.policy)
+    local _, _, perr = require("obleth.provisioner").rules(ctx.policy)
     local run = require("obleth.repl.dryrun").run { now = f.now, snapshot = f.snapshot, jobs = f.jobs,
       job_by_id = f.job_by_id, lost = ctx.policy.get("lost"), rollover = ctx.policy.get("rollover"),
       drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or "") }
@@ -346,7 +346,7 @@ function M.main(argv)
   local secrets = {}
   local base, admin_token = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
   if base == "" or admin_token == "" then base, admin_token = nil, nil end
-  local client = base and admin_token and require("obleth.provisioner.api").new(base, admin_token) or nil
+  local client = base and admin_token and require("obleth.provisioner.client").new(base, admin_token) or nil
   if admin_token then log.add_secret(admin_token) end
   local function remember(snap)
     local st = snap and snap.settings or {}
@@ -419,7 +419,7 @@ function M.main(argv)
     end
     local jobs, jerr = conn:jobs()
     if not jobs then return nil, "listing jobs: " .. tostring(jerr.message) end
-    local by_id, ierr = require("obleth.provisioner.daemon").lookup_jobs(conn, snap, jobs)
+    local by_id, ierr = require("obleth.provisioner").lookup_jobs(conn, snap, jobs)
     if not by_id then return nil, ierr end
     return { now = os.time(), snapshot = snap, jobs = jobs, job_by_id = by_id }
   end

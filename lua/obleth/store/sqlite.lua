@@ -3,7 +3,7 @@
 -- numbered below and applied at open.
 local sqlite = require "obleth.sqlite"
 local cjson = require "cjson"
-local json = require "obleth.api.json"
+local json = require "obleth.util.json"
 
 local NULL = cjson.null
 
@@ -436,7 +436,7 @@ function Store:list_specs()
   return out
 end
 
---- Create or replace a model's managed spec (validated by obleth.validate).
+--- Create or replace a model's managed spec (validated by obleth.deployment.input).
 --- The generation is bumped when the spec changes (it never goes back, even
 --- across a DELETE and a new PUT).
 ---@return table|nil spec, boolean|table created_or_err
@@ -756,7 +756,7 @@ function Store:_upsert_replica(r, now, ignored)
 end
 
 --- Apply one pass's report in one transaction (see docs/managed-spec.md).
----@param rep table validated by obleth.validate.report
+---@param rep table validated by obleth.deployment.input.report
 ---@param now number
 ---@return table|nil {ok = true, ignored = [...], changes = {replicas = {[model_id] = true}, models = ...,
 ---  managed = ..., launches = ...}} (what the report changed, for the event streams), table|nil err

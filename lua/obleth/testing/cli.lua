@@ -1,5 +1,5 @@
 --- `obleth smoke-engine`: run the smoke-test inference engine
---- (obleth.smoke_engine) as a process, the way a Slurm job runs a real one.
+--- (obleth.testing) as a process, the way a Slurm job runs a real one.
 ---
 --- Exit status: 0 on SIGTERM/SIGINT or after --exit-after in ok mode;
 --- 1 for --mode exit (after --exit-after) and for a port that cannot be bound;
@@ -11,7 +11,7 @@ local loop = require("obleth.loop")
 local http = require("obleth.http")
 local log = require("obleth.log")
 local sys = require("obleth.sys")
-local smoke = require("obleth.smoke_engine")
+local smoke = require("obleth.testing")
 
 M.EXIT_USAGE = 2
 M.EXIT_CRASH = 3

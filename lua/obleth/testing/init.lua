@@ -5,7 +5,7 @@
 --- Answers are deterministic: a chat reply echoes the last user message,
 --- prefixed with the replica label, so a test can tell which replica answered.
 ---
----   local engine = require("obleth.smoke_engine").new{model = "m"}
+---   local engine = require("obleth.testing").new{model = "m"}
 ---   http.server{port = 0, handler = engine:handler()}
 ---
 --- Routes: GET /health, GET /v1/models, POST /v1/chat/completions,

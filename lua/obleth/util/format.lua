@@ -87,7 +87,7 @@ M.state_str = state_str
 
 --- Partitions with their limits, and idle-node counts from nodes.
 function M.partitions_table(parts, nodes)
-  local tf = require "obleth.timefmt"
+  local tf = require "obleth.util.timefmt"
   local by_name = {}
   for _, n in ipairs(nodes or {}) do by_name[n.name] = n end
   local rows = {}
@@ -122,7 +122,7 @@ end
 
 --- Jobs: id, name, user, partition, state, reason, nodes, time limit.
 function M.jobs_table(jobs)
-  local tf = require "obleth.timefmt"
+  local tf = require "obleth.util.timefmt"
   local rows = {}
   for _, j in ipairs(jobs) do
     rows[#rows + 1] = { j.id, j.name or "", j.user or "", j.partition or "", state_str(j.state),
