@@ -8,6 +8,7 @@ local errors = require "obleth.api.errors"
 local json = require "obleth.util.json"
 local validate = require "obleth.deployment.input"
 local launch = require "obleth.deployment"
+local recipe_schema = require "obleth.recipe.schema"
 
 local M = {}
 
@@ -86,7 +87,7 @@ end
 --- A recipe by id: validated recipe, its document, and where it came from.
 ---@return table|nil recipe, table|string doc_or_failure, string|nil source
 local function _recipe(app, id)
-  if type(id) ~= "string" or not id:match(validate.RECIPE_ID) or #id > 128 then
+  if type(id) ~= "string" or not id:match(validate.RECIPE_ID) or #id > recipe_schema.ID_LOOKUP_MAX then
     return nil, _fail(400, "invalid", "recipe_id: must be a recipe id (letters, digits, '.', '_', '-')", "recipe_id")
   end
   local lib = _library(app)
@@ -401,7 +402,7 @@ local function _save_target(app, s)
         "save_recipe." .. tostring(k))
     end
   end
-  if type(s.id) ~= "string" or not s.id:match(validate.RECIPE_ID) or #s.id > 64 or not s.id:match("^[a-z0-9]") then
+  if type(s.id) ~= "string" or not s.id:match(recipe_schema.ID_PATTERN) or #s.id > recipe_schema.ID_MAX then
     return nil, _fail(400, "invalid", "save_recipe.id: a recipe id: [a-z0-9][a-z0-9._-]*, at most 64", "save_recipe.id")
   end
   if not _null(s.name) and (type(s.name) ~= "string" or #s.name > 256) then

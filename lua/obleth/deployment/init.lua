@@ -15,6 +15,7 @@ local recipe = require "obleth.recipe"
 local jobscript = require "obleth.job"
 local submit = require "obleth.slurm.submit"
 local validate = require "obleth.deployment.input"
+local tables = require "obleth.util.tables"
 
 local M = {}
 
@@ -42,11 +43,7 @@ local function _v(x)
   return x
 end
 
-local function _copy(t)
-  local out = {}
-  for k, v in pairs(t or {}) do out[k] = v end
-  return out
-end
+local _copy = tables.copy
 
 -- recipe.resolve names the API model name `api_name`; the API says `api_model_name`.
 local function _api_field(f)

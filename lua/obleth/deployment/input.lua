@@ -8,6 +8,7 @@
 local cjson = require "cjson"
 local timefmt = require "obleth.util.timefmt"
 local hostlist = require "obleth.slurm.hostlist"
+local recipe_schema = require "obleth.recipe.schema"
 
 local M = {}
 
@@ -704,7 +705,7 @@ function M.launches_query(q)
       if not n or n < 1 then return _err("model_id", "must be a model id (a positive integer), got %q", v) end
       out.model_id = n
     elseif k == "recipe_id" then
-      if not v:match("^[A-Za-z0-9._%-]+$") or #v > 128 then
+      if not v:match(M.RECIPE_ID) or #v > recipe_schema.ID_LOOKUP_MAX then
         return _err("recipe_id", "%q is not a recipe id", v:sub(1, 80))
       end
       out.recipe_id = v
@@ -720,7 +721,8 @@ function M.launches_query(q)
   return out
 end
 
-M.RECIPE_ID = "^[A-Za-z0-9._%-]+$"
+--- The id a recipe is looked up and saved by (obleth.recipe's rule).
+M.RECIPE_ID = recipe_schema.ID_LOOKUP_PATTERN
 
 --- Validate a saved recipe document (the recipe itself, as JSON). Only its
 --- identity is checked here; the recipe format is obleth.recipe's.
@@ -730,7 +732,8 @@ function M.recipe(input, id)
   if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object (a recipe)" } end
   local rid = input.id
   if rid == nil and id then rid = id end
-  local s, e = _str(rid, "id", { max = 128, pattern = M.RECIPE_ID, rule = "letters, digits, '.', '_', '-'" })
+  local s, e = _str(rid, "id", { max = recipe_schema.ID_LOOKUP_MAX, pattern = M.RECIPE_ID,
+    rule = "letters, digits, '.', '_', '-'" })
   if e then return nil, e end
   if id and s ~= id then return _err("id", "%q does not match the recipe id in the URL (%q)", s, id) end
   if input.name ~= nil and not _null(input.name) then

@@ -6,15 +6,18 @@
 -- submit's `environment`), and the only operator data written into the
 -- script is shell by nature (preamble lines, the launch command, a script
 -- body) plus names that are quoted (the image path, module names).
+local shell = require "obleth.job.shell"
 local tag = require "obleth.job.tag"
 
 local M = {}
 
---- Quote s for /bin/sh as one literal word.
+-- Quote s for /bin/sh as one literal word (obleth.job.shell). The values quoted here (module
+-- names, the image path) were validated with the managed spec: a NUL byte in one is a bug.
 local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+  local word, err = shell.quote(s)
+  if not word then error("job script: " .. err, 2) end
+  return word
 end
-M.quote = q
 
 --- The batch script for a spec.
 ---@param spec table managed spec (docs/managed-spec.md)

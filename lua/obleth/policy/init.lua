@@ -51,11 +51,7 @@ local function _stat_fn()
   return nil
 end
 
-local function _copy(t)
-  local out = {}
-  for k, v in pairs(t) do out[k] = v end
-  return out
-end
+local _copy = tables.copy
 
 local SAFE_GLOBALS = {
   "assert", "error", "ipairs", "next", "pairs", "pcall", "select", "tonumber", "tostring", "type",

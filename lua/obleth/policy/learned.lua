@@ -2,9 +2,9 @@
 -- one QoS, the launch form starts with them, marked `learned`.
 -- Pure function of data; built by a factory so an operator override can
 -- change DEFAULTS (policy.d/learned.lua: `return {DEFAULTS = {window = 5}}`).
-local tables = require "obleth.util.tables"
+local factory = require "obleth.policy.factory"
 local function new(defaults)
-  local M = { DEFAULTS = defaults }
+  local M = factory.instance(defaults, new)
 
   --- Learn account and QoS from a recipe's recent launches.
   ---@param launches {id: any, account: string|nil, qos: string|nil}[] newest first
@@ -30,7 +30,6 @@ local function new(defaults)
     return { account = account, qos = qos, provenance = "learned", evidence = ids }
   end
 
-  M.new = function(d) return new(tables.merged(M.DEFAULTS, d)) end
   return M
 end
 

@@ -1,12 +1,10 @@
 --- obleth.recipe.load — reading recipes from YAML text, a file or a directory (host only: needs
 -- obleth.yaml and obleth.sys).
+local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local validate = require "obleth.recipe.validate"
-local M = {}
 -- the names this part's code shares with the other parts of obleth.recipe
-for _, part in ipairs({ schema, validate }) do
-  for k, v in pairs(part) do M[k] = v end
-end
+local M = tables.merged(schema, validate)
 
 --- Decode and validate recipe YAML text.
 ---@param text string

@@ -1,13 +1,11 @@
 --- obleth.recipe.render — rendering a validated recipe into the job-script fields of a managed
 -- spec, every value quoted where it lands.
 local shell = require "obleth.job.shell"
+local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local templates = require "obleth.recipe.templates"
-local M = {}
 -- the names this part's code shares with the other parts of obleth.recipe
-for _, part in ipairs({ schema, templates }) do
-  for k, v in pairs(part) do M[k] = v end
-end
+local M = tables.merged(schema, templates)
 local _v, _text = schema._v, schema._text
 local _parse_argv_element = templates._parse_argv_element
 

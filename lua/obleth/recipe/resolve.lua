@@ -1,15 +1,13 @@
 --- obleth.recipe.resolve — resolving every setting of the launch form with its provenance
 -- (recipe.resolve), and building the managed spec from resolved values and a render
 -- (recipe.managed_spec).
+local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local templates = require "obleth.recipe.templates"
 local validate = require "obleth.recipe.validate"
 local render = require "obleth.recipe.render"
-local M = {}
 -- the names this part's code shares with the other parts of obleth.recipe
-for _, part in ipairs({ schema, templates }) do
-  for k, v in pairs(part) do M[k] = v end
-end
+local M = tables.merged(schema, templates)
 local _v = schema._v
 local RES_RULES, HEALTH_RULES = validate.RES_RULES, validate.HEALTH_RULES
 local _check_rule, _check_typed_value = validate._check_rule, validate._check_typed_value

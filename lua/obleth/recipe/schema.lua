@@ -35,6 +35,14 @@ function M.pattern_repeats(p)
 end
 
 M.ENGINES = { vllm = true, sglang = true, llamacpp = true, ollama = true, smoke = true, custom = true }
+--- A recipe's id (a library file's, a recipe saved at launch): a lower-case letter or digit,
+--- then lower-case letters, digits, '.', '_', '-'; at most ID_MAX characters.
+M.ID_PATTERN = "^[a-z0-9][a-z0-9._-]*$"
+M.ID_MAX = 64
+--- What an id a recipe is looked up by (in a URL, a query, a saved document) may hold: letters of
+--- either case, digits, '.', '_', '-'; at most ID_LOOKUP_MAX characters.
+M.ID_LOOKUP_PATTERN = "^[A-Za-z0-9._%-]+$"
+M.ID_LOOKUP_MAX = 128
 M.INPUT_TYPES = { string = true, integer = true, number = true, boolean = true, enum = true, path = true }
 M.PROVENANCE = { "builtin", "recipe", "cluster_default", "learned", "user" }
 

@@ -1,12 +1,10 @@
 --- obleth.recipe.templates — parsing `{{ ns.name [| filter] }}` references, checking that each
 -- names something the recipe provides, where a reference may sit in a script (shell context) and
 -- in an argv element. See obleth.recipe for the injection-safety rules.
+local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
-local M = {}
 -- the names this part's code shares with the other parts of obleth.recipe
-for _, part in ipairs({ schema }) do
-  for k, v in pairs(part) do M[k] = v end
-end
+local M = tables.merged(schema)
 
 ---------------------------------------------------------------------------
 -- templates

@@ -2,13 +2,11 @@
 -- value (recipe.check_input).
 local shell = require "obleth.job.shell"
 local timefmt = require "obleth.util.timefmt"
+local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local templates = require "obleth.recipe.templates"
-local M = {}
 -- the names this part's code shares with the other parts of obleth.recipe
-for _, part in ipairs({ schema, templates }) do
-  for k, v in pairs(part) do M[k] = v end
-end
+local M = tables.merged(schema, templates)
 local TOP_KEYS, INPUT_KEYS = schema.TOP_KEYS, schema.INPUT_KEYS
 local _v, _is_int, _int, _is_array, _text = schema._v, schema._is_int, schema._int, schema._is_array, schema._text
 local _check_ref, _check_script_context = templates._check_ref, templates._check_script_context
@@ -322,7 +320,7 @@ function M.validate(tbl, positions)
     end
   end
   local id = _v(tbl.id)
-  if type(id) ~= "string" or not id:match("^[a-z0-9][a-z0-9._-]*$") or #id > 64 then
+  if type(id) ~= "string" or not id:match(M.ID_PATTERN) or #id > M.ID_MAX then
     add(tbl, "id", "id", "id is required: lower-case letters, digits, '.', '_' and '-' (at most 64)")
   end
   out.id = id

@@ -12,4 +12,11 @@ function M.merged(a, b)
   return out
 end
 
+--- A new table holding t's keys (shallow); nil gives an empty table.
+---@param t table|nil
+---@return table
+function M.copy(t)
+  return M.merged(t, nil)
+end
+
 return M
