@@ -462,8 +462,7 @@ local function do_launch(ctx)
     local model = need(store:create_model { name = v.api_name })
     local lid = need(store:add_launch { model_id = model.id, recipe_id = c.recipe.id, settings = record,
       created_by = "admin", created_at = math.floor(app.now()) })
-    local spec, serr = store:put_spec(model.id, pv.spec)
-    need(spec, serr)
+    need(store:put_spec(model.id, pv.spec))
     local saved
     if save then saved = need(store:put_recipe(save.id, save.name or save.id, saved_text, true)) end
     return { model_id = model.id, launch_id = lid, saved = saved }

@@ -49,9 +49,9 @@ local function put(ctx)
     if #errs > 0 then return launch_api.unprocessable(errs) end
     if why then ctx.app.log.warn("managed_spec_unchecked", { model_id = id, reason = why }) end
   end
-  local out, created = ctx.app.store:put_spec(id, spec)
-  if not out then return errors.store(created) end
-  return created and 201 or 200, out
+  local stored, perr = ctx.app.store:put_spec(id, spec)
+  if not stored then return errors.store(perr) end
+  return stored.created and 201 or 200, stored.spec
 end
 
 local function delete(ctx)

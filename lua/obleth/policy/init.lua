@@ -134,12 +134,16 @@ end
 ---@param name string a policy name (one of M.NAMES)
 ---@param path string the file
 ---@return table|nil module the module the file would make
----@return string|nil err what failed; compile and run errors name the file and line ("PATH:3: ...")
+---@return {code: "unknown_policy"|"invalid_policy", message: string}|nil err what failed; compile and run
+---  errors name the file and line ("PATH:3: ...")
 function M.load_file(name, path)
   if not M.REQUIRED[name] then
-    return nil, ("unknown policy %q (one of %s)"):format(tostring(name), table.concat(M.NAMES, ", "))
+    return nil, { code = "unknown_policy",
+      message = ("unknown policy %q (one of %s)"):format(tostring(name), table.concat(M.NAMES, ", ")) }
   end
-  return _load_override(name, path, require("obleth.policy." .. name))
+  local mod, err = _load_override(name, path, require("obleth.policy." .. name))
+  if not mod then return nil, { code = "invalid_policy", message = err } end
+  return mod
 end
 
 --- A policy set: built-in modules plus the overrides of one directory.

@@ -76,7 +76,7 @@ end
 --- A view of a connection for the REPL: methods work as `slurm.ping()` and
 --- `slurm:ping()`; unless allow_write, changing calls raise with a message
 --- that says how to allow them; with allow_write, each one is described and
---- `confirm(question)` must answer true, else it returns nil, {kind = "declined"}.
+--- `confirm(question)` must answer true, else it returns nil, {code = "declined", message}.
 --- Job, node and partition lists print as aligned tables.
 function M.guard(conn, allow_write, confirm)
   local proxy
@@ -100,7 +100,7 @@ function M.guard(conn, allow_write, confirm)
           if WRITE_CALLS[k] then
             local what = M.describe_write(conn, k, a)
             if not (confirm and confirm(what)) then
-              return nil, { kind = "declined", message = "not done: " .. what }
+              return nil, { code = "declined", message = "not done: " .. what }
             end
           end
           local r = table.pack(v(conn, table.unpack(a, 1, a.n)))
@@ -405,9 +405,10 @@ function M.main(argv)
 
   -- live facts, read fresh for every call
   local live = {}
+  local NO_API = { code = "no_api", message = "no Management API: set OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN" }
   function live.pass()
-    if not client then return nil, "no Management API: set OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN" end
-    if not conn then return nil, "not connected to Slurm: " .. tostring(cerr) end
+    if not client then return nil, NO_API end
+    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. tostring(cerr) } end
     local snap, err = client:snapshot()
     if not snap then return nil, err end
     remember(snap)
@@ -418,20 +419,22 @@ function M.main(argv)
       conn:set_token(token)
     end
     local jobs, jerr = conn:jobs()
-    if not jobs then return nil, "listing jobs: " .. tostring(jerr.message) end
+    if not jobs then return nil, { code = "slurm", message = "listing jobs: " .. tostring(jerr.message) } end
     local by_id, ierr = require("obleth.provisioner").lookup_jobs(conn, snap, jobs)
     if not by_id then return nil, ierr end
     return { now = os.time(), snapshot = snap, jobs = jobs, job_by_id = by_id }
   end
   function live.cluster()
-    if not conn then return nil, "not connected to Slurm: " .. tostring(cerr) end
+    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. tostring(cerr) } end
     local f = {}
     local calls = { { "partitions", function() return conn:partitions() end },
       { "nodes", function() return conn:nodes() end }, { "qos", function() return conn:qos() end },
       { "associations", function() return conn:associations { user = (conn:info() or {}).user } end } }
     for _, c in ipairs(calls) do
       local v, e = c[2]()
-      if not v then return nil, ("slurmrestd %s: %s"):format(c[1], tostring(e and e.message)) end
+      if not v then
+        return nil, { code = "slurm", message = ("slurmrestd %s: %s"):format(c[1], tostring(e and e.message)) }
+      end
       f[c[1]] = v
     end
     return f

@@ -165,7 +165,7 @@ function M.new(set, live)
     local mod, err = require("obleth.policy").load_file(name, path)
     local res = { policy = name, path = path }
     if not mod then
-      res.error = err
+      res.error = err.message
       return shown(res, M.render_try)
     end
     local function new_get(n) if n == name then return mod end return set.get(n) end
