@@ -213,10 +213,12 @@ end
 
 --- The cluster facts the checks need, normalized (cached M.FACTS_TTL seconds).
 ---@return table|nil {partitions, nodes, associations, qos, api_version, user, enforce_part_limits},
----  string|nil why not
+---@return {code: "no_connection"|"no_slurm_user"|"slurm", message: string}|nil why not
 function M.facts(app)
   local s = app:slurm_settings()
-  if not s.url and not s.socket then return nil, "no slurmrestd connection is set up" end
+  if not s.url and not s.socket then
+    return nil, { code = "no_connection", message = "no slurmrestd connection is set up" }
+  end
   local c = app.cache.launch_facts
   local now = app.clock()
   -- the Slurm user's groups and EnforcePartLimits follow the settings at once (not cached)
@@ -229,7 +231,7 @@ function M.facts(app)
   end
   if c and _same_key(c.key, s.updated_at) and now - c.at < M.FACTS_TTL then return with_site(c.facts) end
   local conn, err = app:slurm_connect()
-  if not conn then return nil, "slurmrestd: " .. tostring(err and err.message) end
+  if not conn then return nil, { code = "slurm", message = "slurmrestd: " .. tostring(err and err.message) } end
   local f = { api_version = conn:version() }
   local calls = {
     { "partitions", function() return conn:partitions() end },
@@ -237,10 +239,14 @@ function M.facts(app)
     { "qos", function() return conn:qos() end },
     { "associations", function() return conn:associations { user = s.user } end },
   }
-  if not s.user then return nil, "no Slurm user is set: the user's associations are unknown" end
+  if not s.user then
+    return nil, { code = "no_slurm_user", message = "no Slurm user is set: the user's associations are unknown" }
+  end
   for _, call in ipairs(calls) do
     local v, e = call[2]()
-    if not v then return nil, ("slurmrestd %s: %s"):format(call[1], tostring(e and e.message)) end
+    if not v then
+      return nil, { code = "slurm", message = ("slurmrestd %s: %s"):format(call[1], tostring(e and e.message)) }
+    end
     f[call[1]] = v
   end
   app.cache.launch_facts = { key = s.updated_at, at = now, facts = f }
@@ -270,7 +276,7 @@ end
 ---@return string|nil why the checks could not run (no connection, Slurm unreachable)
 function M.check_spec(app, spec)
   local facts, why = M.facts(app)
-  if not facts then return {}, why end
+  if not facts then return {}, why.message end
   local warnings = {}
   local errs = launch.spec_errors(_policy(app, warnings), spec, app:slurm_settings().defaults, facts)
   return errs
@@ -333,7 +339,7 @@ function M.prepare(app, b, values)
   local settings = app:slurm_settings()
   local launches = app.store:list_launches { recipe_id = r.id, limit = M.HISTORY }
   local facts, why = M.facts(app)
-  if not facts and why then warnings[#warnings + 1] = why end
+  if not facts and why then warnings[#warnings + 1] = why.message end
   local api_version = facts and facts.api_version
   if not api_version and settings.api_version ~= "auto" then api_version = settings.api_version end
   local sys = require "obleth.sys"
@@ -564,7 +570,7 @@ local function check_yaml(ctx)
       local settings = app:slurm_settings()
       local warnings = {}
       local facts, why = M.facts(app)
-      if why then warnings[#warnings + 1] = why end
+      if why then warnings[#warnings + 1] = why.message end
       pv = launch.preview { recipe = stub, values = values, api_model_name = values.api_model_name,
         defaults = settings.defaults, launches = {}, facts = facts, api_version = facts and facts.api_version,
         policy = _policy(app, warnings), warnings = warnings }
