@@ -312,6 +312,24 @@ describe("launch checks on the harness cluster", function()
       assert.equal(204, (srv:request("DELETE", ("/api/v1/models/%d/managed"):format(m.id))))
     end)
 
+    it("a paused spec (enabled: false) is stored unchecked, since it submits nothing; resuming it is checked", function()
+      local m = ok("POST", "/api/v1/models", { name = "put-paused" })
+      local path = ("/api/v1/models/%d/managed"):format(m.id)
+      local bad = base({ partition = "debug", account = "teaching" })
+      assert.equal(201, (put(m.id, bad, "?check=false")))
+      bad.enabled = false
+      assert.equal(200, (put(m.id, bad)))
+      local _, stored = srv:request("GET", path)
+      assert.is_false(stored.enabled)
+      bad.enabled = true
+      local st, doc = put(m.id, bad)
+      assert.equal(422, st)
+      assert.equal("account", doc.error.field)
+      local _, still = srv:request("GET", path)
+      assert.is_false(still.enabled)
+      assert.equal(204, (srv:request("DELETE", path)))
+    end)
+
     it("a refused edit leaves the running replicas untouched", function()
       local provisioner = require "spec.support.provisioner"
       local prov = provisioner.start { base = srv.base, token = srv.token }

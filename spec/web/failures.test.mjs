@@ -23,7 +23,7 @@ after(async () => {
 
 test('a spec Slurm refuses shows the refused-job message; paused, Dismiss clears it', { skip }, async () => {
   const m = (await stack.api('POST', '/api/v1/models', { name: 'refused-web' })).json;
-  const put = await stack.api('PUT', `/api/v1/models/${m.id}/managed`, { partition: 'nosuch', replicas: 1, time_limit: 5,
+  const put = await stack.api('PUT', `/api/v1/models/${m.id}/managed?check=false`, { partition: 'nosuch', replicas: 1, time_limit: 5,
     launch_command: 'sleep 600' });
   assert.equal(put.status, 201, put.text);
   const { page, rec, shot } = await newPage(b, stack, 'refused');
@@ -84,9 +84,10 @@ test('a never-healthy engine becomes lost; Try once more submits it again', { sk
 });
 
 test('a job Slurm keeps pending shows its state and Slurm\'s reason on the replica', { skip }, async () => {
-  // debug allows 30 minutes: a 2-hour job is accepted and pends (EnforcePartLimits is unset on the harness)
+  // debug allows 30 minutes: a 2-hour job is accepted and pends (EnforcePartLimits is unset on the harness);
+  // the API would refuse it at the field (?check=false stores it unchecked, as an older obleth did)
   const m = (await stack.api('POST', '/api/v1/models', { name: 'pending-web' })).json;
-  const put = await stack.api('PUT', `/api/v1/models/${m.id}/managed`, { partition: 'debug', account: 'research',
+  const put = await stack.api('PUT', `/api/v1/models/${m.id}/managed?check=false`, { partition: 'debug', account: 'research',
     replicas: 1, time_limit: 120, launch_command: 'sleep 600' });
   assert.equal(put.status, 201, put.text);
   const { page, rec, shot } = await newPage(b, stack, 'pending');

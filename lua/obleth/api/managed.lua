@@ -28,7 +28,9 @@ end
 -- cluster — account, QoS, time limit, the user's groups, partition fit — with the launch flow's own
 -- checks (obleth.api.deployments.check_spec → obleth.deployment.cluster_errors): 422 with per-field errors
 -- and nothing stored, so running replicas are untouched. ?check=false stores without the cluster
--- checks (the provisioner then reports a refusal as provision_error).
+-- checks (the provisioner then reports a refusal as provision_error). A paused spec (enabled: false)
+-- submits nothing, so it is stored without them: Pause works on a spec the cluster refuses, and
+-- Resume (enabled: true) is checked.
 local function put(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
@@ -43,7 +45,7 @@ local function put(ctx)
   if not b then return st, eb end
   local spec, err = validate.managed_spec(b)
   if not spec then return errors.invalid(err) end
-  if check ~= "false" then
+  if check ~= "false" and spec.enabled ~= false then
     local launch_api = require "obleth.api.deployments"
     local errs, why = launch_api.check_spec(ctx.app, spec)
     if #errs > 0 then return launch_api.unprocessable(errs) end
