@@ -85,7 +85,7 @@ static void setup_paths(lua_State *L, char *exe_buf, size_t exe_len) {
         /* build/obleth and build/asan/obleth in a source tree */
         static const char *up[] = {"..", "../..", NULL};
         for (int i = 0; up[i] && !lua_dir[0]; i++) {
-            pathf(probe, sizeof probe, "%s/%s/lua/obleth/cli.lua", bindir, up[i]);
+            pathf(probe, sizeof probe, "%s/%s/lua/obleth/cli/init.lua", bindir, up[i]);
             if (is_file(probe)) {
                 pathf(lua_dir, sizeof lua_dir, "%s/%s/lua", bindir, up[i]);
                 pathf(share_dir, sizeof share_dir, "%s/%s", bindir, up[i]);

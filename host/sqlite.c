@@ -95,6 +95,7 @@
  * across a call that can raise.
  */
 #include "sqlite.h"
+#include "host.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -897,22 +898,6 @@ static int l_open(lua_State *L)
 
 /* ---- module -------------------------------------------------------------- */
 
-static void new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc)
-{
-    if (luaL_newmetatable(L, name)) {
-        luaL_setfuncs(L, methods, 0);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, gc);
-        lua_setfield(L, -2, "__gc");
-        lua_pushcfunction(L, gc);
-        lua_setfield(L, -2, "__close");
-        lua_pushliteral(L, "private");
-        lua_setfield(L, -2, "__metatable");
-    }
-    lua_pop(L, 1);
-}
-
 int luaopen_obleth_sqlite(lua_State *L)
 {
     static const luaL_Reg funcs[] = {{"open", l_open}, {"version", NULL}, {NULL, NULL}};
@@ -934,13 +919,9 @@ int luaopen_obleth_sqlite(lua_State *L)
         {"bind", stmt_bind},   {"step", stmt_step},   {"rows", stmt_rows},
         {"reset", stmt_reset}, {"close", stmt_close}, {NULL, NULL},
     };
-    new_class(L, DB_MT, db_methods, db_close);
-    new_class(L, STMT_MT, stmt_methods, stmt_close);
-    if (luaL_newmetatable(L, ROWS_MT)) {
-        lua_pushcfunction(L, rows_close);
-        lua_setfield(L, -2, "__close");
-    }
-    lua_pop(L, 1);
+    obleth_newclass(L, DB_MT, db_methods, db_close, db_close);
+    obleth_newclass(L, STMT_MT, stmt_methods, stmt_close, stmt_close);
+    obleth_newclass(L, ROWS_MT, NULL, NULL, rows_close);
     if (luaL_newmetatable(L, ERROR_MT)) {
         lua_pushcfunction(L, error_tostring);
         lua_setfield(L, -2, "__tostring");

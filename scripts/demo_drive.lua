@@ -15,7 +15,7 @@ local function api(method, path, body)
     body = body and cjson.encode(body) or nil }
   if not r then error(("%s %s: %s"):format(method, path, err.message), 0) end
   local ok, doc = pcall(cjson.decode, r.body)
-  if ok then doc = require("obleth.provisioner.api").plain(doc) end
+  if ok then doc = require("obleth.provisioner.client").plain(doc) end
   if r.status >= 300 then
     error(("%s %s: HTTP %d %s"):format(method, path, r.status, ok and cjson.encode(doc) or r.body), 0)
   end
@@ -49,7 +49,7 @@ if cmd == "sweep" then
   local conn = slurm.connect { url = os.getenv("OBLETH_SLURM_URL"), user = os.getenv("OBLETH_SLURM_USER"),
     token = os.getenv("OBLETH_SLURM_TOKEN") }
   if not conn then return 1 end
-  local tag = require "obleth.provisioner.tag"
+  local tag = require "obleth.job.tag"
   for _, j in ipairs(conn:jobs() or {}) do
     local t = tag.parse(j)
     if t and t.instance == instance and require("obleth.provisioner.plan").LIVE[j.state.base] then
@@ -84,7 +84,7 @@ api("PUT", "/api/v1/settings/slurm", {
 local test = api("POST", "/api/v1/settings/slurm/test", {})
 local left = test.token and test.token.seconds_left
 print(("demo: Test connection: slurmrestd API %s, Slurm %s, JWT expires in %s"):format(tostring(test.api_version),
-  tostring(test.release), left and require("obleth.format").duration(left) or "?"))
+  tostring(test.release), left and require("obleth.util.format").duration(left) or "?"))
 
 -- the launch flow a person goes through on New deployment: the library recipe smoke-test, checked by
 -- the preview, then launched (recorded in the launch history the suggestions learn from)

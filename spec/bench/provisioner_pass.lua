@@ -10,8 +10,8 @@
 local loop = require "obleth.loop"
 local http = require "obleth.http"
 local cjson = require "cjson"
-local tag = require "obleth.provisioner.tag"
-local daemon = require "obleth.provisioner.daemon"
+local tag = require "obleth.job.tag"
+local daemon = require "obleth.provisioner"
 
 local BIG = tonumber(arg and arg[1]) or 500
 local SMALL = 50

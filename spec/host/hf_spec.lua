@@ -300,7 +300,7 @@ describe("POST /api/v1/hf/inspect in a child obleth pointed at the stand-in Hub 
   -- The child runs the route handler for each body and prints the answers as JSON.
   local CHILD = [[
 local api = require("obleth.api.hf")
-local json = require("obleth.api.json")
+local json = require("obleth.util.json")
 local log = require("obleth.log")
 log.set_level("debug")
 local token = os.getenv("OBLETH_TEST_HF_TOKEN")

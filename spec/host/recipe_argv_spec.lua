@@ -4,7 +4,7 @@
 -- literal argument and no injected command may run. Also: every library
 -- recipe in recipes/ loads from YAML, renders, and parses as shell.
 local recipe = require "obleth.recipe"
-local shell = require "obleth.shell"
+local shell = require "obleth.job.shell"
 
 local function sh(cmd)
   local ok = os.execute(cmd)
@@ -172,27 +172,38 @@ describe("recipe rendering against /bin/sh", function()
   -- templates found by trying to break it: each either is refused when the
   -- recipe is checked, or runs with the value as data
   local tricky = {
-    { "heredoc with an odd delimiter", "#!/bin/bash\ncat <<EOF+X\nEOF\n{{ inputs.x }}\nEOF+X\n" },
-    { "case inside a command substitution", '#!/bin/bash\necho "$(case a in a) echo " {{ inputs.x }} " ;; esac)"\n' },
-    { "a shell's -c in a flag cluster", "#!/bin/bash\nbash -lc {{ inputs.x }}\n" },
-    { "a heredoc split over lines", "#!/bin/bash\ncat <<EOF\n{{ inputs.x }}\nEOF\n" },
-    { "a quote split over lines", '#!/bin/bash\necho "\n{{ inputs.x }}\n"\n' },
-    { "arithmetic", "#!/bin/bash\necho $(( {{ inputs.x }} ))\n" },
+    { "heredoc with an odd delimiter", "#!/bin/bash\ncat <<EOF+X\nEOF\n{{ inputs.x }}\nEOF+X\n", "runs" },
+    { "case inside a command substitution", '#!/bin/bash\necho "$(case a in a) echo " {{ inputs.x }} " ;; esac)"\n', "runs" },
+    { "a shell's -c in a flag cluster", "#!/bin/bash\nbash -lc {{ inputs.x }}\n", "refused" },
+    { "a heredoc split over lines", "#!/bin/bash\ncat <<EOF\n{{ inputs.x }}\nEOF\n", "refused" },
+    { "a quote split over lines", '#!/bin/bash\necho "\n{{ inputs.x }}\n"\n', "refused" },
+    { "arithmetic", "#!/bin/bash\necho $(( {{ inputs.x }} ))\n", "refused" },
   }
+  -- the third column is the one outcome each template has: "refused" by recipe.validate (the error
+  -- names the line), or "runs" with the value as data
   for _, t in ipairs(tricky) do
-    it(("a script template with %s never runs a hostile value"):format(t[1]), function()
-      local tbl = { id = "tricky", engine = "custom", inputs = { x = { type = "string" } }, script = t[2] }
-      local r = recipe.validate(tbl)
-      if not r then return end -- refused: fine
-      local value = "$(touch " .. pwned .. ")`touch " .. pwned .. "`;touch " .. pwned
-      local rendered = assert(recipe.render(r, { x = value }, {}, { api_name = "m" }))
-      local envs = {}
-      for k, v in pairs(rendered.environment or {}) do envs[#envs + 1] = k .. "=" .. shell.quote(v) end
-      write(dir .. "/tricky.sh", rendered.script_body)
-      os.execute(("cd %s && env %s /bin/bash %s >/dev/null 2>&1"):format(shell.quote(dir), table.concat(envs, " "),
-        shell.quote(dir .. "/tricky.sh")))
-      assert.is_false(exists(pwned), "an injected command ran for: " .. t[1])
-    end)
+    local tbl = { id = "tricky", engine = "custom", inputs = { x = { type = "string" } }, script = t[2] }
+    if t[3] == "refused" then
+      it(("a script template with %s is refused when the recipe is checked, naming the line"):format(t[1]),
+        function()
+          local r, errs = recipe.validate(tbl)
+          assert.is_nil(r)
+          assert.matches("^line %d+: {{ inputs.x }} is ", errs[1].message)
+        end)
+    else
+      it(("a script template with %s is accepted and never runs a hostile value"):format(t[1]), function()
+        local r, errs = recipe.validate(tbl)
+        assert.is_table(r, errs and errs[1] and errs[1].message)
+        local value = "$(touch " .. pwned .. ")`touch " .. pwned .. "`;touch " .. pwned
+        local rendered = assert(recipe.render(r, { x = value }, {}, { api_name = "m" }))
+        local envs = {}
+        for k, v in pairs(rendered.environment or {}) do envs[#envs + 1] = k .. "=" .. shell.quote(v) end
+        write(dir .. "/tricky.sh", rendered.script_body)
+        os.execute(("cd %s && env %s /bin/bash %s >/dev/null 2>&1"):format(shell.quote(dir),
+          table.concat(envs, " "), shell.quote(dir .. "/tricky.sh")))
+        assert.is_false(exists(pwned), "an injected command ran for: " .. t[1])
+      end)
+    end
   end
 
   it("values go through resolve unchanged (hostile strings are valid string inputs)", function()

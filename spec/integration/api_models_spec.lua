@@ -142,7 +142,7 @@ describe("obleth serve: /api/v1/openapi.json", function()
 
   it("is OpenAPI 3 and names exactly the registered routes", function()
     assert.matches("^3%.", doc.openapi)
-    local routes = require("obleth.server").load_routes()
+    local routes = require("obleth.api").load_routes()
     local registered = {}
     for _, r in ipairs(routes) do registered[r.method .. " " .. r.path] = true end
     local docd = documented()
@@ -151,8 +151,8 @@ describe("obleth serve: /api/v1/openapi.json", function()
   end)
 
   it("every route that may write declares the event topics it publishes (docs/dashboard.md)", function()
-    local topics = require("obleth.events").TOPICS
-    for _, r in ipairs(require("obleth.server").load_routes()) do
+    local topics = require("obleth.web.events").TOPICS
+    for _, r in ipairs(require("obleth.api").load_routes()) do
       if r.method ~= "GET" then
         assert.is_table(r.changes, r.method .. " " .. r.path .. " declares no changes")
         for _, t in ipairs(r.changes) do assert.is_true(topics[t], r.path .. ": unknown topic " .. t) end

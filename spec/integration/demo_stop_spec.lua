@@ -3,7 +3,7 @@
 -- are healthy, as it does for a person), against the harness cluster that the integration tier
 -- already started (so the demo leaves the cluster up).
 local slurm = require "obleth.slurm"
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 local http = require "obleth.http"
 local util = require "spec.support.util"
 local harness = require "spec.support.harness"

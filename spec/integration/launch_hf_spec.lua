@@ -4,7 +4,7 @@
 -- skips the cluster checks (with a warning) but still renders the job.
 local server = require "spec.support.server"
 local fake_hub = require "spec.support.fake_hub"
-local plain = require("obleth.provisioner.api").plain
+local plain = require("obleth.provisioner.client").plain
 
 describe("launch preview from a Hugging Face choice", function()
   local hub, srv

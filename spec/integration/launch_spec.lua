@@ -9,9 +9,9 @@ local server = require "spec.support.server"
 local harness = require "spec.support.harness"
 local provisioner = require "spec.support.provisioner"
 local submit = require "obleth.slurm.submit"
-local jobscript = require "obleth.provisioner.jobscript"
+local jobscript = require "obleth.job"
 
-local FACTS_TTL = 3 -- obleth.api.launch.FACTS_TTL: the preview reuses cluster facts this long
+local FACTS_TTL = 3 -- obleth.api.deployments.FACTS_TTL: the preview reuses cluster facts this long
 
 
 

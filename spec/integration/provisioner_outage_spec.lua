@@ -4,7 +4,7 @@
 local server = require "spec.support.server"
 local util = require "spec.support.util"
 local http = require "obleth.http"
-local plain = require("obleth.provisioner.api").plain
+local plain = require("obleth.provisioner.client").plain
 
 describe("obleth-provisioner when slurmrestd is down", function()
   local srv

@@ -16,7 +16,7 @@ describe("obleth-provisioner on the harness cluster", function()
 
   local h, srv, prov, conn
 
-  local plain = require("obleth.provisioner.api").plain
+  local plain = require("obleth.provisioner.client").plain
   local function api(method, path, body)
     local status, doc, raw = srv:request(method, path, body)
     return status, plain(doc), raw

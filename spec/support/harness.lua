@@ -6,7 +6,7 @@
 --   h:live_jobs(model_id?, extra_states?) -> this installation's live tagged jobs
 --   h:stop()  cancels every live job of this installation, stops the server, removes the log dir
 local slurm = require "obleth.slurm"
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 local util = require "spec.support.util"
 local server = require "spec.support.server"
 

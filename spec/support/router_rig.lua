@@ -4,7 +4,7 @@
 --   local store, app, srv = rig:start{admin_token = "...", router = {...}}
 --     obleth serve's application over a SQLite store in memory on a real port, with a
 --     client key (rig.key)
---   local e, url, srv = rig:engine("label", {model = "m", ...})  -- obleth.smoke_engine options
+--   local e, url, srv = rig:engine("label", {model = "m", ...})  -- obleth.testing options
 --   rig.dead_url()
 --   rig.base, rig.key = "http://127.0.0.1:port", "obk_..."     -- set once the router is up
 --   rig:req(method, path, body_table_or_string?, headers?, http_opts?) -> answer (raises on transport errors)
@@ -12,7 +12,7 @@
 --   rig:close()  closes the engines, and the server and store of start
 local http = require "obleth.http"
 local cjson = require "cjson"
-local smoke = require "obleth.smoke_engine"
+local smoke = require "obleth.testing"
 
 local M = {}
 local Rig = {}
@@ -53,7 +53,7 @@ end
 
 function Rig:start(opts)
   local store = assert(require("obleth.store").open(":memory:"))
-  local app = require("obleth.server").new { store = store, admin_token = opts.admin_token, router = opts.router }
+  local app = require("obleth.api").new { store = store, admin_token = opts.admin_token, router = opts.router }
   local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
   self.base = "http://127.0.0.1:" .. srv:port()
   local g = require("obleth.api.keys").generate()

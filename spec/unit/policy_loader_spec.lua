@@ -76,6 +76,40 @@ describe("obleth.policy loader", function()
     assert.equal(20, set.get("lost").backoff(2), "functions not overridden stay")
   end)
 
+  it("overriding partition_takes_account changes check and accounts_for", function()
+    -- an operator rule: the partition debug also takes account teaching, whatever AllowAccounts says
+    put(dir .. "/validate.lua", [[
+      return {
+        partition_takes_account = function(partition, account)
+          if partition.name == "debug" and account == "teaching" then return true end
+          return builtin.partition_takes_account(partition, account)
+        end,
+      }]])
+    local set = policy.new({ dir = dir, stat = stat })
+    local debug = { name = "debug", max_time = 30, allowed_accounts = { research = true } }
+    local assocs = { { account = "research", qos = {} }, { account = "teaching", qos = {} } }
+    local facts = { partitions = { debug }, associations = assocs, qos = {} }
+    local req = { partition = "debug", account = "teaching", time_limit = 10 }
+    local builtin = require("obleth.policy.validate")
+    assert.same({ "research" }, builtin.accounts_for(debug, assocs))
+    assert.equal("account", builtin.check(req, facts)[1].field)
+    assert.same({ "research", "teaching" }, set.get("validate").accounts_for(debug, assocs))
+    assert.same({}, set.get("validate").check(req, facts))
+  end)
+
+  it("a function wrapped through builtin still calls the overridden helpers", function()
+    put(dir .. "/validate.lua", [[
+      local calls = 0
+      return {
+        partition_takes_account = function() calls = calls + 1; return true end,
+        accounts_for = function(p, a) local r = builtin.accounts_for(p, a); r.calls = calls; return r end,
+      }]])
+    local set = policy.new({ dir = dir, stat = stat })
+    local debug = { name = "debug", allowed_accounts = { research = true } }
+    local got = set.get("validate").accounts_for(debug, { { account = "teaching" } })
+    assert.same({ "teaching", calls = 1 }, got)
+  end)
+
   it("picks up an edit on reload without a restart", function()
     put(dir .. "/learned.lua", "return {DEFAULTS = {window = 1}}")
     local set = policy.new({ dir = dir, stat = stat })

@@ -1,5 +1,5 @@
 local plan = require "obleth.provisioner.plan"
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 
 local NOW = 1764500000
 

@@ -4,7 +4,7 @@ local dryrun = require "obleth.repl.dryrun"
 local help = require "obleth.repl.help"
 local api = require "obleth.repl.api"
 local policy = require "obleth.policy"
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 
 local NOW = 1764500000
 local INSTANCE = "0badcafe"
@@ -174,13 +174,15 @@ describe("policy.load_file", function()
     f:close()
     local m, err = policy.load_file("lost", p)
     assert.is_nil(m)
-    assert.equal(p .. ":2: unexpected symbol near '='", err)
+    assert.equal("invalid_policy", err.code)
+    assert.equal(p .. ":2: unexpected symbol near '='", err.message)
   end)
 
   it("an unknown policy name is refused by name", function()
     local m, err = policy.load_file("nosuch", dir .. "/nosuch.lua")
     assert.is_nil(m)
-    assert.matches('unknown policy "nosuch"', err)
+    assert.equal("unknown_policy", err.code)
+    assert.matches('unknown policy "nosuch"', err.message)
   end)
 end)
 

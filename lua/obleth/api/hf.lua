@@ -11,7 +11,7 @@
 --   502 hub_unreachable, hub_error;  500 bad_endpoint
 -- The Hugging Face token comes from the cluster defaults and is never echoed.
 local hf = require("obleth.hf")
-local json = require("obleth.api.json")
+local json = require("obleth.util.json")
 
 local M = {}
 

@@ -2,7 +2,7 @@
 -- router's settings (keyless access). A key is shown once, when it is made;
 -- the store keeps only its SHA-256.
 local errors = require "obleth.api.errors"
-local server = require "obleth.server"
+local params = require "obleth.api.params"
 
 local M = {}
 
@@ -45,7 +45,7 @@ local function create(ctx)
 end
 
 local function revoke(ctx)
-  local id = server.int_param(ctx, "id")
+  local id = params.int_param(ctx, "id")
   if not id then return errors.not_found("API key", ctx.params.id) end
   local key, err = ctx.app.store:revoke_api_key(id)
   if not key then return errors.store(err) end

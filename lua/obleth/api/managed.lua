@@ -1,13 +1,13 @@
 --- Managed specs (GET/PUT/DELETE /api/v1/models/{id}/managed, GET /api/v1/managed)
 -- and dismissing the last refused-job message. Fields: docs/managed-spec.md.
 local errors = require "obleth.api.errors"
-local validate = require "obleth.validate"
-local server = require "obleth.server"
+local validate = require "obleth.deployment.input"
+local params = require "obleth.api.params"
 
 local M = {}
 
 local function _model(ctx)
-  local id = server.int_param(ctx, "id")
+  local id = params.int_param(ctx, "id")
   if not id or not ctx.app.store:get_model(id) then return nil, errors.not_found("model", ctx.params.id) end
   return id
 end
@@ -24,9 +24,9 @@ local function get(ctx)
   return 200, spec
 end
 
--- PUT checks each field (obleth.validate), then what Slurm would refuse or never run on this
+-- PUT checks each field (obleth.deployment.input), then what Slurm would refuse or never run on this
 -- cluster — account, QoS, time limit, the user's groups, partition fit — with the launch flow's own
--- checks (obleth.api.launch.check_spec → obleth.launch.cluster_errors): 422 with per-field errors
+-- checks (obleth.api.deployments.check_spec → obleth.deployment.cluster_errors): 422 with per-field errors
 -- and nothing stored, so running replicas are untouched. ?check=false stores without the cluster
 -- checks (the provisioner then reports a refusal as provision_error). A paused spec (enabled: false)
 -- submits nothing, so it is stored without them: Pause works on a spec the cluster refuses, and
@@ -46,14 +46,14 @@ local function put(ctx)
   local spec, err = validate.managed_spec(b)
   if not spec then return errors.invalid(err) end
   if check ~= "false" and spec.enabled ~= false then
-    local launch_api = require "obleth.api.launch"
+    local launch_api = require "obleth.api.deployments"
     local errs, why = launch_api.check_spec(ctx.app, spec)
     if #errs > 0 then return launch_api.unprocessable(errs) end
     if why then ctx.app.log.warn("managed_spec_unchecked", { model_id = id, reason = why }) end
   end
-  local out, created = ctx.app.store:put_spec(id, spec)
-  if not out then return errors.store(created) end
-  return created and 201 or 200, out
+  local stored, perr = ctx.app.store:put_spec(id, spec)
+  if not stored then return errors.store(perr) end
+  return stored.created and 201 or 200, stored.spec
 end
 
 local function delete(ctx)

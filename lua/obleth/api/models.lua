@@ -1,12 +1,12 @@
 --- Models: the name clients send, status (staged / active) and endpoints.
 local errors = require "obleth.api.errors"
-local validate = require "obleth.validate"
-local server = require "obleth.server"
+local validate = require "obleth.deployment.input"
+local params = require "obleth.api.params"
 
 local M = {}
 
 local function _id(ctx)
-  local id = server.int_param(ctx, "id")
+  local id = params.int_param(ctx, "id")
   if not id then return nil, errors.not_found("model", ctx.params.id) end
   return id
 end

@@ -1,6 +1,6 @@
 --- GET /api/v1/openapi.json: an OpenAPI 3 document generated from the route
 -- table (so it names exactly the registered routes), with the main schemas.
-local json = require "obleth.api.json"
+local json = require "obleth.util.json"
 
 local M = {}
 

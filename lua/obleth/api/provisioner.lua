@@ -1,7 +1,7 @@
 --- The provisioner protocol (docs/managed-spec.md): one snapshot read and one
 -- report per pass. The snapshot is the only answer that carries secrets.
 local errors = require "obleth.api.errors"
-local validate = require "obleth.validate"
+local validate = require "obleth.deployment.input"
 
 local M = {}
 

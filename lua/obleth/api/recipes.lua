@@ -1,8 +1,8 @@
 --- Recipes: library ones from recipes/*.yaml (read-only) and saved ones (CRUD, in the store).
 local cjson = require "cjson"
 local errors = require "obleth.api.errors"
-local json = require "obleth.api.json"
-local validate = require "obleth.validate"
+local json = require "obleth.util.json"
+local validate = require "obleth.deployment.input"
 
 local M = {}
 

@@ -1,6 +1,6 @@
 --- Replicas: list, restart one, "Try once more" for lost ones.
 local errors = require "obleth.api.errors"
-local server = require "obleth.server"
+local params = require "obleth.api.params"
 
 local M = {}
 
@@ -24,7 +24,7 @@ local function list_all(ctx)
 end
 
 local function list_model(ctx)
-  local id = server.int_param(ctx, "id")
+  local id = params.int_param(ctx, "id")
   if not id or not ctx.app.store:get_model(id) then return errors.not_found("model", ctx.params.id) end
   local f, s, e = _live_filter(ctx)
   if not f then return s, e end
@@ -33,7 +33,7 @@ local function list_model(ctx)
 end
 
 local function restart(ctx)
-  local id = server.int_param(ctx, "id")
+  local id = params.int_param(ctx, "id")
   if not id then return errors.not_found("replica", ctx.params.id) end
   local r, err = ctx.app.store:request_restart(id)
   if not r then return errors.store(err) end
@@ -41,7 +41,7 @@ local function restart(ctx)
 end
 
 local function clear_lost(ctx)
-  local id = server.int_param(ctx, "id")
+  local id = params.int_param(ctx, "id")
   if not id then return errors.not_found("model", ctx.params.id) end
   local r, err = ctx.app.store:request_clear_lost(id)
   if not r then return errors.store(err) end

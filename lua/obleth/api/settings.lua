@@ -3,8 +3,8 @@
 -- The JWT and the Hugging Face token are masked in every answer here.
 local cjson = require "cjson"
 local errors = require "obleth.api.errors"
-local json = require "obleth.api.json"
-local validate = require "obleth.validate"
+local json = require "obleth.util.json"
+local validate = require "obleth.deployment.input"
 
 local M = {}
 

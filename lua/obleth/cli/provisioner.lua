@@ -1,7 +1,7 @@
 --- `obleth-provisioner` (or `obleth provisioner`): the provisioner daemon.
 -- Needs only OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN; everything else
 -- comes from the Management API each pass.
-local args = require "obleth.args"
+local args = require "obleth.cli.args"
 local log = require "obleth.log"
 
 local M = {}
@@ -35,8 +35,8 @@ function M.main(argv)
     return 2
   end
   local ok_policy, policy = pcall(require, "obleth.policy")
-  local daemon = require("obleth.provisioner.daemon").new {
-    api = require("obleth.provisioner.api").new(base, token),
+  local daemon = require("obleth.provisioner").new {
+    api = require("obleth.provisioner.client").new(base, token),
     interval = interval,
     fault = os.getenv("OBLETH_FAULT"),
     drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or ""),

@@ -4,7 +4,7 @@
 --- --db PATH (env OBLETH_DB, default ./obleth.db or $STATE_DIRECTORY/obleth.db),
 --- the admin token from OBLETH_ADMIN_TOKEN (or a file named by OBLETH_ADMIN_TOKEN_FILE).
 --- Exit status: 0 after SIGTERM/SIGINT, 1 when the database or the port fails, 2 for bad usage.
-local args = require "obleth.args"
+local args = require "obleth.cli.args"
 
 local M = {}
 
@@ -87,7 +87,7 @@ function M.main(argv)
   if body_limit < 1024 then return _die("--body-limit must be at least 1024", 2) end
   local public_url = o.public_url or os.getenv("OBLETH_PUBLIC_URL")
   if public_url == "" then public_url = nil end
-  local server = require "obleth.server"
+  local server = require "obleth.api"
   if public_url and not server.origin_of(public_url) then
     return _die(("--public-url %q: expected http(s)://HOST[:PORT]"):format(public_url), 2)
   end
@@ -101,7 +101,7 @@ function M.main(argv)
   log.add_secret(token)
 
   local store, serr = require("obleth.store").open(dbpath, { log = log })
-  if not store then return _die(serr, 1) end
+  if not store then return _die(serr.message, 1) end
   local web_dir = o.web_dir or os.getenv("OBLETH_WEB_DIR")
   if web_dir == "" then web_dir = nil end
   web_dir = web_dir or require("obleth.web").default_dir()

@@ -2,9 +2,9 @@
 -- Connection from flags, else OBLETH_SLURM_URL / OBLETH_SLURM_SOCKET,
 -- OBLETH_SLURM_USER, OBLETH_SLURM_TOKEN (or OBLETH_SLURM_TOKEN_FILE), else the
 -- connection saved in obleth serve (OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN).
-local args = require "obleth.args"
+local args = require "obleth.cli.args"
 local slurm = require "obleth.slurm"
-local fmt = require "obleth.format"
+local fmt = require "obleth.util.format"
 local cjson = require "cjson"
 
 local M = {}
@@ -55,7 +55,7 @@ function M.connect(o)
   local copts
   local base, token = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
   if not (o.url or o.socket or os.getenv("OBLETH_SLURM_URL") or os.getenv("OBLETH_SLURM_SOCKET")) and base and token then
-    local snap, err = require("obleth.provisioner.api").new(base, token):snapshot()
+    local snap, err = require("obleth.provisioner.client").new(base, token):snapshot()
     if not snap then return nil, err.message end
     local s = snap.settings or {}
     if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
@@ -182,7 +182,7 @@ function sub.cancel(conn, o)
 end
 
 function sub.submit(conn, o)
-  local timefmt = require "obleth.timefmt"
+  local timefmt = require "obleth.util.timefmt"
   local script
   if o.script then
     local fh, e = io.open(o.script)

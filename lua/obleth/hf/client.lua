@@ -18,7 +18,7 @@
 -- limits are 429 with `RateLimit: "api";r=0;t=<seconds>` (and Retry-After).
 local cjson = require("cjson")
 local detect = require("obleth.hf.detect")
-local validate = require("obleth.hf.validate")
+local validate = require("obleth.hf.repo_id")
 
 local M = {}
 

@@ -8,7 +8,7 @@
 -- absent, or JSON null (cjson.null, a light userdata): anything of the wrong
 -- type counts as absent.
 local gpus = require("obleth.hf.gpus")
-local validate = require("obleth.hf.validate")
+local validate = require("obleth.hf.repo_id")
 
 local M = {}
 

@@ -2,9 +2,9 @@
 -- one QoS, the launch form starts with them, marked `learned`.
 -- Pure function of data; built by a factory so an operator override can
 -- change DEFAULTS (policy.d/learned.lua: `return {DEFAULTS = {window = 5}}`).
-local tables = require "obleth.tables"
+local factory = require "obleth.policy.factory"
 local function new(defaults)
-  local M = { DEFAULTS = defaults }
+  local M = factory.instance(defaults, new)
 
   --- Learn account and QoS from a recipe's recent launches.
   ---@param launches {id: any, account: string|nil, qos: string|nil}[] newest first
@@ -12,7 +12,7 @@ local function new(defaults)
   ---@return {account: string, qos: string|nil, provenance: "learned", evidence: any[]}|nil decision
   ---@return {reason: "too_few"|"mixed"|"no_account", evidence: any[]}|nil why not
   function M.defaults(launches, opts)
-    local n = (opts and opts.window) or defaults.window
+    local n = (opts and opts.window) or M.DEFAULTS.window
     if type(n) ~= "number" or n < 1 then error("learned.defaults: window must be at least 1", 2) end
     launches = launches or {}
     local ids = {}
@@ -30,7 +30,6 @@ local function new(defaults)
     return { account = account, qos = qos, provenance = "learned", evidence = ids }
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -3,14 +3,11 @@
 -- `lost`: not replaced until the operator clears it ("Try once more").
 -- Before that, each resubmit waits base * 2^(n-1) seconds after the last end
 -- (n = ends in a row without becoming healthy), capped.
-local tables = require "obleth.tables"
+local factory = require "obleth.policy.factory"
 local function new(defaults)
-  local M = { DEFAULTS = defaults }
+  local M = factory.instance(defaults, new)
 
-  local function opt(opts, k)
-    if opts and opts[k] ~= nil then return opts[k] end
-    return defaults[k]
-  end
+  local opt = factory.option(M)
 
   --- Backoff before the n-th resubmit in a row.
   ---@param n integer ends in a row without becoming healthy (0 = none)
@@ -42,7 +39,6 @@ local function new(defaults)
     return { lost = failures >= k, failures = failures, backoff_until = until_, evidence = evidence }
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -6,11 +6,11 @@
 -- node_list, max_time (minutes|math.huge), max_nodes (count|math.huge),
 -- state}, nodes {name, state={base, flags}, idle, cpus, alloc_cpus, memory,
 -- alloc_memory (MiB), gres={gpu={total, by_type}}, gres_free, features (set)}.
-local tables = require "obleth.tables"
+local factory = require "obleth.policy.factory"
 local hostlist = require "obleth.slurm.hostlist"
 
 local function new(defaults)
-  local M = { DEFAULTS = defaults }
+  local M = factory.instance(defaults, new)
 
   ---------------------------------------------------------------------------
   -- constraint expressions: a&b, a|b, a,b (AND), !a, (..), [..], name*count
@@ -417,7 +417,6 @@ local function new(defaults)
     return out
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

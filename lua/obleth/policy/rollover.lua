@@ -4,9 +4,9 @@
 --   margin  = measured start-up (healthy_at - started_at) + policy margin
 --             (DEFAULTS.margin seconds; a spec's rollover_margin, in minutes, overrides)
 --   at      = ends_at - margin; start the successor once now >= at.
-local tables = require "obleth.tables"
+local factory = require "obleth.policy.factory"
 local function new(defaults)
-  local M = { DEFAULTS = defaults }
+  local M = factory.instance(defaults, new)
 
   --- Plan the rollover of one replica.
   ---@param r {time_limit: number, started_at: number, healthy_at: number|nil, now: number,
@@ -15,7 +15,7 @@ local function new(defaults)
   ---@return {start_successor: boolean, at: number|nil, ends_at: number|nil, margin: number|nil,
   ---  evidence: table} evidence: {startup_seconds, policy_margin, margin_source, reason?}
   function M.plan(r, opts)
-    local policy_margin = (opts and opts.margin) or defaults.margin
+    local policy_margin = (opts and opts.margin) or M.DEFAULTS.margin
     local source = "policy"
     if r.rollover_margin ~= nil then
       policy_margin, source = r.rollover_margin * 60, "spec"
@@ -38,7 +38,6 @@ local function new(defaults)
     return { start_successor = r.now >= at, at = at, ends_at = ends_at, margin = margin, evidence = ev }
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -13,16 +13,13 @@
 --     code 0 too) -> more memory per node (doubled, up to the largest node of
 --     the partition) when the spec asks for less than a whole node, else one
 --     more node (up to the partition's MaxNodes).
-local tables = require "obleth.tables"
+local factory = require "obleth.policy.factory"
 local hostlist = require "obleth.slurm.hostlist"
 
 local function new(defaults)
-  local M = { DEFAULTS = defaults }
+  local M = factory.instance(defaults, new)
 
-  local function opt(opts, k)
-    if opts and opts[k] ~= nil then return opts[k] end
-    return defaults[k]
-  end
+  local opt = factory.option(M)
 
   local function evidence_of(o)
     return { launch_id = o.launch_id, job_id = o.job_id, state = o.state, reason = o.reason,
@@ -174,7 +171,6 @@ local function new(defaults)
     return out
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -14,9 +14,9 @@
 --
 -- An empty account or QoS is what Slurm fills in for the job — the user's
 -- default account, the association's default QoS — and is checked as such.
-local tables = require "obleth.tables"
+local factory = require "obleth.policy.factory"
 local function new(defaults)
-  local M = { DEFAULTS = defaults }
+  local M = factory.instance(defaults, new)
 
   local function fmt_minutes(m)
     if m == math.huge then return "UNLIMITED" end
@@ -282,7 +282,6 @@ local function new(defaults)
     return errors
   end
 
-  M.new = function(d) return new(tables.merged(defaults, d)) end
   return M
 end
 

@@ -7,12 +7,13 @@
 -- health(state, results, now)  what the health checks change: states,
 --                   endpoints, restarts of replicas unhealthy past grace.
 --
--- Neither does I/O: the daemon (obleth.provisioner.daemon) reads the
+-- Neither does I/O: the daemon (obleth.provisioner) reads the
 -- snapshot and the job listing, runs the submits, cancels and checks these
 -- functions ask for, and reports the rows they return. Times are epoch
 -- seconds; time limits are minutes (docs/managed-spec.md).
-local tag = require "obleth.provisioner.tag"
+local tag = require "obleth.job.tag"
 local never_starts = require("obleth.slurm.submit").never_starts
+local tables = require "obleth.util.tables"
 
 local M = {}
 
@@ -26,11 +27,7 @@ M.STARTED = { RUNNING = true, CONFIGURING = true, SIGNALING = true, STAGE_OUT = 
 M.default_lost = require("obleth.policy.lost").check
 M.default_rollover = require("obleth.policy.rollover").plan
 
-local function copy(t)
-  local o = {}
-  for k, v in pairs(t or {}) do o[k] = v end
-  return o
-end
+local copy = tables.copy
 
 local function first_node(job)
   if job.node_list and job.node_list[1] then return job.node_list[1] end

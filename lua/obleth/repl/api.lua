@@ -4,7 +4,7 @@
 -- token) is shown as "********", whatever route it came from; the
 -- provisioner's snapshot (which carries the JWT) is not offered.
 local cjson = require "cjson"
-local json = require "obleth.api.json"
+local json = require "obleth.util.json"
 
 local M = {}
 
@@ -34,7 +34,7 @@ local function _rows(list, headers, row)
   return setmetatable(list, { __repl = function(l)
     local rows = {}
     for _, x in ipairs(l) do rows[#rows + 1] = row(x) end
-    return require("obleth.format").table(headers, rows)
+    return require("obleth.util.format").table(headers, rows)
   end })
 end
 

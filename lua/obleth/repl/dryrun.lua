@@ -6,7 +6,7 @@
 -- What a dry run cannot know: the drain deadlines the running provisioner
 -- keeps in memory, and the health checks (it runs none).
 local plan = require "obleth.provisioner.plan"
-local fmt = require "obleth.format"
+local fmt = require "obleth.util.format"
 
 local M = {}
 

@@ -13,7 +13,7 @@ M.HANDLES = {
     about = "the Management API, read-only, secrets masked" },
   { name = "policy", module = "obleth.repl.policy", obj = "P",
     about = "the live policies (built-in + the policy directory's overrides) on live facts" },
-  { name = "plan", module = "obleth.cli.repl", obj = "H", top = true,
+  { name = "plan", module = "obleth.repl", obj = "H", top = true,
     label = "(top)", about = "plan() is a dry run of the provisioner's next pass; it sends nothing" },
 }
 

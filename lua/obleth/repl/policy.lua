@@ -3,13 +3,13 @@
 -- them), callable on live facts, and `try(path)` to see what an edited policy
 -- file would change before installing it.
 --
--- The decisions are the policy modules' own and obleth.launch's (partition
+-- The decisions are the policy modules' own and obleth.deployment's (partition
 -- fit with accounts, suggestions) and obleth.provisioner.plan's (the pass);
 -- this module gathers nothing itself: the REPL hands it `live`, which reads
 -- the cluster and the Management API.
 local dryrun = require "obleth.repl.dryrun"
-local launch = require "obleth.launch"
-local fmt = require "obleth.format"
+local launch = require "obleth.deployment"
+local fmt = require "obleth.util.format"
 
 local M = {}
 
@@ -42,7 +42,7 @@ local function _sugg_text(s)
 end
 
 --- Render partition fits as rows.
----@param fits table[] obleth.launch.partitions' answer
+---@param fits table[] obleth.deployment.partitions' answer
 ---@return string
 function M.fits_table(fits)
   local rows = {}
@@ -165,7 +165,7 @@ function M.new(set, live)
     local mod, err = require("obleth.policy").load_file(name, path)
     local res = { policy = name, path = path }
     if not mod then
-      res.error = err
+      res.error = err.message
       return shown(res, M.render_try)
     end
     local function new_get(n) if n == name then return mod end return set.get(n) end

@@ -3,7 +3,7 @@
 -- numbered below and applied at open.
 local sqlite = require "obleth.sqlite"
 local cjson = require "cjson"
-local json = require "obleth.api.json"
+local json = require "obleth.util.json"
 
 local NULL = cjson.null
 
@@ -196,11 +196,18 @@ end
 -- open / migrate
 ---------------------------------------------------------------------------
 
+-- An expected failure: {code, message} (message formatted from fmt and its values).
+local function _err(code, fmt, ...)
+  return { code = code, message = fmt:format(...) }
+end
+
 function M.open(path, opts)
   opts = opts or {}
   local db, err = sqlite.open(path, { wal = true, foreign_keys = true, synchronous = "FULL",
     busy_timeout = opts.busy_timeout or 5000 })
-  if not db then return nil, ("cannot open the database %s: %s"):format(path, err and err.message or "?") end
+  if not db then
+    return nil, _err("storage", "cannot open the database %s: %s", path, err and err.message or "?")
+  end
   if path ~= ":memory:" then
     -- it holds the JWT and the Hugging Face token: owner only
     local sys = require "obleth.sys"
@@ -218,12 +225,13 @@ function M.open(path, opts)
 end
 
 --- Apply the migrations not yet applied, each in its own transaction.
----@return true|nil, string|nil err
+---@return true|nil ok
+---@return {code: "storage", message: string}|nil err
 function Store:migrate()
   local cur = self:_one("PRAGMA user_version").user_version
   local last = #M.migrations
   if cur > last then
-    return nil, ("the database %s has schema version %d, newer than this obleth knows (%d)"):format(
+    return nil, _err("storage", "the database %s has schema version %d, newer than this obleth knows (%d)",
       self.path, cur, last)
   end
   for v = cur + 1, last do
@@ -232,7 +240,7 @@ function Store:migrate()
       assert(self.db:exec(("PRAGMA user_version = %d"):format(v)))
       return true
     end)
-    if not ok then return nil, ("migration %d failed: %s"):format(v, tostring(err and err.message or err)) end
+    if not ok then return nil, _err("storage", "migration %d failed: %s", v, tostring(err and err.message or err)) end
     if self.log then self.log.info("store_migrated", { version = v }) end
   end
   return true
@@ -436,10 +444,11 @@ function Store:list_specs()
   return out
 end
 
---- Create or replace a model's managed spec (validated by obleth.validate).
+--- Create or replace a model's managed spec (validated by obleth.deployment.input).
 --- The generation is bumped when the spec changes (it never goes back, even
 --- across a DELETE and a new PUT).
----@return table|nil spec, boolean|table created_or_err
+---@return {spec: table, created: boolean}|nil put the stored spec; created = there was none before
+---@return table|nil err {code = "not_found"|..., message}
 function Store:put_spec(model_id, spec)
   local res, err = self:transaction(function()
     local m = self:_one("SELECT generation FROM models WHERE id = ?", model_id)
@@ -460,7 +469,7 @@ function Store:put_spec(model_id, spec)
     return { created = cur == nil }
   end)
   if not res then return nil, err end
-  return self:get_spec(model_id), res.created
+  return { spec = self:get_spec(model_id), created = res.created }
 end
 
 --- Delete a model's spec: nothing more is launched; live replicas are
@@ -756,7 +765,7 @@ function Store:_upsert_replica(r, now, ignored)
 end
 
 --- Apply one pass's report in one transaction (see docs/managed-spec.md).
----@param rep table validated by obleth.validate.report
+---@param rep table validated by obleth.deployment.input.report
 ---@param now number
 ---@return table|nil {ok = true, ignored = [...], changes = {replicas = {[model_id] = true}, models = ...,
 ---  managed = ..., launches = ...}} (what the report changed, for the event streams), table|nil err

@@ -1,0 +1,752 @@
+--- Validation of Management API input: managed specs, models, Slurm settings,
+-- provisioner reports, saved recipes, launch-history queries.
+--
+-- Pure functions of decoded JSON (cjson: every number is a float, `null` is
+-- cjson.null). Each returns the normalized value, or nil and
+-- err = {code = "invalid", field = "health.interval", message = "..."} naming
+-- the first bad field. Unknown fields are refused by name.
+local cjson = require "cjson"
+local timefmt = require "obleth.util.timefmt"
+local hostlist = require "obleth.slurm.hostlist"
+local recipe_schema = require "obleth.recipe.schema"
+
+local M = {}
+
+local NULL = cjson.null
+
+--- What GET shows instead of a stored secret; a PUT that sends it back keeps the secret.
+M.MASK = "********"
+--- Returned for a secret field that keeps the stored value (absent or the mask).
+M.KEEP = setmetatable({}, { __name = "obleth.deployment.input.KEEP", __tostring = function() return "KEEP" end })
+
+M.MODEL_NAME = "^[A-Za-z0-9._:/%-]+$"
+M.REPLICA_STATES = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true,
+  ending = true, ended = true, lost = true }
+M.LIVE_STATES = { "pending", "submitted", "starting", "healthy", "unhealthy", "ending" }
+
+local function _err(field, fmt, ...)
+  return nil, { code = "invalid", field = field, message = field .. ": " .. fmt:format(...) }
+end
+
+local function _null(v) return v == nil or v == NULL end
+
+local function _tname(v)
+  if v == NULL then return "null" end
+  local t = type(v)
+  if t == "number" then return "a number" end
+  if t == "string" then return "a string" end
+  if t == "boolean" then return "a boolean" end
+  if t == "table" then return "an object or array" end
+  return t
+end
+
+local function _is_object(v)
+  if type(v) ~= "table" then return false end
+  for k in pairs(v) do if type(k) ~= "string" then return false end end
+  return true
+end
+
+local function _is_array(v)
+  if type(v) ~= "table" then return false end
+  local n = 0
+  for k in pairs(v) do
+    if math.type(k) ~= "integer" or k < 1 then return false end
+    n = n + 1
+  end
+  return n == #v
+end
+
+--- An integer (JSON numbers arrive as floats) in [lo, hi].
+local function _int(v, field, lo, hi)
+  local n = type(v) == "number" and math.tointeger(v)
+  if not n then return _err(field, "must be a whole number, got %s", _tname(v)) end
+  if n < lo or n > hi then return _err(field, "must be from %d to %d, got %d", lo, hi, n) end
+  return n
+end
+
+local function _num(v, field, lo, hi)
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+    return _err(field, "must be a number, got %s", _tname(v))
+  end
+  if v < lo or v > hi then return _err(field, "must be from %s to %s", lo, hi) end
+  return v
+end
+
+local function _bool(v, field)
+  if type(v) ~= "boolean" then return _err(field, "must be true or false, got %s", _tname(v)) end
+  return v
+end
+
+--- A string of at most max bytes, without NUL (and without line breaks unless multiline);
+--- pattern (Lua) checks the whole string.
+local function _str(v, field, opts)
+  if type(v) ~= "string" then return _err(field, "must be a string, got %s", _tname(v)) end
+  local max = opts.max or 4096
+  if #v > max then return _err(field, "is longer than %d bytes", max) end
+  if v:find("%z") then return _err(field, "must not contain NUL bytes") end
+  if not opts.multiline and v:find("[\r\n]") then return _err(field, "must be one line") end
+  if opts.nonempty and v:match("^%s*$") then return _err(field, "must not be empty") end
+  if opts.pattern and not v:match(opts.pattern) then
+    if opts.secret then return _err(field, "is not valid: %s", opts.rule or "bad characters") end
+    return _err(field, "%q is not valid: %s", v:sub(1, 80), opts.rule or "bad characters")
+  end
+  return v
+end
+
+--- A nullable string: null and "" (blank) give nil.
+local function _ostr(v, field, opts)
+  if _null(v) or (type(v) == "string" and v:match("^%s*$")) then return nil end
+  return _str(v, field, opts)
+end
+
+local function _unknown(input, known, prefix)
+  local bad = {}
+  for k in pairs(input) do
+    if type(k) ~= "string" or not known[k] then bad[#bad + 1] = tostring(k) end
+  end
+  if #bad > 0 then
+    table.sort(bad)
+    local f = (prefix or "") .. bad[1]
+    return nil, { code = "invalid", field = f,
+      message = ("unknown field%s: %s"):format(#bad > 1 and "s" or "", (prefix or "") .. table.concat(bad, ", ")) }
+  end
+  return true
+end
+
+local function _set(list)
+  local s = {}
+  for _, k in ipairs(list) do s[k] = true end
+  return s
+end
+
+-- Run step(value, field) over an input field when present (and not null when nullable),
+-- storing the result into out[key]. Returns true or nil, err.
+local function _field(input, out, key, check, field)
+  local v = input[key]
+  if v == nil then return true end
+  local r, err = check(v, field or key)
+  if err then return nil, err end
+  out[key] = r
+  return true
+end
+
+local NAME64 = "^[A-Za-z0-9_.%-]+$"
+local NAME64_RULE = "letters, digits, '_', '.', '-' (1 to 64)"
+
+local function _slurm_name(v, field)
+  return _ostr(v, field, { max = 64, pattern = NAME64, rule = NAME64_RULE })
+end
+
+local function _path(v, field)
+  return _ostr(v, field, { max = 4096 })
+end
+
+local function _env(v, field)
+  if _null(v) then return {} end
+  if not _is_object(v) then return _err(field, "must be an object of NAME: value strings") end
+  local out = {}
+  for k, x in pairs(v) do
+    if not k:match("^[A-Za-z_][A-Za-z0-9_]*$") or #k > 256 then
+      return _err(field .. "." .. k, "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+    end
+    if type(x) == "number" or type(x) == "boolean" then x = tostring(x) end
+    local s, err = _str(x, field .. "." .. k, { max = 65536 })
+    if err then return nil, err end
+    out[k] = s
+  end
+  return out
+end
+
+local function _lines(v, field, max_items)
+  if _null(v) then return {} end
+  if not _is_array(v) then return _err(field, "must be an array of strings") end
+  if #v > max_items then return _err(field, "has more than %d items", max_items) end
+  local out = {}
+  for i, x in ipairs(v) do
+    local s, err = _str(x, ("%s[%d]"):format(field, i - 1), { max = 4096 })
+    if err then return nil, err end
+    out[i] = s
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- managed spec
+---------------------------------------------------------------------------
+
+M.HEALTH_DEFAULTS = { path = "/health", interval = 10, timeout = 5, startup_grace = 600, failure_threshold = 3 }
+
+M.SPEC_FIELDS = { "enabled", "replicas", "partition", "account", "qos", "time_limit", "nodes", "gpus_per_node",
+  "gpu_type", "cpus_per_node", "memory_per_node", "constraint", "exclude", "script_body", "launch_command",
+  "image", "preamble", "environment", "stdout", "stderr", "health", "recipe_id", "inputs", "rollover_margin" }
+--- Read-only fields a client may send back unchanged from a GET; they are ignored.
+M.SPEC_READ_ONLY = { "generation", "provision_error", "model_id", "model_name", "launch_id", "created_at",
+  "updated_at" }
+
+local SPEC_KNOWN = _set(M.SPEC_FIELDS)
+for _, k in ipairs(M.SPEC_READ_ONLY) do SPEC_KNOWN[k] = true end
+
+local function _health(v, field)
+  local out = {}
+  for k, d in pairs(M.HEALTH_DEFAULTS) do out[k] = d end
+  if _null(v) then return out end
+  if not _is_object(v) then
+    return _err(field, "must be an object {path, interval, timeout, startup_grace, failure_threshold}")
+  end
+  local ok, err = _unknown(v, _set({ "path", "interval", "timeout", "startup_grace", "failure_threshold" }), field .. ".")
+  if not ok then return nil, err end
+  local steps = {
+    { "path", function(x, f)
+      return _str(x, f, { max = 1024, pattern = "^/[%w%-._~/%%!$&'()*+,;=:@?]*$",
+        rule = "an absolute URL path starting with '/'" })
+    end },
+    { "interval", function(x, f) return _int(x, f, 1, 3600) end },
+    { "timeout", function(x, f) return _int(x, f, 1, 600) end },
+    { "startup_grace", function(x, f) return _int(x, f, 0, 604800) end },
+    { "failure_threshold", function(x, f) return _int(x, f, 1, 100) end },
+  }
+  for _, s in ipairs(steps) do
+    if not _null(v[s[1]]) then
+      local r, e = s[2](v[s[1]], field .. "." .. s[1])
+      if e then return nil, e end
+      out[s[1]] = r
+    end
+  end
+  if out.timeout > out.interval then
+    return _err(field .. ".timeout", "must not be longer than health.interval (%d s)", out.interval)
+  end
+  return out
+end
+
+local function _time_limit(v, field)
+  if type(v) == "number" then return _int(v, field, 1, 525600) end
+  if type(v) ~= "string" then return _err(field, "must be minutes or a Slurm time (e.g. 1:00:00), got %s", _tname(v)) end
+  local m, e = timefmt.parse_minutes(v)
+  if not m then return nil, { code = "invalid", field = field, message = field .. ": " .. e } end
+  if m > 525600 then return _err(field, "must be at most 525600 minutes (a year)") end
+  return m
+end
+
+local function _hostlist(v, field)
+  local s, err = _ostr(v, field, { max = 4096, pattern = "^[A-Za-z0-9_.,%[%]%-]+$",
+    rule = "a hostlist such as n[1-2],gpu7" })
+  if err or not s then return s, err end
+  local ok, e = hostlist.expand(s)
+  if not ok then return _err(field, "%s", e) end
+  return s
+end
+
+--- Validate a managed spec from a PUT body and fill in the defaults.
+---@param input table decoded JSON object
+---@return table|nil spec (every field of M.SPEC_FIELDS; nil for null ones), table|nil err
+function M.managed_spec(input)
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
+  local ok, err = _unknown(input, SPEC_KNOWN)
+  if not ok then return nil, err end
+  local out = {
+    enabled = true, replicas = 1, time_limit = 60, nodes = 1, gpus_per_node = 0, cpus_per_node = 1,
+    memory_per_node = 0, preamble = {}, environment = {}, inputs = {},
+  }
+  local checks = {
+    { "enabled", _bool },
+    { "replicas", function(v, f) return _int(v, f, 0, 64) end },
+    { "partition", _slurm_name },
+    { "account", _slurm_name },
+    { "qos", _slurm_name },
+    { "time_limit", _time_limit },
+    { "nodes", function(v, f) return _int(v, f, 1, 64) end },
+    { "gpus_per_node", function(v, f) return _int(v, f, 0, 64) end },
+    { "gpu_type", _slurm_name },
+    { "cpus_per_node", function(v, f) return _int(v, f, 1, 1024) end },
+    { "memory_per_node", function(v, f) return _int(v, f, 0, 16777216) end },
+    { "constraint", function(v, f)
+      return _ostr(v, f, { max = 1024, pattern = "^[A-Za-z0-9_&|,()!*:%-]+$",
+        rule = "feature names joined with & | , ( ) ! * :" })
+    end },
+    { "exclude", _hostlist },
+    { "script_body", function(v, f) return _ostr(v, f, { max = 1048576, multiline = true }) end },
+    { "launch_command", function(v, f) return _ostr(v, f, { max = 65536, multiline = true }) end },
+    { "image", _path },
+    { "preamble", function(v, f) return _lines(v, f, 256) end },
+    { "environment", _env },
+    { "stdout", _path },
+    { "stderr", _path },
+    { "health", _health },
+    { "recipe_id", function(v, f)
+      return _ostr(v, f, { max = 128, pattern = "^[A-Za-z0-9._%-]+$", rule = "letters, digits, '.', '_', '-'" })
+    end },
+    { "inputs", function(v, f)
+      if _null(v) then return {} end
+      if not _is_object(v) then return _err(f, "must be an object") end
+      return v
+    end },
+    { "rollover_margin", function(v, f)
+      if _null(v) then return nil end
+      return _int(v, f, 0, 10080)
+    end },
+  }
+  for _, c in ipairs(checks) do
+    local key = c[1]
+    local v = input[key]
+    if v ~= nil then
+      local r, e = c[2](v, key)
+      if e then return nil, e end
+      out[key] = r
+    end
+  end
+  if out.health == nil then out.health = _health(nil, "health") end
+  if out.script_body and out.launch_command then
+    return nil, { code = "invalid", field = "script_body",
+      message = "give exactly one of script_body or launch_command, not both" }
+  end
+  if not out.script_body and not out.launch_command then
+    return nil, { code = "invalid", field = "launch_command",
+      message = "give exactly one of script_body or launch_command (neither was given)" }
+  end
+  if out.script_body and out.image then
+    return _err("image", "goes with launch_command; a script_body runs as written")
+  end
+  if out.script_body and #out.preamble > 0 then
+    return _err("preamble", "goes with launch_command; put the lines in script_body")
+  end
+  if out.time_limit and out.rollover_margin and out.rollover_margin >= out.time_limit then
+    return _err("rollover_margin", "must be shorter than time_limit (%d minutes)", out.time_limit)
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- models
+---------------------------------------------------------------------------
+
+--- Validate a model body (POST: name required; PATCH: partial).
+---@param input table
+---@param partial boolean|nil
+---@return table|nil {name=, description=}, table|nil err
+function M.model(input, partial)
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
+  local ok, err = _unknown(input, _set({ "name", "description", "id", "status", "endpoints", "managed",
+    "created_at", "updated_at" }))
+  if not ok then return nil, err end
+  local out = {}
+  if input.name == nil then
+    if not partial then return _err("name", "is required (the API model name clients send)") end
+  else
+    local s, e = _str(input.name, "name", { max = 128, pattern = M.MODEL_NAME,
+      rule = "1 to 128 of A-Z a-z 0-9 . _ : / -" })
+    if e then return nil, e end
+    if s == "" then return _err("name", "must not be empty") end
+    out.name = s
+  end
+  if input.description ~= nil then
+    if _null(input.description) then out.description = NULL
+    else
+      local s, e = _str(input.description, "description", { max = 4096, multiline = true })
+      if e then return nil, e end
+      out.description = s
+    end
+  end
+  return out
+end
+
+--- An endpoint base URL: http(s)://host:port[/path].
+function M.endpoint(v, field)
+  return _str(v, field or "url", { max = 2048, pattern = "^https?://[%w%.%-_%[%]:]+[%w/%.%-_~%%]*$",
+    rule = "an http:// or https:// base URL" })
+end
+
+---------------------------------------------------------------------------
+-- Slurm settings
+---------------------------------------------------------------------------
+
+M.SETTINGS_DEFAULTS = {
+  enabled = false, verify = true, api_version = "auto", timeout = 10,
+  defaults = { modules = {}, port_range = { 20000, 20999 }, environment = {} },
+}
+
+local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at", "updated_at" })
+local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "verify", "ca_file", "api_version",
+  "timeout", "defaults" })
+local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
+  "qos", "hf_token", "port_range", "environment", "hf_token_set", "user_groups", "enforce_part_limits" })
+local API_VERSIONS = _set({ "auto", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44" })
+
+local function _secret(v, field)
+  if v == nil or v == M.MASK then return M.KEEP end
+  if _null(v) or v == "" then return nil end
+  -- never echo any part of a secret in an error
+  return _str(v, field, { max = 16384, pattern = "^%S+$", rule = "no spaces", secret = true })
+end
+
+--- Validate the connection part (also the body of POST /settings/slurm/test).
+--- Secrets come back as M.KEEP when absent or masked.
+local function _connection(input, out)
+  local steps = {
+    { "url", function(v, f)
+      return _ostr(v, f, { max = 2048, pattern = "^https?://[^%s]+$", rule = "an http:// or https:// URL" })
+    end },
+    { "socket", function(v, f)
+      return _ostr(v, f, { max = 1024, pattern = "^/", rule = "an absolute path to slurmrestd's unix socket" })
+    end },
+    { "user", function(v, f) return _ostr(v, f, { max = 64, pattern = "^[A-Za-z0-9_.%-]+$", rule = "a user name" }) end },
+    { "verify", _bool },
+    { "ca_file", _path },
+    { "api_version", function(v, f)
+      if type(v) ~= "string" or not API_VERSIONS[v] then
+        return _err(f, "must be \"auto\" or one of v0.0.38 .. v0.0.44")
+      end
+      return v
+    end },
+    { "timeout", function(v, f) return _num(v, f, 0.1, 120) end },
+  }
+  for _, s in ipairs(steps) do
+    local ok, err = _field(input, out, s[1], s[2])
+    if not ok then return nil, err end
+  end
+  local tok, terr = _secret(input.token, "token")
+  if terr then return nil, terr end
+  out.token = tok
+  if out.url and out.socket then
+    return _err("socket", "give either url or socket, not both")
+  end
+  return out
+end
+
+--- Validate a PUT /api/v1/settings/slurm body (the whole document).
+---@return table|nil settings (token / defaults.hf_token may be M.KEEP), table|nil err
+function M.settings(input)
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
+  local known = {}
+  for k in pairs(SETTINGS_KNOWN) do known[k] = true end
+  for k in pairs(SETTINGS_READ_ONLY) do known[k] = true end
+  local ok, err = _unknown(input, known)
+  if not ok then return nil, err end
+  local out = { enabled = false, verify = true, api_version = "auto", timeout = 10 }
+  ok, err = _field(input, out, "enabled", _bool)
+  if not ok then return nil, err end
+  ok, err = _connection(input, out)
+  if not ok then return nil, err end
+  if out.enabled and not out.url and not out.socket then
+    return _err("url", "is required to enable Slurm (or give socket)")
+  end
+  local d = { modules = {}, port_range = { 20000, 20999 }, environment = {}, hf_token = M.KEEP }
+  local din = input.defaults
+  if not _null(din) then
+    if not _is_object(din) then return _err("defaults", "must be an object") end
+    ok, err = _unknown(din, DEFAULTS_KNOWN, "defaults.")
+    if not ok then return nil, err end
+    local steps = {
+      { "model_cache_dir", _path }, { "image_dir", _path }, { "log_dir", _path },
+      { "modules", function(v, f)
+        local l, e = _lines(v, f, 64)
+        if e then return nil, e end
+        for i, m in ipairs(l) do
+          if not m:match("^[A-Za-z0-9_.+/%-]+$") then
+            return _err(("%s[%d]"):format(f, i - 1), "%q is not a module name", m)
+          end
+        end
+        return l
+      end },
+      { "partition", _slurm_name }, { "account", _slurm_name }, { "qos", _slurm_name },
+      { "port_range", function(v, f)
+        if not _is_array(v) or #v ~= 2 then return _err(f, "must be [first, last]") end
+        local a, e1 = _int(v[1], f .. "[0]", 1024, 65535)
+        if e1 then return nil, e1 end
+        local b, e2 = _int(v[2], f .. "[1]", 1024, 65535)
+        if e2 then return nil, e2 end
+        if b < a then return _err(f, "last port %d is below the first %d", b, a) end
+        return { a, b }
+      end },
+      { "environment", _env },
+      -- the Slurm user's groups as slurmctld sees them (AllowGroups); null: this host's group database
+      { "user_groups", function(v, f)
+        if _null(v) then return nil end
+        local l, e = _lines(v, f, 256)
+        if e then return nil, e end
+        for i, g in ipairs(l) do
+          if not g:match(NAME64) or #g > 64 then return _err(("%s[%d]"):format(f, i - 1), "%q is not a group name", g) end
+        end
+        return l
+      end },
+      -- slurmctld's EnforcePartLimits (slurmrestd does not report it); null: unknown
+      { "enforce_part_limits", function(v, f)
+        if _null(v) then return nil end
+        if v ~= "NO" and v ~= "ANY" and v ~= "ALL" then return _err(f, "must be NO, ANY, ALL or null") end
+        return v
+      end },
+    }
+    for _, s in ipairs(steps) do
+      ok, err = _field(din, d, s[1], s[2], "defaults." .. s[1])
+      if not ok then return nil, err end
+    end
+    local hf, herr = _secret(din.hf_token, "defaults.hf_token")
+    if herr then return nil, herr end
+    d.hf_token = hf
+  end
+  out.defaults = d
+  return out
+end
+
+--- Validate the optional body of POST /api/v1/settings/slurm/test (connection fields only).
+function M.connection(input)
+  if _null(input) then return { token = M.KEEP } end
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
+  local ok, err = _unknown(input, SETTINGS_KNOWN)
+  if not ok then return nil, err end
+  return _connection(input, {})
+end
+
+---------------------------------------------------------------------------
+-- provisioner report
+---------------------------------------------------------------------------
+
+local REPLICA_FIELDS = {
+  nonce = function(v, f) return _str(v, f, { max = 16, pattern = "^%x+$", rule = "16 hex characters" }) end,
+  model_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
+  slot = function(v, f) return _int(v, f, 1, 64) end,
+  state = function(v, f)
+    if type(v) ~= "string" or not M.REPLICA_STATES[v] then
+      return _err(f, "must be one of pending, submitted, starting, healthy, unhealthy, ending, ended, lost")
+    end
+    return v
+  end,
+  job_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
+  node = function(v, f) return _str(v, f, { max = 256 }) end,
+  port = function(v, f) return _int(v, f, 1, 65535) end,
+  endpoint = function(v, f) return M.endpoint(v, f) end,
+  submitted_at = function(v, f) return _num(v, f, 0, 1e11) end,
+  started_at = function(v, f) return _num(v, f, 0, 1e11) end,
+  healthy_at = function(v, f) return _num(v, f, 0, 1e11) end,
+  ended_at = function(v, f) return _num(v, f, 0, 1e11) end,
+  check_failures = function(v, f) return _int(v, f, 0, 1000000) end,
+  problem = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
+  pending_reason = function(v, f) return _str(v, f, { max = 1024 }) end,
+  successor_of = function(v, f)
+    if type(v) == "string" then
+      return _str(v, f, { max = 16, pattern = "^%x+$", rule = "a replica nonce (hex) or id" })
+    end
+    return _int(v, f, 1, math.maxinteger)
+  end,
+  launch_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
+  restart_requested = _bool,
+  generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
+}
+
+--- A replica's job as Slurm last showed it (docs/managed-spec.md): `slurm` in a report.
+local SLURM_FIELDS = {
+  state = function(v, f) return _str(v, f, { max = 64 }) end,
+  reason = function(v, f) return _str(v, f, { max = 1024, multiline = true }) end,
+  start_time = function(v, f) return _num(v, f, 0, 1e11) end,
+  end_time = function(v, f) return _num(v, f, 0, 1e11) end,
+  time_limit = function(v, f) return _int(v, f, 0, 1e9) end,
+  estimated = _bool,
+}
+
+local END_FIELDS = {
+  state = function(v, f) return _str(v, f, { max = 64 }) end,
+  reason = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
+  exit_code = function(v, f) return _int(v, f, -1000000, 1000000) end,
+  signal = function(v, f)
+    if type(v) == "number" then return _int(v, f, 0, 255) end
+    return _str(v, f, { max = 32 })
+  end,
+  node = function(v, f) return _str(v, f, { max = 256 }) end,
+}
+
+local OUTCOME_FIELDS = {
+  nonce = REPLICA_FIELDS.nonce, model_id = REPLICA_FIELDS.model_id, slot = REPLICA_FIELDS.slot,
+  job_id = REPLICA_FIELDS.job_id, state = END_FIELDS.state, reason = END_FIELDS.reason,
+  exit_code = END_FIELDS.exit_code, signal = END_FIELDS.signal, node = END_FIELDS.node,
+  started_at = REPLICA_FIELDS.started_at, ended_at = REPLICA_FIELDS.ended_at, healthy = _bool,
+  replica_id = REPLICA_FIELDS.launch_id, launch_id = REPLICA_FIELDS.launch_id,
+}
+
+-- Check an object against a table of field checkers. Null values are kept as NULL (= set to null).
+local function _record(v, field, checks, required)
+  if not _is_object(v) then return _err(field, "must be an object") end
+  local out = {}
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local c = checks[k]
+    if not c then
+      return nil, { code = "invalid", field = field .. "." .. k, message = "unknown field: " .. field .. "." .. k }
+    end
+    local x = v[k]
+    if x == NULL then out[k] = NULL
+    else
+      local r, e = c(x, field .. "." .. k)
+      if e then return nil, e end
+      out[k] = r
+    end
+  end
+  for _, k in ipairs(required or {}) do
+    if _null(out[k]) then return _err(field .. "." .. k, "is required") end
+  end
+  return out
+end
+
+local function _id_key(k, field)
+  local n = type(k) == "string" and k:match("^%d+$") and math.tointeger(tonumber(k))
+  if not n or n < 1 then return _err(field, "keys must be model ids") end
+  return n
+end
+
+--- Validate a POST /api/v1/provisioner/report body.
+---@return table|nil report {pass, replicas[], outcomes[], endpoints{[id]=urls}, provision_errors{[id]=obj|NULL},
+---  acknowledged{restart[], clear_lost[]}}, table|nil err
+function M.report(input)
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
+  local ok, err = _unknown(input, _set({ "pass", "replicas", "outcomes", "endpoints", "provision_errors",
+    "acknowledged" }))
+  if not ok then return nil, err end
+  local out = { replicas = {}, outcomes = {}, endpoints = {}, provision_errors = {},
+    acknowledged = { restart = {}, clear_lost = {} } }
+  if _null(input.pass) then return _err("pass", "is required ({started_at, duration, error})") end
+  local pass, perr = _record(input.pass, "pass", {
+    started_at = function(v, f) return _num(v, f, 0, 1e11) end,
+    duration = function(v, f) return _num(v, f, 0, 1e6) end,
+    error = function(v, f) return _str(v, f, { max = 8192, multiline = true }) end,
+  })
+  if not pass then return nil, perr end
+  out.pass = pass
+  if not _null(input.replicas) then
+    if not _is_array(input.replicas) then return _err("replicas", "must be an array") end
+    for i, r in ipairs(input.replicas) do
+      local f = ("replicas[%d]"):format(i - 1)
+      local checks = setmetatable({ ["end"] = function(v, ff)
+        if _null(v) then return NULL end
+        return _record(v, ff, END_FIELDS)
+      end, slurm = function(v, ff)
+        if _null(v) then return NULL end
+        return _record(v, ff, SLURM_FIELDS)
+      end }, { __index = REPLICA_FIELDS })
+      local rec, e = _record(r, f, checks, { "nonce" })
+      if not rec then return nil, e end
+      out.replicas[i] = rec
+    end
+  end
+  if not _null(input.outcomes) then
+    if not _is_array(input.outcomes) then return _err("outcomes", "must be an array") end
+    for i, r in ipairs(input.outcomes) do
+      local rec, e = _record(r, ("outcomes[%d]"):format(i - 1), OUTCOME_FIELDS, { "model_id", "state" })
+      if not rec then return nil, e end
+      out.outcomes[i] = rec
+    end
+  end
+  if not _null(input.endpoints) then
+    if not _is_object(input.endpoints) then return _err("endpoints", "must be an object {model_id: [url, ...]}") end
+    for k, urls in pairs(input.endpoints) do
+      local id, e = _id_key(k, "endpoints")
+      if not id then return nil, e end
+      local l, le = _lines(urls, "endpoints." .. k, 256)
+      if le then return nil, le end
+      for i, u in ipairs(l) do
+        local _, ue = M.endpoint(u, ("endpoints.%s[%d]"):format(k, i - 1))
+        if ue then return nil, ue end
+      end
+      out.endpoints[id] = l
+    end
+  end
+  if not _null(input.provision_errors) then
+    if not _is_object(input.provision_errors) then return _err("provision_errors", "must be an object") end
+    for k, pe in pairs(input.provision_errors) do
+      local id, e = _id_key(k, "provision_errors")
+      if not id then return nil, e end
+      if pe == NULL then out.provision_errors[id] = NULL
+      else
+        local rec, re = _record(pe, "provision_errors." .. k, {
+          message = function(v, f) return _str(v, f, { max = 8192, multiline = true }) end,
+          field = function(v, f) return _str(v, f, { max = 128 }) end,
+          code = function(v, f)
+            if type(v) == "number" then return _int(v, f, -1e9, 1e9) end
+            return _str(v, f, { max = 64 })
+          end,
+          at = function(v, f) return _num(v, f, 0, 1e11) end,
+          generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
+        }, { "message" })
+        if not rec then return nil, re end
+        out.provision_errors[id] = rec
+      end
+    end
+  end
+  if not _null(input.acknowledged) then
+    local a = input.acknowledged
+    if not _is_object(a) then return _err("acknowledged", "must be an object {restart, clear_lost}") end
+    ok, err = _unknown(a, _set({ "restart", "clear_lost" }), "acknowledged.")
+    if not ok then return nil, err end
+    for _, k in ipairs({ "restart", "clear_lost" }) do
+      if not _null(a[k]) then
+        if not _is_array(a[k]) then return _err("acknowledged." .. k, "must be an array of ids") end
+        for i, x in ipairs(a[k]) do
+          local n, e = _int(x, ("acknowledged.%s[%d]"):format(k, i - 1), 1, math.maxinteger)
+          if not n then return nil, e end
+          out.acknowledged[k][i] = n
+        end
+      end
+    end
+  end
+  return out
+end
+
+---------------------------------------------------------------------------
+-- launches query, recipes
+---------------------------------------------------------------------------
+
+--- Validate the query of GET /api/v1/deployments/launches.
+---@param q table<string, string>
+---@return table|nil {model_id=, recipe_id=, limit=}, table|nil err (field = the parameter)
+function M.launches_query(q)
+  local out = { limit = 50 }
+  for k, v in pairs(q or {}) do
+    if k == "model_id" then
+      local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+      if not n or n < 1 then return _err("model_id", "must be a model id (a positive integer), got %q", v) end
+      out.model_id = n
+    elseif k == "recipe_id" then
+      if not v:match(M.RECIPE_ID) or #v > recipe_schema.ID_LOOKUP_MAX then
+        return _err("recipe_id", "%q is not a recipe id", v:sub(1, 80))
+      end
+      out.recipe_id = v
+    elseif k == "limit" then
+      local n = v:match("^%d+$") and math.tointeger(tonumber(v))
+      if not n or n < 1 or n > 500 then return _err("limit", "must be a whole number from 1 to 500, got %q", v:sub(1, 40)) end
+      out.limit = n
+    else
+      return nil, { code = "invalid", field = tostring(k),
+        message = ("unknown query parameter %q (model_id, recipe_id, limit)"):format(tostring(k)) }
+    end
+  end
+  return out
+end
+
+--- The id a recipe is looked up and saved by (obleth.recipe's rule).
+M.RECIPE_ID = recipe_schema.ID_LOOKUP_PATTERN
+
+--- Validate a saved recipe document (the recipe itself, as JSON). Only its
+--- identity is checked here; the recipe format is obleth.recipe's.
+---@param input table
+---@param id string|nil the id from the URL (PUT); must match the body's when given
+function M.recipe(input, id)
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object (a recipe)" } end
+  local rid = input.id
+  if rid == nil and id then rid = id end
+  local s, e = _str(rid, "id", { max = recipe_schema.ID_LOOKUP_MAX, pattern = M.RECIPE_ID,
+    rule = "letters, digits, '.', '_', '-'" })
+  if e then return nil, e end
+  if id and s ~= id then return _err("id", "%q does not match the recipe id in the URL (%q)", s, id) end
+  if input.name ~= nil and not _null(input.name) then
+    local _, ne = _str(input.name, "name", { max = 256 })
+    if ne then return nil, ne end
+  end
+  if input.source ~= nil and input.source ~= "saved" then
+    return _err("source", "is read-only")
+  end
+  local doc = {}
+  for k, v in pairs(input) do if k ~= "source" then doc[k] = v end end
+  doc.id = s
+  return doc
+end
+
+return M

@@ -1,0 +1,114 @@
+--- The job a replica runs: its batch script, its environment and the
+--- description handed to obleth.slurm's submit.
+--
+-- Values never travel through the script text: the port, model names, ids and
+-- cluster defaults reach the job as environment variables set by Slurm (the
+-- submit's `environment`), and the only operator data written into the
+-- script is shell by nature (preamble lines, the launch command, a script
+-- body) plus names that are quoted (the image path, module names).
+local shell = require "obleth.job.shell"
+local tag = require "obleth.job.tag"
+
+local M = {}
+
+-- Quote s for /bin/sh as one literal word (obleth.job.shell). The values quoted here (module
+-- names, the image path) were validated with the managed spec: a NUL byte in one is a bug.
+local function q(s)
+  local word, err = shell.quote(s)
+  if not word then error("job script: " .. err, 2) end
+  return word
+end
+
+--- The batch script for a spec.
+---@param spec table managed spec (docs/managed-spec.md)
+---@param defaults table cluster defaults (modules = array of module names)
+---@return string script
+function M.script(spec, defaults)
+  if spec.script_body and spec.script_body ~= "" then
+    local body = spec.script_body
+    if body:sub(1, 2) ~= "#!" then body = "#!/bin/bash\n" .. body end
+    return body
+  end
+  local lines = { "#!/bin/bash", "# obleth replica: model $OBLETH_API_MODEL_NAME, replica $OBLETH_REPLICA_ID" }
+  local mods = defaults and defaults.modules or {}
+  if #mods > 0 then
+    local quoted = {}
+    for i, m in ipairs(mods) do quoted[i] = q(m) end
+    lines[#lines + 1] = "module load " .. table.concat(quoted, " ")
+  end
+  for _, l in ipairs(spec.preamble or {}) do lines[#lines + 1] = l end
+  if spec.image and spec.image ~= "" then
+    lines[#lines + 1] = "exec apptainer exec --nv " .. q(spec.image) .. " " .. spec.launch_command
+  else
+    lines[#lines + 1] = "exec " .. spec.launch_command
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+--- The job environment: PATH, the OBLETH_* variables recipes use, the
+--- cluster defaults' and the spec's extra environment (the spec wins).
+---@param model {id: integer, name: string}
+---@param replica {nonce: string, port: integer}
+---@param spec table
+---@param defaults table
+---@param bindir string|nil directory of the obleth binary, put first on PATH
+---@param exe string|nil the obleth binary (OBLETH_BIN, used by the smoke-test recipe)
+function M.environment(model, replica, spec, defaults, bindir, exe)
+  local env = {}
+  for k, v in pairs(defaults.environment or {}) do env[k] = tostring(v) end
+  local path = env.PATH or "/usr/local/bin:/usr/bin:/bin"
+  if bindir and bindir ~= "" then path = bindir .. ":" .. path end
+  env.PATH = path
+  if exe and exe ~= "" then env.OBLETH_BIN = exe end
+  env.OBLETH_PORT = tostring(replica.port)
+  env.OBLETH_MODEL = model.name
+  env.OBLETH_MODEL_ID = tostring(model.id)
+  env.OBLETH_API_MODEL_NAME = model.name
+  env.OBLETH_REPLICA_ID = replica.nonce
+  if defaults.model_cache_dir then
+    env.OBLETH_MODEL_CACHE_DIR = defaults.model_cache_dir
+    env.HF_HOME = env.HF_HOME or defaults.model_cache_dir
+  end
+  if defaults.image_dir then env.OBLETH_IMAGE_DIR = defaults.image_dir end
+  if defaults.log_dir then env.OBLETH_LOG_DIR = defaults.log_dir end
+  if defaults.hf_token and defaults.hf_token ~= "" then env.HF_TOKEN = defaults.hf_token end
+  for k, v in pairs(spec.environment or {}) do env[k] = tostring(v) end
+  return env
+end
+
+--- The job description for obleth.slurm's submit. model = {id, name,
+--- instance} (instance: the installation id that goes into the job tag). (requeue off: a node
+--- failure ends the job for good and the replica is replaced, so a replica
+--- never follows a requeued job to another node with a stale endpoint).
+function M.desc(model, replica, spec, defaults, bindir, exe)
+  local log_dir = defaults.log_dir
+  local function logpath(p, kind)
+    if p and p ~= "" then return p end
+    if log_dir then return ("%s/obleth-%s-%%j.%s"):format(log_dir, model.name:gsub("[^%w._-]", "_"), kind) end
+    return nil
+  end
+  local gpus = spec.gpus_per_node
+  return {
+    name = tag.name(model.instance, model.id, replica.slot, replica.nonce),
+    comment = tag.comment(model.instance, model.id, replica.slot, replica.nonce, spec.generation, replica.port),
+    partition = spec.partition or defaults.partition,
+    account = spec.account or defaults.account,
+    qos = spec.qos or defaults.qos,
+    time_limit = spec.time_limit,
+    nodes = spec.nodes or 1,
+    gpus_per_node = (gpus and gpus > 0) and gpus or nil,
+    gpu_type = (gpus and gpus > 0) and spec.gpu_type or nil,
+    cpus_per_node = spec.cpus_per_node,
+    memory_per_node = spec.memory_per_node,
+    constraint = spec.constraint,
+    exclude = spec.exclude,
+    environment = M.environment(model, replica, spec, defaults, bindir, exe),
+    script = M.script(spec, defaults),
+    stdout = logpath(spec.stdout, "out"),
+    stderr = logpath(spec.stderr, "err"),
+    working_directory = spec.working_directory or log_dir or "/tmp",
+    requeue = false,
+  }
+end
+
+return M

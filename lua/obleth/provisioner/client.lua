@@ -1,0 +1,43 @@
+--- The provisioner's client of the Management API (docs/managed-spec.md,
+--- "Provisioner protocol"): one snapshot read and one report per pass.
+local http = require "obleth.http"
+local cjson = require "cjson"
+local json = require "obleth.util.json"
+
+local M = {}
+
+--- A decoded JSON value as plain Lua data (obleth.util.json.plain).
+M.plain = json.plain
+
+local Client = {}
+Client.__index = Client
+
+---@param base_url string e.g. "http://127.0.0.1:8080"
+---@param token string the admin token
+function M.new(base_url, token, timeout)
+  return setmetatable({ base = base_url:gsub("/+$", ""), token = token, timeout = timeout or 15 }, Client)
+end
+
+function Client:_call(method, path, body)
+  local r, err = http.request { url = self.base .. path, method = method, timeout = self.timeout,
+    headers = { Authorization = "Bearer " .. self.token, ["Content-Type"] = body and "application/json" or nil,
+      Accept = "application/json" },
+    body = body and cjson.encode(body) or nil }
+  if not r then return nil, { kind = err.code, message = "Management API: " .. err.message } end
+  local ok, doc = pcall(cjson.decode, r.body)
+  if r.status ~= 200 then
+    local msg = ok and type(doc) == "table" and doc.error and doc.error.message or r.body:sub(1, 200)
+    return nil, { kind = "http", status = r.status, message = ("Management API %s %s: HTTP %d: %s")
+      :format(method, path, r.status, tostring(msg)) }
+  end
+  if not ok then return nil, { kind = "bad_response", message = "Management API answered with invalid JSON" } end
+  return M.plain(doc)
+end
+
+--- Everything one pass needs (settings with the JWT, specs, replicas).
+function Client:snapshot() return self:_call("GET", "/api/v1/provisioner/snapshot") end
+
+--- Report one pass.
+function Client:report(report) return self:_call("POST", "/api/v1/provisioner/report", report) end
+
+return M

@@ -1,0 +1,131 @@
+--- obleth.recipe.schema — what a recipe may contain (engines, input types, the keys a template
+-- may name, the managed-spec defaults) and the small value helpers every part of obleth.recipe uses.
+
+
+local M = {}
+
+--- Limits that keep an input's `pattern` check cheap (Lua patterns backtrack):
+--- repetition operators per pattern, and the longest value checked against one.
+M.MAX_PATTERN_REPEATS = 2
+M.MAX_PATTERN_VALUE = 4096
+
+--- The repetition operators (* + - ?) of a Lua pattern, outside sets and escapes.
+---@param p string
+---@return integer
+function M.pattern_repeats(p)
+  local n, i, len = 0, 1, #p
+  while i <= len do
+    local c = p:sub(i, i)
+    if c == "%" then
+      i = i + 2
+    elseif c == "[" then
+      i = i + 1
+      if p:sub(i, i) == "^" then i = i + 1 end
+      if p:sub(i, i) == "]" then i = i + 1 end -- a literal ] first in the set
+      while i <= len and p:sub(i, i) ~= "]" do
+        i = i + (p:sub(i, i) == "%" and 2 or 1)
+      end
+      i = i + 1
+    else
+      if c == "*" or c == "+" or c == "?" or (c == "-" and i > 1) then n = n + 1 end
+      i = i + 1
+    end
+  end
+  return n
+end
+
+M.ENGINES = { vllm = true, sglang = true, llamacpp = true, ollama = true, smoke = true, custom = true }
+--- A recipe's id (a library file's, a recipe saved at launch): a lower-case letter or digit,
+--- then lower-case letters, digits, '.', '_', '-'; at most ID_MAX characters.
+M.ID_PATTERN = "^[a-z0-9][a-z0-9._-]*$"
+M.ID_MAX = 64
+--- What an id a recipe is looked up by (in a URL, a query, a saved document) may hold: letters of
+--- either case, digits, '.', '_', '-'; at most ID_LOOKUP_MAX characters.
+M.ID_LOOKUP_PATTERN = "^[A-Za-z0-9._%-]+$"
+M.ID_LOOKUP_MAX = 128
+M.INPUT_TYPES = { string = true, integer = true, number = true, boolean = true, enum = true, path = true }
+M.PROVENANCE = { "builtin", "recipe", "cluster_default", "learned", "user" }
+
+--- Cluster-default keys a template may name (`{{ defaults.<key> }}`); keys
+-- starting with `x_` are free for site-specific values. The Hugging Face
+-- token is deliberately absent: secrets never go into a rendered script.
+M.DEFAULT_KEYS = {
+  model_cache_dir = true, image_dir = true, log_dir = true, modules = true,
+  partition = true, account = true, qos = true,
+}
+M.MODEL_KEYS = { api_name = true, id = true }
+M.RESOURCE_KEYS = {
+  partition = true, nodes = true, gpus_per_node = true, gpu_type = true, cpus_per_node = true,
+  memory_per_node = true, time_limit = true, constraint = true, exclude = true,
+}
+M.FILTERS = { first_shard = true }
+
+--- Managed-spec health defaults (docs/managed-spec.md).
+M.HEALTH_DEFAULTS = { path = "/health", interval = 10, timeout = 5, startup_grace = 600, failure_threshold = 3 }
+--- Managed-spec defaults for settings neither the recipe nor the cluster gives.
+M.SPEC_DEFAULTS = { time_limit = 60, nodes = 1, gpus_per_node = 0, cpus_per_node = 1, memory_per_node = 0,
+  replicas = 1 }
+
+local TOP_KEYS = {
+  id = true, name = true, engine = true, description = true, inputs = true, resources = true,
+  health = true, script = true, image = true, launch = true, preamble = true, environment = true,
+  replicas = true, one_of = true, requires = true,
+}
+local INPUT_KEYS = {
+  type = true, default = true, required = true, description = true, pattern = true, min = true,
+  max = true, values = true, label = true,
+}
+
+
+---------------------------------------------------------------------------
+-- small helpers
+---------------------------------------------------------------------------
+
+-- yaml.null / cjson.null (lightuserdata) read as nil.
+local function _v(x)
+  if type(x) == "userdata" then return nil end
+  return x
+end
+
+local function _is_int(x)
+  return math.type(x) == "integer" or (type(x) == "number" and x == math.floor(x) and x > -2 ^ 53 and x < 2 ^ 53)
+end
+
+local function _int(x)
+  return math.tointeger(x) or x
+end
+
+local function _is_array(t)
+  if type(t) ~= "table" then return false end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+
+local function _sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks, function(a, b) return tostring(a) < tostring(b) end)
+  return ks
+end
+
+--- Text of a scalar value as it reaches a command line.
+local function _text(v)
+  if type(v) == "number" then
+    if math.type(v) == "integer" or _is_int(v) then return tostring(_int(v)) end
+    return ("%.14g"):format(v)
+  end
+  return tostring(v)
+end
+
+-- shared with the other parts of obleth.recipe
+M.TOP_KEYS = TOP_KEYS
+M.INPUT_KEYS = INPUT_KEYS
+M._v = _v
+M._is_int = _is_int
+M._int = _int
+M._is_array = _is_array
+M._sorted_keys = _sorted_keys
+M._text = _text
+
+return M

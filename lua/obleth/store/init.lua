@@ -1,0 +1,28 @@
+--- obleth.store — the Management API's durable store, behind one interface so
+-- that a PostgreSQL backend can follow. Every SQL statement lives in the
+-- backend module (obleth.store.sqlite); callers see tables shaped like the
+-- API's JSON (see docs/api.md and docs/managed-spec.md).
+--
+-- Errors: expected failures return nil, err with err.code one of
+--   "not_found"  the model / replica / recipe does not exist
+--   "conflict"   a unique name is taken, or the change is refused in this state (err.field)
+--   "storage"    the database refused the write (busy, full, I/O); nothing was written; or
+--                it cannot be opened or migrated (open)
+--   "unsupported" open: a location this build has no backend for
+-- Misuse raises.
+local M = {}
+
+--- Open a store.
+---@param location string a file path for SQLite (":memory:" for tests)
+---@param opts table|nil {busy_timeout = ms, log = obleth.log}
+---@return table|nil store
+---@return {code: "unsupported"|"storage", message: string}|nil err
+function M.open(location, opts)
+  if type(location) ~= "string" or location == "" then error("store.open: expects a path", 2) end
+  if location:match("^postgres") then
+    return nil, { code = "unsupported", message = "PostgreSQL stores are not supported yet; give a file path for SQLite" }
+  end
+  return require("obleth.store.sqlite").open(location, opts)
+end
+
+return M

@@ -1,0 +1,22 @@
+--- Small table helpers shared by modules (pure Lua, no I/O).
+local M = {}
+
+--- A new table holding a's keys, then b's over them (shallow).
+---@param a table|nil
+---@param b table|nil
+---@return table
+function M.merged(a, b)
+  local out = {}
+  for k, v in pairs(a or {}) do out[k] = v end
+  for k, v in pairs(b or {}) do out[k] = v end
+  return out
+end
+
+--- A new table holding t's keys (shallow); nil gives an empty table.
+---@param t table|nil
+---@return table
+function M.copy(t)
+  return M.merged(t, nil)
+end
+
+return M

@@ -1,0 +1,290 @@
+-- obleth.deployment on plain tables: provenance, learned defaults, Slurm-side
+-- field errors, partition fit, suggestions, the job script and the exact
+-- slurmrestd body, prefill, "save as recipe", and the YAML settings reader.
+-- Expected values are worked out by hand from the facts below.
+local launch = require "obleth.deployment"
+local recipe = require "obleth.recipe"
+
+local function policy(name) return require("obleth.policy." .. name) end
+
+local R = assert(recipe.validate({
+  id = "eng", name = "Engine", engine = "custom",
+  inputs = {
+    model = { type = "string", required = true },
+    tp = { type = "integer", default = 1, min = 1, max = 8 },
+  },
+  resources = { cpus_per_node = 4, memory_per_node = 1000, time_limit = "2:00:00" },
+  launch = { "engine", "--model", "{{ inputs.model }}", "--port", "$OBLETH_PORT", "--name", "{{ model.api_name }}",
+    "--tp", "{{ inputs.tp }}" },
+}))
+
+local function node(name, over)
+  local n = { name = name, cpus = 8, alloc_cpus = 0, memory = 32000, alloc_memory = 0, idle = true,
+    state = { base = "IDLE", flags = {} }, features = { a100 = true },
+    gres = { gpu = { total = 4, by_type = { a100 = 4 } } }, gres_free = { gpu = { total = 4, by_type = { a100 = 4 } } } }
+  for k, v in pairs(over or {}) do n[k] = v end
+  return n
+end
+
+-- a: idle A100 node; b: busy (MIXED) but with room; c: idle H100 node; d: drained A100 node
+local FACTS = {
+  partitions = {
+    { name = "gpu", node_list = { "a", "b", "c", "d" }, max_time = 240, max_nodes = math.huge, state = "UP",
+      default = true },
+    { name = "debug", node_list = { "a" }, max_time = 30, max_nodes = math.huge, state = "UP",
+      allowed_accounts = { research = true }, denied_qos = { long = true } },
+  },
+  nodes = {
+    node("a"),
+    node("b", { idle = false, state = { base = "MIXED", flags = {} }, alloc_cpus = 2, alloc_memory = 1000 }),
+    node("c", { memory = 64000, features = { h100 = true }, gres = { gpu = { total = 8, by_type = { h100 = 8 } } },
+      gres_free = { gpu = { total = 8, by_type = { h100 = 8 } } } }),
+    node("d", { idle = false, state = { base = "IDLE", flags = { DRAIN = true } } }),
+  },
+  associations = {
+    { account = "research", user = "u", qos = { normal = true, long = true } },
+    { account = "teaching", user = "u", qos = { normal = true, long = true } },
+  },
+  qos = { { name = "normal" }, { name = "long", max_wall = 2880 } },
+}
+
+local DEFAULTS = { partition = "gpu", account = "research", log_dir = "/logs", port_range = { 20000, 20999 },
+  hf_token = "hf_secret_value", modules = {}, environment = {} }
+
+local function pv(over)
+  local p = { recipe = R, values = { inputs = { model = "x y" } }, api_model_name = "m1", defaults = DEFAULTS,
+    launches = {}, facts = FACTS, api_version = "v0.0.38", policy = policy, instance = "abcdef01" }
+  for k, v in pairs(over or {}) do p[k] = v end
+  return launch.preview(p)
+end
+
+local function fit(res, name)
+  for _, f in ipairs(res.partitions) do if f.partition == name then return f end end
+end
+
+local function err(res, field)
+  for _, e in ipairs(res.errors) do if e.field == field then return e end end
+end
+
+local function launches(n, account, qos)
+  local out = {}
+  for i = n, 1, -1 do out[#out + 1] = { id = i, settings = { account = account, qos = qos, time_limit = 60 }, outcomes = {} } end
+  return out
+end
+
+describe("obleth.deployment.preview", function()
+  it("gives every setting its value and where it came from", function()
+    local res = pv()
+    assert.is_true(res.ok)
+    assert.same({ value = "m1", provenance = "user" }, res.settings.api_model_name)
+    assert.same({ value = "gpu", provenance = "cluster_default" }, res.settings.partition)
+    assert.same({ value = "research", provenance = "cluster_default" }, res.settings.account)
+    assert.same({ value = 120, provenance = "recipe" }, res.settings.time_limit) -- 2:00:00 in minutes
+    assert.same({ value = 4, provenance = "recipe" }, res.settings.cpus_per_node)
+    assert.same({ value = 1, provenance = "builtin" }, res.settings.nodes) -- obleth's fallback: the recipe says nothing
+    assert.same({ value = "/logs/%x-%j.out", provenance = "cluster_default" }, res.settings.stdout)
+    assert.same({ value = "x y", provenance = "user" }, res.settings["inputs.model"])
+    assert.same({ value = 1, provenance = "recipe" }, res.settings["inputs.tp"])
+    assert.is_nil(res.settings.qos.value)
+    assert.is_nil(res.settings.qos.provenance)
+  end)
+
+  it("starts with the account and QoS of the recipe's last three launches, marked learned; the user's value wins", function()
+    local res = pv({ launches = launches(3, "teaching", "long") })
+    assert.same({ value = "teaching", provenance = "learned" }, res.settings.account)
+    assert.same({ value = "long", provenance = "learned" }, res.settings.qos)
+    assert.same({ 3, 2, 1 }, res.learned.evidence)
+    assert.is_true(res.learned.applied)
+    res = pv({ launches = launches(3, "teaching", "long"), values = { account = "research", inputs = { model = "m" } } })
+    assert.same({ value = "research", provenance = "user" }, res.settings.account)
+    assert.same({ value = "long", provenance = "learned" }, res.settings.qos)
+    -- two launches are too few; mixed accounts teach nothing
+    res = pv({ launches = launches(2, "teaching", "long") })
+    assert.equal("cluster_default", res.settings.account.provenance)
+    assert.equal("too_few", res.learned.reason)
+    local mixed = launches(3, "teaching", "long")
+    mixed[2].settings.account = "research"
+    res = pv({ launches = mixed })
+    assert.equal("mixed", res.learned.reason)
+  end)
+
+  it("turns what Slurm would accept but never run into field errors", function()
+    local res = pv({ values = { partition = "debug", qos = "long", time_limit = "1:00:00", inputs = { model = "m" } } })
+    assert.is_false(res.ok)
+    assert.equal("QOSNotAllowed", err(res, "qos").code)
+    assert.equal("PartitionTimeLimit", err(res, "time_limit").code) -- 60 min > MaxTime 30
+    res = pv({ values = { partition = "debug", account = "teaching", time_limit = 30, inputs = { model = "m" } } })
+    assert.equal("AccountNotAllowed", err(res, "account").code)
+    assert.is_nil(err(res, "time_limit"))
+    res = pv({ values = { qos = "long", time_limit = "2-01:00:00", partition = "gpu", inputs = { model = "m" } } })
+    assert.equal("PartitionTimeLimit", err(res, "time_limit").code) -- 2940 min > 240
+  end)
+
+  it("reports a missing required input and a bad API model name by field", function()
+    local res = pv({ values = {}, api_model_name = "bad name" })
+    assert.is_truthy(err(res, "inputs.model"))
+    assert.is_truthy(err(res, "api_model_name"))
+  end)
+
+  it("counts idle fitting nodes: 4 A100 GPUs fit a and b, only a is idle; never the H100 node or the drained one", function()
+    local res = pv({ values = { gpus_per_node = 4, gpu_type = "a100", inputs = { model = "m" } } })
+    local gpu = fit(res, "gpu")
+    assert.same({ "a", "b" }, gpu.nodes.fitting)
+    assert.same({ "a" }, gpu.nodes.idle)
+    assert.equal(1, gpu.idle_fitting_nodes)
+    assert.is_true(gpu.fits)
+    local debug = fit(res, "debug")
+    assert.is_false(debug.fits) -- 120 min is above its MaxTime
+    res = pv({ values = { gpus_per_node = 8, inputs = { model = "m" } } })
+    assert.same({ "c" }, fit(res, "gpu").nodes.fitting)
+  end)
+
+  it("offers only the partitions that take the account, and only the accounts the partition takes", function()
+    local res = pv({ values = { account = "teaching", inputs = { model = "m" } } })
+    assert.same({ "gpu" }, res.partitions_offered)
+    assert.same({ "research", "teaching" }, res.accounts_offered) -- for gpu
+    assert.same({ "research" }, fit(res, "debug").accounts)
+    assert.is_false(fit(res, "debug").takes_account)
+    res = pv({ values = { partition = "debug", inputs = { model = "m" }, time_limit = 30 } })
+    assert.same({ "research" }, res.accounts_offered)
+    assert.same({ "normal" }, res.qos_offered) -- long is denied by debug
+  end)
+
+  it("renders the job script and the exact v0.0.38 body, with the Hugging Face token masked", function()
+    local res = pv({ values = { gpus_per_node = 4, gpu_type = "a100", exclude = "b,d", inputs = { model = "x y" } } })
+    local line = [[exec 'engine' '--model' 'x y' '--port' "${OBLETH_PORT}" '--name' 'm1' '--tp' '1']]
+    assert.is_truthy(res.job_script:find(line, 1, true))
+    local body = res.slurm_request
+    assert.equal(res.job_script, body.script)
+    assert.equal("obleth-abcdef01-m0-s1-0000000000000000", body.job.name)
+    assert.equal("obleth instance=abcdef01 model=0 slot=1 nonce=0000000000000000 gen=1 port=20000", body.job.comment)
+    assert.equal(120, body.job.time_limit)
+    assert.equal("a100:4", body.job.gpus_per_node)
+    assert.equal("1", body.job.nodes)
+    assert.equal(4, body.job.minimum_cpus_per_node)
+    assert.equal(1000, body.job.memory_per_node)
+    assert.equal("b,d", body.job.exclude_nodes)
+    assert.equal("gpu", body.job.partition)
+    assert.equal("research", body.job.account)
+    assert.equal("20000", body.job.environment.OBLETH_PORT)
+    assert.equal("m1", body.job.environment.OBLETH_API_MODEL_NAME)
+    assert.equal(launch.MASK, body.job.environment.HF_TOKEN)
+    assert.equal("/logs/%x-%j.out", body.job.standard_output)
+    assert.equal("/logs", body.job.current_working_directory)
+    -- requeue = false is left out on v0.0.38 (slurmrestd 22.05 reads any value as true)
+    assert.is_nil(body.job.requeue)
+  end)
+
+  it("builds the v0.0.40 shapes when the cluster speaks v0.0.40", function()
+    local res = pv({ api_version = "v0.0.40", values = { gpus_per_node = 2, gpu_type = "a100", inputs = { model = "m" } } })
+    local job = res.slurm_request.job
+    assert.same({ set = true, infinite = false, number = 120 }, job.time_limit)
+    assert.same({ set = true, infinite = false, number = 1000 }, job.memory_per_node)
+    assert.equal("gres/gpu:a100:2", job.tres_per_node)
+    local found = false
+    for _, kv in ipairs(job.environment) do if kv == "HF_TOKEN=" .. launch.MASK then found = true end end
+    assert.is_true(found)
+  end)
+
+  it("without cluster facts: no Slurm checks, a warning, and no body when the API version is unknown", function()
+    local res = pv({ facts = false, api_version = false,
+      values = { partition = "debug", qos = "long", inputs = { model = "m" } } })
+    assert.same({}, res.errors)
+    assert.is_true(res.ok)
+    assert.same({}, res.partitions)
+    assert.is_nil(res.slurm_request)
+    assert.is_string(res.job_script)
+    assert.is_true(#res.warnings >= 2)
+  end)
+
+  it("suggests a longer time limit after TIMEOUT, capped by the partition's MaxTime, with the evidence", function()
+    local hist = { { id = 7, settings = { account = "research", time_limit = 150 },
+      outcomes = { { job_id = 70, state = "TIMEOUT", node = "a", healthy = true, ended_at = 100 } } } }
+    local res = pv({ launches = hist })
+    local s = res.suggestions[1]
+    assert.equal("time_limit", s.field)
+    assert.equal(240, s.value) -- 150 × 2 = 300, capped at gpu's 240
+    assert.equal(7, s.evidence[1].launch_id)
+    assert.equal(70, s.evidence[1].job_id)
+    assert.equal(120, res.settings.time_limit.value) -- never applied
+  end)
+end)
+
+describe("obleth.deployment helpers", function()
+  it("outcomes: every launch's job ends, newest end first, with its launch id and time limit", function()
+    local out = launch.outcomes({
+      { id = 2, settings = { time_limit = 30 }, outcomes = { { job_id = 21, state = "FAILED", ended_at = 50 },
+        { job_id = 22, state = "TIMEOUT", ended_at = 90 } } },
+      { id = 1, settings = { time_limit = 20 }, outcomes = { { job_id = 11, state = "NODE_FAIL", node = "n1", ended_at = 70 } } },
+    })
+    local got = {}
+    for i, o in ipairs(out) do got[i] = { o.job_id, o.launch_id, o.time_limit } end
+    assert.same({ { 22, 2, 30 }, { 11, 1, 20 }, { 21, 2, 30 } }, got)
+  end)
+
+  it("suggestion_ctx: the partition's limits (UNLIMITED as none) and its largest node's memory", function()
+    local ctx = launch.suggestion_ctx({ partition = "gpu", qos = "long", time_limit = 60, nodes = 1,
+      memory_per_node = 0 }, FACTS)
+    assert.same({ name = "gpu", max_time = 240 }, ctx.partition)
+    assert.same({ name = "long", max_wall = 2880 }, ctx.qos)
+    assert.equal(64000, ctx.max_node_memory) -- node c
+  end)
+
+  it("user_values: the top-level API model name wins and is renamed for recipe.resolve", function()
+    assert.same({ api_name = "top", nodes = 2 }, launch.user_values({ api_model_name = "inner", nodes = 2 }, "top"))
+    assert.same({ api_name = "inner" }, launch.user_values({ api_model_name = "inner" }, nil))
+  end)
+
+  it("apply_prefill: a Hugging Face choice fills input defaults and GPUs; unknown inputs are reported", function()
+    local r2, warnings = launch.apply_prefill(R, { inputs = { model = "org/repo", revision = "main" },
+      gpus_per_node = 2, gpu_type = "h100" })
+    assert.equal("org/repo", r2.inputs.model.default)
+    assert.equal(2, r2.resources.gpus_per_node)
+    assert.equal("h100", r2.resources.gpu_type)
+    assert.equal(1, #warnings)
+    assert.is_truthy(warnings[1]:find("revision", 1, true))
+    assert.is_nil(R.inputs.model.default) -- the original is untouched
+    local res = pv({ recipe = r2, values = {} })
+    assert.same({ value = "org/repo", provenance = "recipe" }, res.settings["inputs.model"])
+    assert.same({ value = 2, provenance = "recipe" }, res.settings.gpus_per_node)
+  end)
+
+  it("saved_recipe: writes only what the user changed; account and QoS are left to learning", function()
+    local doc = { id = "eng", name = "Engine", engine = "custom", resources = { cpus_per_node = 4 },
+      inputs = { model = { type = "string", required = true }, tp = { type = "integer", default = 1 } },
+      launch = { "engine" } }
+    local out = launch.saved_recipe(doc, { id = "mine", name = "Mine" },
+      { partition = "gpu", nodes = 2, time_limit = 90, account = "teaching", replicas = 3,
+        health = { path = "/ready" }, inputs = { model = "m", tp = 1 } },
+      { partition = "cluster_default", nodes = "user", time_limit = "user", account = "user", replicas = "user",
+        ["health.path"] = "user", ["inputs.model"] = "user", ["inputs.tp"] = "recipe" })
+    assert.equal("mine", out.id)
+    assert.equal("Mine", out.name)
+    assert.same({ cpus_per_node = 4, nodes = 2, time_limit = 90 }, out.resources)
+    assert.equal(3, out.replicas)
+    assert.same({ path = "/ready" }, out.health)
+    assert.equal("m", out.inputs.model.default)
+    assert.equal(1, out.inputs.tp.default)
+    assert.is_nil(out.account)
+    assert.is_nil(doc.inputs.model.default) -- the original is untouched
+    assert.is_truthy(recipe.validate(out))
+  end)
+
+  it("yaml_values: unknown keys and lists where a value belongs are diagnostics at their key's position", function()
+    local inputs = { model = "m", nope = 1 }
+    local doc = { partition = "gpu", nodes = { 1, 2 }, colour = "blue", inputs = inputs }
+    local pos = { [doc] = { partition = { line = 1, column = 1 }, nodes = { line = 2, column = 1 },
+      colour = { line = 3, column = 1 }, inputs = { line = 4, column = 1 } },
+      [inputs] = { model = { line = 5, column = 3 }, nope = { line = 6, column = 3 } } }
+    local values, diags = launch.yaml_values(doc, pos, R)
+    assert.same({ partition = "gpu", inputs = { model = "m" } }, values)
+    local got = {}
+    for _, d in ipairs(diags) do got[#got + 1] = { d.field, d.line, d.column } end
+    assert.same({ { "nodes", 2, 1 }, { "colour", 3, 1 }, { "inputs.nope", 6, 3 } }, got)
+    assert.same({ 5, 3 }, { launch.yaml_position(doc, pos, "inputs.model") })
+    assert.same({ 1, 1 }, { launch.yaml_position(doc, pos, "partition") })
+    assert.is_nil(launch.yaml_position(doc, pos, "account"))
+    local _, d2 = launch.yaml_values({ "a", "b" }, nil, R)
+    assert.equal(1, #d2)
+  end)
+end)
