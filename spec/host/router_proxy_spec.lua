@@ -427,7 +427,7 @@ describe("the router's request line (obleth serve)", function()
   it("names method, model, milliseconds, path, status and upstream, and never the client key", function()
     local http = require "obleth.http"
     local server = require "spec.support.server"
-    local eng = require("obleth.smoke_engine").new { model = "lm", replica = "lm-1" }
+    local eng = require("obleth.testing").new { model = "lm", replica = "lm-1" }
     local es = assert(http.server { host = "127.0.0.1", port = 0, handler = eng:handler() })
     local srv = server.start()
     local _, m = srv:request("POST", "/api/v1/models", { name = "lm" })

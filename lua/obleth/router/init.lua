@@ -14,10 +14,10 @@
 --
 -- Errors are in the OpenAI shape {"error": {"message", "type", "param", "code"}}.
 local cjson = require "cjson"
-local json = require "obleth.api.json"
+local json = require "obleth.util.json"
 local balancer = require "obleth.router.balancer"
 local unavailable = require "obleth.router.unavailable"
-local metrics = require "obleth.metrics"
+local metrics = require "obleth.router.metrics"
 -- the host's scanner reads "model" and "stream" without decoding the body (a long chat
 -- costs cjson.decode hundreds of µs); plain lua5.4 (unit specs) falls back to cjson
 local has_jsonscan, jsonscan = pcall(require, "obleth.jsonscan")
@@ -172,7 +172,7 @@ Router.__index = Router
 --- Make a router.
 ---@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil,
 ---  transport: "proxy"|"client"|nil}
----  app is the obleth.server application (store, log, clock, now, draining, inflight, slurm_settings).
+---  app is the obleth.api application (store, log, clock, now, draining, inflight, slurm_settings).
 ---  transport: "proxy" (default) passes requests to http:// endpoints with res:proxy (host/http_proxy.c)
 ---  and to others (https://) with the HTTP client; "client" sends every request with the HTTP client.
 function M.new(opts)
