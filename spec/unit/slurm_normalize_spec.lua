@@ -3,6 +3,7 @@
 -- (v0.0.38, v0.0.40-42, captures for v0.0.41-43) and on the hand-built v0.0.39 /
 -- v0.0.44 fixtures. Expected values were read from the JSON by hand.
 local N = require "obleth.slurm.normalize"
+local hostlist = require "obleth.slurm.hostlist"
 local submit = require "obleth.slurm.submit"
 local cjson = require "cjson"
 local H = dofile("spec/fixtures/slurmrestd/cases.lua")
@@ -625,6 +626,36 @@ describe("obleth.slurm.normalize", function()
         assert.equal("24.05.3", N.ping(H.load("captures/24.05/0.0.41/slurm-ping.json"), "v0.0.41").release)
         assert.is_true(N.ping(H.load("captures/25.05/0.0.43/slurm-ping.json"), "v0.0.43").ok)
       end)
+    end)
+  end)
+
+  describe("hostlist budget per answer", function()
+    it("20 partitions of n[000000-999999] expand to at most one answer's budget", function()
+      local parts = {}
+      for i = 1, 20 do
+        parts[i] = { name = "p" .. i, nodes = { configured = "n[000000-999999]", total = 1000000 },
+          partition = { state = { "UP" } } }
+      end
+      local out = N.partitions({ partitions = parts }, "v0.0.41")
+      local total = 0
+      for _, p in ipairs(out) do total = total + #p.node_list end
+      assert.equal(20, #out)
+      assert.is_true(total <= hostlist.ANSWER_HOSTS, "expanded " .. total .. " names")
+      -- what is only counted is still read from the answer
+      assert.equal(1000000, out[20].total_nodes)
+      assert.equal("n[000000-999999]", out[20].nodes)
+      assert.is_true(out[20].node_list_truncated)
+    end)
+
+    it("a job answer shares one budget too", function()
+      local jobs = {}
+      for i = 1, 5 do
+        jobs[i] = { job_id = i, name = "j", job_state = { "RUNNING" }, nodes = "n[0-99999]" }
+      end
+      local out = N.jobs({ jobs = jobs }, "v0.0.41")
+      local total = 0
+      for _, j in ipairs(out) do total = total + #j.node_list end
+      assert.is_true(total <= hostlist.ANSWER_HOSTS, "expanded " .. total .. " names")
     end)
   end)
 end)

@@ -298,7 +298,15 @@ local function _gpu_request(tres_per_node)
   return g.total, gtype
 end
 
-local function _job_common(out)
+-- The names of a hostlist, taken from the answer's budget (`budget` nil: a fresh one).
+-- Over budget, or malformed: no names, and `truncated` when it was the budget.
+local function _node_list(expr, budget)
+  local l, err = hostlist.expand(expr, budget or { left = hostlist.ANSWER_HOSTS })
+  if l then return l end
+  return {}, err and err:find("too large", 1, true) ~= nil or nil
+end
+
+local function _job_common(out, budget)
   -- 0 minutes never reaches a real job (sbatch --time=0 becomes INFINITE);
   -- accounting rows of jobs that never ran carry it as "unknown".
   if out.time_limit == 0 then out.time_limit = nil end
@@ -308,7 +316,7 @@ local function _job_common(out)
     out.gpus = out.gpus or n
     out.gpu_type = out.gpu_type or t
   end
-  out.node_list = hostlist.expand(out.nodes) or {}
+  out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
   out.estimated = out.state.base == "PENDING" or nil
   if out.state.base == "PENDING" then out.exit_code = nil end
   return out
@@ -325,8 +333,10 @@ end
 --   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr}
 ---@param j table
 ---@param version string
+---@param budget {left: integer}|nil hostlist names left for the whole answer (`jobs` shares
+---  one); over it, node_list is {} and node_list_truncated is true
 ---@return table
-function M.job_record(j, version)
+function M.job_record(j, version, budget)
   _vnum(version)
   local out = {
     id = M.count(j.job_id),
@@ -356,7 +366,7 @@ function M.job_record(j, version)
     stderr = _str(j.standard_error),
   }
   if out.reason == "None" then out.reason = nil end
-  return _job_common(out)
+  return _job_common(out, budget)
 end
 
 local function _list(doc, key)
@@ -371,7 +381,8 @@ end
 ---@return table[] jobs in the shape of `job_record`
 function M.jobs(doc, version)
   local out = {}
-  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version) end
+  local budget = { left = hostlist.ANSWER_HOSTS }
+  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version, budget) end
   return out
 end
 
@@ -398,8 +409,9 @@ end
 -- was allocated (or requested, before it ran) across all its nodes.
 ---@param j table
 ---@param version string
+---@param budget {left: integer}|nil as for `job_record`
 ---@return table
-function M.db_job_record(j, version)
+function M.db_job_record(j, version, budget)
   local v = _vnum(version)
   local t = type(_v(j.time)) == "table" and j.time or {}
   local st = type(_v(j.state)) == "table" and j.state or {}
@@ -443,7 +455,7 @@ function M.db_job_record(j, version)
     end
     if out.gpus then break end
   end
-  return _job_common(out)
+  return _job_common(out, budget)
 end
 
 --- All jobs of a `GET /slurmdb/vX/jobs` response.
@@ -452,7 +464,8 @@ end
 ---@return table[]
 function M.db_jobs(doc, version)
   local out = {}
-  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.db_job_record(j, version) end
+  local budget = { left = hostlist.ANSWER_HOSTS }
+  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.db_job_record(j, version, budget) end
   return out
 end
 
@@ -528,11 +541,13 @@ end
 --   on v0.0.39, which does not report it), max_time (minutes, math.huge when
 --   unlimited), default_time (minutes|nil), max_nodes (math.huge when
 --   unlimited), allowed_accounts, denied_accounts, allowed_qos, denied_qos
---   (sets; nil = no restriction), total_cpus, total_nodes}
+--   (sets; nil = no restriction), total_cpus, total_nodes, node_list_truncated (true when
+--   the answer's hostlist budget ran out: node_list is then {})}
 ---@param p table
 ---@param version string
+---@param budget {left: integer}|nil as for `job_record`
 ---@return table
-function M.partition_record(p, version)
+function M.partition_record(p, version, budget)
   local v = _vnum(version)
   local out
   if v == 38 or type(_v(p.nodes)) == "string" then
@@ -578,7 +593,7 @@ function M.partition_record(p, version)
       total_nodes = M.count(nodes.total),
     }
   end
-  out.node_list = hostlist.expand(out.nodes) or {}
+  out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
   return out
 end
 
@@ -588,7 +603,8 @@ end
 ---@return table[]
 function M.partitions(doc, version)
   local out = {}
-  for _, p in ipairs(_list(doc, "partitions")) do out[#out + 1] = M.partition_record(p, version) end
+  local budget = { left = hostlist.ANSWER_HOSTS }
+  for _, p in ipairs(_list(doc, "partitions")) do out[#out + 1] = M.partition_record(p, version, budget) end
   return out
 end
 
