@@ -186,8 +186,29 @@ end
 -- a single-quoted word is read literally. Returns the first problem.
 ---@param parts table[] from parse_template
 ---@return string|nil err
+-- Commands whose arguments bash reads as variable names (an array subscript in
+-- a name is evaluated: `read 'a[$(cmd)]'` runs cmd).
+local NAME_COMMANDS = { read = true, mapfile = true, readarray = true, getopts = true, unset = true }
+-- Commands that take NAME=value words: a reference may be the value, never the name,
+-- and not at all once an option (-i integer, -n nameref, ...) is given.
+local ASSIGN_COMMANDS = { ["local"] = true, export = true, readonly = true }
+
+-- True when a line of the script gives a variable the integer or nameref attribute
+-- (declare -i n, local -n r, ...): an assignment to it is evaluated again.
+local function _declares_attr(parts)
+  local text = {}
+  for _, p in ipairs(parts) do text[#text + 1] = p.kind == "text" and p.text or "\1" end
+  for line in table.concat(text):gmatch("[^\n]+") do
+    for _, w in ipairs({ "declare", "typeset", "local", "readonly", "export" }) do
+      if line:find("%f[%w_]" .. w .. "%f[^%w_][^;&|]*%s%-%a*[in]") then return true end
+    end
+  end
+  return false
+end
+
 local function _check_script_context(parts)
-  local stack = { "top" } -- top | paren | cmdsub | arith | param | dquote | squote | ansi ($'..') | backtick
+  local attr_vars = _declares_attr(parts)
+  local stack = { "top" } -- top | paren | cmdsub | arith | sqarith ($[..]) | param | dquote | squote | ansi | backtick
   local comment = false
   local heredocs, in_heredoc = {}, nil -- pending delimiters; current {delim, strip}
   local prev = "\n"                  -- previous character (unquoted scan)
@@ -213,10 +234,37 @@ local function _check_script_context(parts)
       elseif top() == "dquote" then where = "inside double quotes"
       elseif top() == "backtick" then where = "inside backticks"
       elseif top() == "param" then where = "inside ${...}"
-      elseif top() == "arith" then where = "inside $((...))"
+      elseif top() == "arith" or top() == "sqarith" then where = "inside arithmetic ($((...)), ((...)) or $[...])"
+      elseif select(2, word:gsub("%[", "")) > select(2, word:gsub("%]", "")) then
+        where = "inside [...] (bash may read it as an array subscript)"
+      elseif attr_vars and word:match("^[%a_][%w_]*%+?=") then
+        where = "assigned to a variable while the script declares integer or nameref variables"
       end
       if not where then
+        local cur = word
         end_word()
+        local cmd = cmd_words[1]
+        local has = {}
+        for _, w in ipairs(cmd_words) do has[w] = true end
+        if cmd and NAME_COMMANDS[cmd] then
+          where = ("an argument of %s (bash reads it as a variable name)"):format(cmd)
+        elseif cmd == "printf" then
+          for _, w in ipairs(cmd_words) do
+            if w:match("^%-v") then where = "in printf -v (bash reads a variable name there)" end
+          end
+          if cur:match("^%-v") then where = "in printf -v (bash reads a variable name there)" end
+        elseif (cmd == "test" or cmd == "[") and (has["-v"] or has["-R"]) then
+          where = ("in %s -v (bash reads a variable name there)"):format(cmd)
+        elseif cmd and ASSIGN_COMMANDS[cmd] then
+          local flags = false
+          for i = 2, #cmd_words do if cmd_words[i]:match("^%-") then flags = true end end
+          if flags or not cur:match("^[%a_][%w_]*%+?=") then
+            where = ("in %s where it names a variable or sets an attribute (write %s NAME=value)"):format(
+              cmd, cmd)
+          end
+        end
+      end
+      if not where then
         -- commands that parse their argument as code again: a shell's -c
         -- (also in a flag cluster like -lc or -xc), eval, source, trap,
         -- arithmetic (let, declare -i, [[ -eq ]]), su -c / ssh / srun wrappers
@@ -266,7 +314,8 @@ local function _check_script_context(parts)
           if c == "'" then table.remove(stack) end
           if c == "\n" then line = line + 1 end
           word = word .. c
-        elseif top() == "dquote" or top() == "backtick" or top() == "param" or top() == "arith" then
+        elseif top() == "dquote" or top() == "backtick" or top() == "param" or top() == "arith"
+          or top() == "sqarith" then
           local t = top()
           if c == "\\" then
             i = i + 1
@@ -277,6 +326,10 @@ local function _check_script_context(parts)
             table.remove(stack)
           elseif c == ")" and t == "arith" and s:sub(i + 1, i + 1) == ")" then
             table.remove(stack); i = i + 1
+          elseif c == "]" and t == "sqarith" then
+            table.remove(stack)
+          elseif c == "$" and s:sub(i + 1, i + 1) == "[" then
+            stack[#stack + 1] = "sqarith"; i = i + 1
           elseif c == "$" and s:sub(i + 1, i + 3) == "((" then
             stack[#stack + 1] = "arith"; i = i + 2
           elseif c == "$" and s:sub(i + 1, i + 1) == "(" then
@@ -305,6 +358,10 @@ local function _check_script_context(parts)
             stack[#stack + 1] = "backtick"; word = word .. c
           elseif c == "$" and s:sub(i + 1, i + 2) == "((" then
             stack[#stack + 1] = "arith"; i = i + 2; word = word .. "$(("
+          elseif c == "$" and s:sub(i + 1, i + 1) == "[" then
+            stack[#stack + 1] = "sqarith"; i = i + 1; word = word .. "$["
+          elseif c == "(" and s:sub(i + 1, i + 1) == "(" and word == "" then
+            stack[#stack + 1] = "arith"; i = i + 1; end_word(); cmd_words = {}
           elseif c == "$" and s:sub(i + 1, i + 1) == "(" then
             stack[#stack + 1] = "cmdsub"; i = i + 1; end_word(); cmd_words = {}
           elseif c == "$" and s:sub(i + 1, i + 1) == "{" then
@@ -1045,6 +1102,13 @@ end
 -- context (a heredoc, quotes, a case pattern, lines split over the
 -- preamble), a value reaches the program as data; the contexts that parse
 -- text again (-c, eval, arithmetic) are refused by _check_script_context.
+-- A value bash could run where it evaluates it as a number or a name (a variable
+-- holding it used in $((n)), [[ n -gt 1 ]], ${a[n]}, declare -i): an array
+-- subscript that expands something, `a[$(cmd)]`. No model id, path or number has one.
+local function _subscript_code(v)
+  return type(v) == "string" and v:find("[", 1, true) ~= nil and v:find("[%$`]") ~= nil
+end
+
 local function _render_script(ctx, text, field)
   local parts, err = M.parse_template(text)
   if not parts then return nil, field .. ": " .. err end
@@ -1061,6 +1125,13 @@ local function _render_script(ctx, text, field)
       local v = _value(ctx, p)
       local e = _nul_check(v, field)
       if e then return nil, e end
+      for _, x in ipairs(type(v) == "table" and v or { v }) do
+        if _subscript_code(x) then
+          return nil, ("%s.%s: a value with [ and $ or ` is refused in a script: bash would run it as an " ..
+            "array subscript where the script uses it as a number or a name"):format(p.ns, p.name),
+            p.ns .. "." .. p.name
+        end
+      end
       if type(v) == "table" then
         local words = {}
         for i, x in ipairs(v) do words[i] = ref(_env_name(p, i), x) end
@@ -1112,8 +1183,8 @@ function M.render(recipe, inputs, defaults, model, resources)
   local out = { preamble = {}, environment = {} }
 
   if recipe.script then
-    local s, err = _render_script(ctx, recipe.script, "script")
-    if s then out.script_body = s else fail("script", err) end
+    local s, err, efield = _render_script(ctx, recipe.script, "script")
+    if s then out.script_body = s else fail(efield or "script", err) end
   else
     local words, argv = {}, {}
     for i, el in ipairs(recipe.launch or {}) do
@@ -1140,8 +1211,8 @@ function M.render(recipe, inputs, defaults, model, resources)
     for i, el in ipairs(recipe.preamble or {}) do
       local line = type(el) == "string" and el or (_when_holds(ctx, el.when) and el.line or nil)
       if line then
-        local s, err = _render_script(ctx, line, ("preamble[%d]"):format(i))
-        if s then out.preamble[#out.preamble + 1] = s else fail(("preamble[%d]"):format(i), err) end
+        local s, err, efield = _render_script(ctx, line, ("preamble[%d]"):format(i))
+        if s then out.preamble[#out.preamble + 1] = s else fail(efield or ("preamble[%d]"):format(i), err) end
       end
     end
   end
