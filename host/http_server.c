@@ -115,13 +115,13 @@ static void conn_close_cb(struct evhttp_connection *evcon, void *arg) {
 
 void obleth_http_watch_close(response *r) {
     struct evhttp_connection *c = r->req ? evhttp_request_get_connection(r->req) : NULL;
-    if (c) evhttp_connection_set_closecb(c, conn_close_cb, r);
+    if (c) obleth_http_frame_set_closecb(c, conn_close_cb, r);
 }
 
 void obleth_http_detach_close_cb(response *r) {
     if (!r->req) return;
     struct evhttp_connection *c = evhttp_request_get_connection(r->req);
-    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    if (c) obleth_http_frame_set_closecb(c, NULL, NULL);
 }
 
 static int add_headers(lua_State *L, int idx, struct evhttp_request *req) {
@@ -356,6 +356,7 @@ int obleth_http_target_ok(const char *t) {
 
 static void gen_cb(struct evhttp_request *req, void *arg) {
     server *s = arg;
+    if (obleth_http_frame_refused(req)) return;
     if (!obleth_http_target_ok(evhttp_request_get_uri(req))) {
         /* the target itself is not logged: it is what cannot be trusted on one line */
         obleth_log("info", "http_request", "method=%s status=400 code=bad_target",
@@ -485,6 +486,7 @@ static int l_server(lua_State *L) {
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                             EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, gen_cb, s);
+    evhttp_set_bevcb(s->http, obleth_http_frame_bev, NULL);
     /* our own listener: evhttp's default backlog (128) drops SYNs under bursts */
     struct evutil_addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
