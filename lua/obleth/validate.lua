@@ -382,7 +382,12 @@ end
 local function _connection(input, out)
   local steps = {
     { "url", function(v, f)
-      return _ostr(v, f, { max = 2048, pattern = "^https?://[^%s]+$", rule = "an http:// or https:// URL" })
+      local u, e = _ostr(v, f, { max = 2048, pattern = "^https?://[^%s]+$", rule = "an http:// or https:// URL" })
+      if type(u) == "string" and u:match("^https?://([^/?#]*)"):find("@", 1, true) then
+        -- it would be stored, returned and logged: credentials go in `token`
+        return _err(f, "must not hold credentials before an @ (userinfo): give the JWT as token")
+      end
+      return u, e
     end },
     { "socket", function(v, f)
       return _ostr(v, f, { max = 1024, pattern = "^/", rule = "an absolute path to slurmrestd's unix socket" })
