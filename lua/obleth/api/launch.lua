@@ -510,6 +510,15 @@ local function check_yaml(ctx)
       return 200, { ok = true, settings = settings, warnings = json.array(pv.warnings) }
     end
   end
+  if #diags > launch.MAX_DIAGNOSTICS + 1 then -- yaml_values capped its own; the preview's errors were added
+    local rest = 0
+    for i = #diags, launch.MAX_DIAGNOSTICS + 1, -1 do
+      local more = tonumber((diags[i].message or ""):match("^(%d+) more problems not listed$"))
+      rest = rest + (more and not diags[i].field and more or 1)
+      diags[i] = nil
+    end
+    diags[#diags + 1] = { message = ("%d more problems not listed"):format(rest) }
+  end
   for _, d in ipairs(diags) do
     d.line, d.column, d.field = d.line or NULL, d.column or NULL, d.field or NULL
   end
