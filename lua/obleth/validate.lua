@@ -41,6 +41,8 @@ end
 
 local function _is_object(v)
   if type(v) ~= "table" then return false end
+  local mt = getmetatable(v) -- a JSON array, even empty, is not an object (obleth.api.json marks them)
+  if mt and mt.__name == "obleth.json.array" then return false end
   for k in pairs(v) do if type(k) ~= "string" then return false end end
   return true
 end
