@@ -78,7 +78,7 @@ describe("recipe rendering against /bin/sh", function()
       'say "hi" \\"',
       "back\\slash\\",
       "*",
-      "--flag=x",
+      "x --flag=x", -- a value that starts with "-" is refused as a positional (see below)
       "$OBLETH_PORT ${HOME} $((1+1)) $$",
       "'",
       "\"",
@@ -167,6 +167,18 @@ describe("recipe rendering against /bin/sh", function()
       assert.is_false(exists(pwned), "an injected command ran")
       assert.is_true(exists(sentinel), "an injected rm ran")
     end)
+  end
+
+  for _, kind in ipairs({ "launch", "script" }) do
+    it(("a %s recipe refuses a value starting with '-' where it stands alone (it would be an option)"):format(kind),
+      function()
+        local r = hostile_recipe(kind)
+        local v = values()
+        v.v3 = "--trust-remote-code"
+        local out, errs = recipe.render(r, v, { model_cache_dir = "/c", modules = {} }, { api_name = "m" })
+        assert.is_nil(out)
+        assert.equal("inputs.v3", errs[1].field)
+      end)
   end
 
   -- templates found by trying to break it: each either is refused when the
@@ -286,6 +298,14 @@ describe("library recipes", function()
     assert(res.ok, name .. ": " .. (res.errors[1] and (res.errors[1].field .. " " .. res.errors[1].message) or ""))
     return r, assert(recipe.render(r, res.values.inputs, defaults, { api_name = res.values.api_name }, res.values)), res
   end
+
+  it("vllm's positional model input does not take --trust-remote-code", function()
+    local r = load("vllm")
+    local res = recipe.resolve(r, { inputs = { model = "--trust-remote-code" }, api_name = "m" }, defaults, nil)
+    local out, errs = recipe.render(r, res.values.inputs, defaults, { api_name = "m" }, res.values)
+    assert.is_nil(out)
+    assert.equal("inputs.model", errs[1].field)
+  end)
 
   for _, name in ipairs(names) do
     it(name .. " loads, has id = file name, and hard-codes no site path", function()
