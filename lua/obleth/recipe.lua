@@ -1135,14 +1135,14 @@ local function _render_script(ctx, text, field)
     return '"${' .. name .. '}"'
   end
   local out = {}
-  for i, p in ipairs(parts) do
+  for pi, p in ipairs(parts) do
     if p.kind == "text" then
       out[#out + 1] = p.text
     else
       local v = _value(ctx, p)
       local e = _nul_check(v, field)
       if e then return nil, e end
-      local before, after = parts[i - 1], parts[i + 1]
+      local before, after = parts[pi - 1], parts[pi + 1]
       if (not before or (before.kind == "text" and before.text:match("[%s;&|(]$")))
         and (not after or (after.kind == "text" and after.text:match("^[%s;&|)]"))) then
         local de, dfield = _dash_check(p, v)

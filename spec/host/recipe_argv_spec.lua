@@ -175,8 +175,8 @@ describe("recipe rendering against /bin/sh", function()
         local r = hostile_recipe(kind)
         local v = values()
         v.v3 = "--trust-remote-code"
-        local out, errs = recipe.render(r, v, { model_cache_dir = "/c", modules = {} }, { api_name = "m" })
-        assert.is_nil(out)
+        local rendered, errs = recipe.render(r, v, { model_cache_dir = "/c", modules = {} }, { api_name = "m" })
+        assert.is_nil(rendered)
         assert.equal("inputs.v3", errs[1].field)
       end)
   end
