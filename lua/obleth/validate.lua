@@ -304,6 +304,11 @@ function M.managed_spec(input)
     return nil, { code = "invalid", field = "launch_command",
       message = "give exactly one of script_body or launch_command (neither was given)" }
   end
+  if out.launch_command and (out.nodes or 1) > 1 then
+    return _err("nodes", "must be 1 with launch_command%s: the command runs on the job's first node only "
+      .. "and the other nodes would sit idle; use a recipe whose script_body starts the engine on every node "
+      .. "(vllm-multinode)", out.image and " and image" or "")
+  end
   if out.script_body and out.image then
     return _err("image", "goes with launch_command; a script_body runs as written")
   end
