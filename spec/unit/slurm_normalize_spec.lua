@@ -236,7 +236,7 @@ describe("obleth.slurm.normalize", function()
       local nodes = by_id(N.nodes(H.fixture("v0.0.44/nodes.json"), "v0.0.44"))
       assert.is_false(nodes.gpu07.idle)
       assert.is_false(nodes.gpu09.idle)
-      assert.equal(3, nodes.gpu09.gpus_free)
+      assert.equal(0, nodes.gpu09.gpus_free) -- MIXED+DRAIN: its 3 unused GPUs are not free to a new job
       assert.is_false(nodes.gpu10.idle)
       assert.is_true(nodes.gpu11.idle)
       assert.is_nil(nodes.gpu11.free_memory)
@@ -656,6 +656,59 @@ describe("obleth.slurm.normalize", function()
       local total = 0
       for _, j in ipairs(out) do total = total + #j.node_list end
       assert.is_true(total <= hostlist.ANSWER_HOSTS, "expanded " .. total .. " names")
+    end)
+  end)
+
+  describe("GPUs a node can give and GPUs a job asks for per socket or per task", function()
+    local C = "captures/25.05/0.0.43/"
+
+    it_cases("a drained, down or powered-down node has no free GPUs (its GPUs still count as configured)", function()
+      local idle = H.load(C .. "slurm-node-idle.json").nodes[1]
+      assert.equal(4, N.node_record(idle, "v0.0.43").gpus_free)
+      for _, st in ipairs({ { "IDLE", "DRAIN" }, { "DOWN" }, { "IDLE", "POWERED_DOWN" }, { "MIXED", "DRAIN" },
+        { "DOWN", "NOT_RESPONDING" } }) do
+        idle.state = st
+        local n = N.node_record(idle, "v0.0.43")
+        assert.equal(0, n.gpus_free, table.concat(st, "+"))
+        assert.equal(4, n.gpus)
+      end
+      -- v0.0.38 spelling: lowercase state plus flags
+      local n = N.node_record({ name = "g", state = "idle", state_flags = { "DRAIN" }, gres = "gpu:a100:2",
+        gres_used = "gpu:a100:0" }, "v0.0.38")
+      assert.equal(0, n.gpus_free)
+    end)
+
+    it_cases("reads a running job's GPUs requested per socket (tres_per_socket) from what it was given", function()
+      local j = N.jobs(H.load(C .. "slurm-job-gpus-per-socket.json"), "v0.0.43")[1]
+      assert.equal("gres/gpu:2", j.tres_per_socket)
+      assert.equal(2, j.gpus_per_socket)
+      assert.equal(2, j.gpus_per_node) -- gres_detail gpu:h100:2(IDX:0-1)
+      assert.equal(2, j.gpus)
+      assert.equal("h100", j.gpu_type)
+    end)
+
+    it_cases("reads a running job's GPUs requested per task (tres_per_task gres/gpu=2, 2 tasks)", function()
+      local j = N.jobs(H.load(C .. "slurm-job-gpus-per-task.json"), "v0.0.43")[1]
+      assert.equal("gres/gpu=2", j.tres_per_task)
+      assert.equal(2, j.gpus_per_task)
+      assert.equal(4, j.gpus)
+      assert.equal(4, j.gpus_per_node)
+      assert.equal("h100", j.gpu_type)
+    end)
+
+    it("a pending job's per-socket and per-task requests multiply out (hand-written, no allocation yet)", function()
+      local NV = function(n) return { set = true, infinite = false, number = n } end
+      local jobs = N.jobs({ jobs = {
+        { job_id = 1, job_state = { "PENDING" }, tres_per_socket = "gres/gpu:a100:2", sockets_per_node = NV(2),
+          tasks = NV(1), node_count = NV(1) },
+        { job_id = 2, job_state = { "PENDING" }, tres_per_task = "gres/gpu=2", tasks = NV(3), node_count = NV(1) },
+        { job_id = 3, job_state = { "PENDING" }, tres_per_task = "cpu=2", tasks = NV(3) },
+      } }, "v0.0.43")
+      assert.equal(4, jobs[1].gpus_per_node)
+      assert.equal("a100", jobs[1].gpu_type)
+      assert.equal(6, jobs[2].gpus)
+      assert.is_nil(jobs[3].gpus)
+      assert.is_nil(jobs[3].gpus_per_node)
     end)
   end)
 end)

@@ -203,6 +203,12 @@ M.NOT_IDLE_FLAGS = {
   INVALID_REG = true, POWER_DRAIN = true,
 }
 
+--- States and flags of a node whose GPUs are not free to a new job (gpus_free = 0).
+M.NO_GPUS_FLAGS = {
+  DRAIN = true, DRAINING = true, DRAINED = true, DOWN = true, NOT_RESPONDING = true,
+  POWERED_DOWN = true, POWERING_DOWN = true, POWER_DOWN = true, FAIL = true, INVALID_REG = true,
+}
+
 --- True when a normalized node state is plain IDLE without any blocking flag.
 ---@param st {base: string|nil, flags: table<string, boolean>}
 ---@return boolean
@@ -316,6 +322,31 @@ local function _job_common(out, budget)
     out.gpus = out.gpus or n
     out.gpu_type = out.gpu_type or t
   end
+  -- --gpus-per-socket / --gpus-per-task: per node = per socket x sockets per node (1 when
+  -- unset); per job = per task x tasks
+  local ps, pst = _gpu_request(out.tres_per_socket)
+  local pt, ptt = _gpu_request(out.tres_per_task)
+  out.gpus_per_socket, out.gpus_per_task = ps, pt
+  if ps then out.gpus_per_node = out.gpus_per_node or ps * (out.sockets_per_node or 1) end
+  if pt and out.tasks then out.gpus = out.gpus or pt * out.tasks end
+  if pt and out.tasks and (out.node_count or 1) == 1 then out.gpus_per_node = out.gpus_per_node or pt * out.tasks end
+  out.gpu_type = out.gpu_type or pst or ptt
+  -- a job that runs: what each node was given (gres_detail, one entry per node) is the truth
+  if out.gres_detail then
+    local total, most, gtype = 0, 0, nil
+    for _, d in ipairs(out.gres_detail) do
+      local n, t = _gpu_request(d)
+      if n then
+        total = total + n
+        if n > most then most = n end
+        gtype = gtype or t
+      end
+    end
+    if total > 0 then
+      out.gpus_per_node, out.gpus = most, total
+      out.gpu_type = gtype or out.gpu_type
+    end
+  end
   out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
   out.estimated = out.state.base == "PENDING" or nil
   if out.state.base == "PENDING" then out.exit_code = nil end
@@ -328,8 +359,10 @@ end
 --   submit_time, start_time, end_time (epoch s; for PENDING jobs start/end are
 --   Slurm's estimates and `estimated` is true), time_limit (minutes, math.huge
 --   for UNLIMITED), exit_code ({code, signal}; nil while pending),
---   tres_per_node, tres_per_job (raw), gpus_per_node, gpus (per job, from
---   tres_per_job), gpu_type, cpus, memory_per_node (MiB),
+--   tres_per_node, tres_per_job, tres_per_socket, tres_per_task (raw), gpus_per_node,
+--   gpus (per job, from tres_per_job or per task x tasks), gpus_per_socket, gpus_per_task,
+--   gpu_type (for a job with gres_detail, the GPUs each node was given win), cpus,
+--   sockets_per_node, tasks, node_count, gres_detail (per node), memory_per_node (MiB),
 --   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr}
 ---@param j table
 ---@param version string
@@ -357,6 +390,12 @@ function M.job_record(j, version, budget)
     exit_code = M.exit_code(j.exit_code),
     tres_per_node = _str(j.tres_per_node),
     tres_per_job = _str(j.tres_per_job),
+    tres_per_socket = _str(j.tres_per_socket),
+    tres_per_task = _str(j.tres_per_task),
+    sockets_per_node = M.count(j.sockets_per_node),
+    tasks = M.count(j.tasks),
+    node_count = M.count(j.node_count),
+    gres_detail = _array_of(j.gres_detail),
     cpus = M.count(j.cpus),
     memory_per_node = M.count(j.memory_per_node),
     memory_per_cpu = M.count(j.memory_per_cpu),
@@ -487,7 +526,8 @@ end
 --   cpus, alloc_cpus, memory (real_memory, MiB), alloc_memory (MiB),
 --   free_memory (MiB, nil when unknown: -2, NO_VAL, unset), features (set),
 --   active_features (set), partitions (array), gres, gres_used, gres_free
---   (parsed by obleth.slurm.gres), gpus (configured total), gpus_free}
+--   (parsed by obleth.slurm.gres), gpus (configured total), gpus_free (0 on a node in one
+--   of NO_GPUS_FLAGS: drained, down, powered down, ...)}
 ---@param n table
 ---@param version string
 ---@return table
@@ -518,6 +558,10 @@ function M.node_record(n, version)
     gpus = g.gpu and g.gpu.total or 0,
     gpus_free = free.gpu and free.gpu.total or 0,
   }
+  -- a node Slurm will not schedule on gives no GPU, whatever gres_used says
+  for f in pairs(M.NO_GPUS_FLAGS) do
+    if st.base == f or st.flags[f] then out.gpus_free = 0 end
+  end
   return out
 end
 
