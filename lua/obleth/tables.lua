@@ -12,4 +12,15 @@ function M.merged(a, b)
   return out
 end
 
+--- The mark of a list that must stay a list when written as JSON (an empty one is `[]`,
+-- not `{}`): obleth.api.json writes it so, obleth.format.jsonable keeps it.
+M.ARRAY = { __name = "obleth.json.array" }
+
+--- Mark t (default a new table) as a list.
+---@param t table|nil
+---@return table t
+function M.array(t)
+  return setmetatable(t or {}, M.ARRAY)
+end
+
 return M

@@ -711,4 +711,43 @@ describe("obleth.slurm.normalize", function()
       assert.is_nil(jobs[3].gpus_per_node)
     end)
   end)
+
+  describe("empty lists stay lists in JSON (obleth slurm --json, the API)", function()
+    local fmt = require "obleth.format"
+    local json = require "obleth.api.json"
+
+    it("no jobs, no partitions, no nodes print as [], not {}", function()
+      for _, f in ipairs({ "jobs", "db_jobs", "nodes", "partitions", "accounts", "associations", "qos" }) do
+        assert.equal("[]", json.encode(fmt.jsonable(N[f]({}, "v0.0.41"))), f)
+      end
+    end)
+
+    it("a pending job's node_list and a node without partitions print [] inside the record", function()
+      local j = N.jobs({ jobs = { { job_id = 1, job_state = { "PENDING" } } } }, "v0.0.41")
+      local out = json.encode(fmt.jsonable(j))
+      assert.matches('"node_list":%[%]', out)
+      local n = N.nodes({ nodes = { { name = "n1", state = { "IDLE" } } } }, "v0.0.41")
+      assert.matches('"partitions":%[%]', json.encode(fmt.jsonable(n)))
+    end)
+
+    it("obleth slurm --json writes through that encoder", function()
+      local src = assert(io.open("lua/obleth/cli/slurm.lua")):read("a")
+      assert.is_nil(src:find("cjson.encode(fmt.jsonable", 1, true))
+    end)
+  end)
+
+  describe("obleth slurm partitions table", function()
+    it("has a STATE column, so a DOWN partition does not look usable", function()
+      local fmt = require "obleth.format"
+      local parts = N.partitions({ partitions = {
+        { name = "gpu", nodes = { configured = "n[1-2]" }, partition = { state = { "UP" } } },
+        { name = "old", nodes = { configured = "n3" }, partition = { state = { "DOWN" } } },
+      } }, "v0.0.41")
+      local out = fmt.partitions_table(parts, {})
+      local header = out:match("^[^\n]+")
+      assert.matches("STATE", header)
+      local down = out:match("\nold[^\n]*")
+      assert.matches("DOWN", down)
+    end)
+  end)
 end)

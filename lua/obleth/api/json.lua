@@ -8,7 +8,7 @@ local M = {}
 --- The JSON null value (what cjson.decode returns for `null`).
 M.null = cjson.null
 
-local ARRAY = { __name = "obleth.json.array" }
+local ARRAY = require("obleth.tables").ARRAY
 
 --- Mark t (default a new table) as a JSON array, so that it encodes as `[]` when empty.
 ---@param t table|nil

@@ -20,6 +20,7 @@
 -- Time limits are minutes. Memory is MiB.
 local hostlist = require "obleth.slurm.hostlist"
 local gres = require "obleth.slurm.gres"
+local tables = require "obleth.tables"
 
 local M = {}
 
@@ -113,7 +114,7 @@ end
 
 local function _array_of(x)
   x = _v(x)
-  local out = {}
+  local out = tables.array()
   if type(x) == "string" then
     for item in x:gmatch("[^,]+") do out[#out + 1] = item end
   elseif type(x) == "table" then
@@ -308,8 +309,8 @@ end
 -- Over budget, or malformed: no names, and `truncated` when it was the budget.
 local function _node_list(expr, budget)
   local l, err = hostlist.expand(expr, budget or { left = hostlist.ANSWER_HOSTS })
-  if l then return l end
-  return {}, err and err:find("too large", 1, true) ~= nil or nil
+  if l then return tables.array(l) end
+  return tables.array(), err and err:find("too large", 1, true) ~= nil or nil
 end
 
 local function _job_common(out, budget)
@@ -419,7 +420,7 @@ end
 ---@param version string
 ---@return table[] jobs in the shape of `job_record`
 function M.jobs(doc, version)
-  local out = {}
+  local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
   for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version, budget) end
   return out
@@ -502,7 +503,7 @@ end
 ---@param version string
 ---@return table[]
 function M.db_jobs(doc, version)
-  local out = {}
+  local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
   for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.db_job_record(j, version, budget) end
   return out
@@ -570,7 +571,7 @@ end
 ---@param version string
 ---@return table[]
 function M.nodes(doc, version)
-  local out = {}
+  local out = tables.array()
   for _, n in ipairs(_list(doc, "nodes")) do out[#out + 1] = M.node_record(n, version) end
   return out
 end
@@ -646,7 +647,7 @@ end
 ---@param version string
 ---@return table[]
 function M.partitions(doc, version)
-  local out = {}
+  local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
   for _, p in ipairs(_list(doc, "partitions")) do out[#out + 1] = M.partition_record(p, version, budget) end
   return out
@@ -662,7 +663,7 @@ end
 ---@return table[]
 function M.accounts(doc, version)
   _vnum(version)
-  local out = {}
+  local out = tables.array()
   for _, a in ipairs(_list(doc, "accounts")) do
     out[#out + 1] = { name = _str(a.name), description = _str(a.description),
       organization = _str(a.organization) }
@@ -678,7 +679,7 @@ end
 ---@return table[]
 function M.associations(doc, version)
   _vnum(version)
-  local out = {}
+  local out = tables.array()
   for _, a in ipairs(_list(doc, "associations")) do
     local def = type(_v(a.default)) == "table" and a.default or {}
     local isdef = _v(a.is_default)
@@ -703,7 +704,7 @@ function M.qos(doc, version)
   _vnum(version)
   local list = _list(doc, "qos")
   if #list == 0 then list = _list(doc, "QOS") end
-  local out = {}
+  local out = tables.array()
   for _, q in ipairs(list) do
     local wall
     local l = _v(q.limits)
