@@ -89,6 +89,7 @@ static const struct { const char *code, *message; } REFUSALS[] = {
     {"bare_lf", "a line of the header section ends in LF without CR"},
     {"bad_header", "a header line is malformed (no name, a space before the colon, a NUL or a lone CR)"},
     {"headers_too_large", "the header section is larger than 72 KiB"},
+    {"bad_target", "the request target has a space, a control character or a non-ASCII byte"},
     {NULL, NULL}};
 
 /* Out of memory is fatal (CONVENTIONS.md). */
@@ -106,10 +107,12 @@ static int ieq(const char *a, size_t n, const char *lit) {
 static const char *head_line(frame *f) {
     const char *p = f->line;
     size_t n = f->linelen;
-    if (memchr(p, 0, n)) return "bad_header";
+    /* in the request line, a NUL or a lone CR is a bad target (as the server says of control bytes) */
+    const char *bad = f->lineno == 0 ? "bad_target" : "bad_header";
+    if (memchr(p, 0, n)) return bad;
     if (n < 2 || p[n - 2] != '\r') return "bare_lf";
     size_t len = n - 2;
-    if (memchr(p, '\r', len)) return "bad_header";
+    if (memchr(p, '\r', len)) return bad;
     if (f->lineno == 0) {
         const char *sp = memchr(p, ' ', len);
         size_t ml = sp ? (size_t)(sp - p) : len;
@@ -342,4 +345,46 @@ int obleth_http_frame_refused(struct evhttp_request *req) {
     evhttp_send_reply(req, 400, "Bad Request", b);
     evbuffer_free(b);
     return 1;
+}
+
+/* For the fuzzer (spec/fuzz/fuzz.c): run the guard over data as a client connection would
+   deliver it, in pieces of 1..64 bytes (data[0] picks the size), with "evhttp" reading
+   whole lines from the front after each piece when data[1] is odd. Returns 1 when the
+   guard refused a request (the input ends in a marker), else 0. */
+int obleth_http_frame_feed(const unsigned char *data, size_t n) {
+    if (n < 2) return 0;
+    size_t piece = (size_t)(data[0] % 64) + 1;
+    int reads = data[1] & 1;
+    data += 2;
+    n -= 2;
+    frame *f = calloc(1, sizeof *f);
+    if (!f) oom();
+    f->lineno = -1;
+    f->cl = -1;
+    f->bev = bufferevent_socket_new(obleth_base(), -1, 0);
+    if (!f->bev) oom();
+    struct evbuffer *buf = bufferevent_get_input(f->bev);
+    f->cbent = evbuffer_add_cb(buf, input_cb, f);
+    for (size_t off = 0; off < n; off += piece) {
+        size_t k = n - off < piece ? n - off : piece;
+        evbuffer_add(buf, data + off, k);
+        if (reads && f->state != S_DEAD) {
+            struct evbuffer_ptr lf = evbuffer_search(buf, "\n", 1, NULL);
+            size_t upto = 0;
+            while (lf.pos >= 0) {
+                upto = (size_t)lf.pos + 1;
+                evbuffer_ptr_set(buf, &lf, 1, EVBUFFER_PTR_ADD);
+                lf = evbuffer_search(buf, "\n", 1, &lf);
+            }
+            f->busy = 1;
+            evbuffer_drain(buf, upto);
+            f->busy = 0;
+        }
+    }
+    int refused = f->state == S_DEAD;
+    evbuffer_remove_cb_entry(buf, f->cbent);
+    bufferevent_free(f->bev);
+    free(f->line);
+    free(f);
+    return refused;
 }
