@@ -14,6 +14,13 @@ describe("obleth.api.json.decode (request bodies)", function()
     end
   end)
 
+  it("refuses a NUL byte anywhere (lua-cjson stopped reading at it: '{}\\0garbage' was accepted; found by make fuzz)", function()
+    local v, err = json.decode("{}\0garbage")
+    assert.is_nil(v)
+    assert.matches("character 3", err)
+    assert.is_nil(json.decode("false\0"))
+  end)
+
   it("refuses invalid UTF-8 and names the byte", function()
     local v, err = json.decode('{"name": "ab\255cd"}')
     assert.is_nil(v)

@@ -86,6 +86,12 @@ describe("obleth.slurm.hostlist", function()
       assert.equal("n[1-2],n[01-02]", hostlist.compress({ "n1", "n2", "n01", "n02" }))
     end)
 
+    it("keeps a name whose number no integer holds as it is (found by make fuzz: it raised)", function()
+      local long = "*" .. ("5"):rep(27)
+      assert.equal(long, hostlist.compress({ long }))
+      assert.equal("n1," .. long, hostlist.compress({ "n1", long }))
+    end)
+
     it("round-trips with expand", function()
       local expr = "cn[001-080,101-532],gpu[1-2],login"
       assert.equal(expr, hostlist.compress(hostlist.expand(expr)))

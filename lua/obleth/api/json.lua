@@ -114,6 +114,9 @@ end
 function M.decode(text)
   local bad = select(2, utf8.len(text))
   if bad then return nil, ("not valid UTF-8 at character %d"):format(bad) end
+  -- a raw NUL is never JSON (inside a string it must be escaped), and lua-cjson stops reading at it
+  local nul = text:find("\0", 1, true)
+  if nul then return nil, ("a NUL byte at character %d"):format(nul) end
   local ok, v = pcall(_decoder.decode, _mark_empty_arrays(text))
   if not ok then
     local msg = tostring(v):gsub("^.-:%d+: ", "")

@@ -66,7 +66,8 @@ function M.parse(s)
     -- the TRES "=" form of a GRES ("gres/gpu=2", "gres/gpu:a100=2", tres_per_task): name[:type]=count
     local named, eqcount = item:match("^([^=]+)=(%d+[kKmMgGtT]?)$")
     if n_prefix > 0 and named then item = named .. ":" .. eqcount end
-    if item ~= "" and not item:find("=", 1, true) then
+    -- an entry with no name (":4", ":") is not a GRES: skipped
+    if item ~= "" and not item:find("=", 1, true) and item:sub(1, 1) ~= ":" then
       local fields = {}
       for f in item:gmatch("[^:]+") do fields[#fields + 1] = f end
       local name, gtype, count = fields[1], M.UNTYPED, 1

@@ -104,6 +104,7 @@ function M.compress(list)
   local groups, order = {}, {}
   for _, name in ipairs(list or {}) do
     local pre, num = name:match("^(.-)(%d+)$")
+    if num and #num > MAX_DIGITS then pre, num = nil, nil end -- no integer holds it: a plain name
     local key = pre and (pre .. "\0" .. #num) or ("\1" .. name)
     local g = groups[key]
     if not g then

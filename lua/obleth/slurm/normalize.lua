@@ -236,8 +236,10 @@ function M.errors(doc)
   if type(errs) ~= "table" then return out end
   for _, e in ipairs(errs) do
     if type(e) == "table" then
+      local code = _v(e.error_number)
+      if type(code) ~= "number" then code = _v(e.error_code) end
       out[#out + 1] = {
-        code = _int(_v(e.error_number) or _v(e.error_code)),
+        code = type(code) == "number" and _int(code) or nil,
         message = _str(e.error),
         description = _str(e.description),
         source = _str(e.source),
@@ -277,7 +279,8 @@ end
 function M.exit_code(x)
   x = _v(x)
   if type(x) == "number" then
-    if x < 0 or x >= NO_VAL then return nil end
+    x = math.tointeger(x) -- a wait status is whole; anything else says nothing
+    if not x or x < 0 or x >= NO_VAL then return nil end
     local sig = x & 0x7f
     local code = (x >> 8) & 0xff
     return { code = code, signal = sig ~= 0 and sig or nil }
@@ -409,10 +412,15 @@ function M.job_record(j, version, budget)
   return _job_common(out, budget)
 end
 
+-- The records of doc[key]: its entries that are objects (anything else is no record).
 local function _list(doc, key)
   local l = type(doc) == "table" and _v(doc[key])
   if type(l) ~= "table" then return {} end
-  return l
+  local out = {}
+  for _, x in ipairs(l) do
+    if type(x) == "table" then out[#out + 1] = x end
+  end
+  return out
 end
 
 --- All jobs of a `GET /slurm/vX/jobs` response.
@@ -489,7 +497,7 @@ function M.db_job_record(j, version, budget)
   local tres = type(_v(j.tres)) == "table" and j.tres or {}
   for _, key in ipairs({ "allocated", "requested" }) do
     for _, r in ipairs(type(_v(tres[key])) == "table" and tres[key] or {}) do
-      if r.type == "gres" and type(r.name) == "string" and r.name:match("^gpu") then
+      if type(r) == "table" and r.type == "gres" and type(r.name) == "string" and r.name:match("^gpu") then
         out.gpus = (out.gpus or 0) + (M.count(r.count) or 0)
       end
     end
