@@ -14,7 +14,7 @@ OBJS  = $(SRCS:host/%.c=build/obj/%.o)
 AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help
+.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fuzz fuzz-build
 
 all: build/obleth build/obleth-provisioner
 
@@ -25,6 +25,7 @@ help:
 	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
 	@echo "make cluster-up / cluster-down   the harness Slurm cluster (spec/cluster/)"
 	@echo "make bench      benchmarks under spec/bench/"
+	@echo "make fuzz       libFuzzer + ASan/UBSan on every parser (FUZZ_RUNS=1000000 per target; needs clang)"
 	@echo "make install PREFIX=/usr/local"
 
 build/.deps-ok:
@@ -59,6 +60,25 @@ build/asan/obleth: $(AOBJS)
 
 asan: build/asan/obleth
 
+# Fuzzing (spec/fuzz/): clang's libFuzzer with ASan + UBSan, every host object but main.o.
+FUZZ_CC   ?= clang
+FUZZ_SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+FUZZ_OBJS  = $(filter-out build/fuzz/obj/main.o,$(SRCS:host/%.c=build/fuzz/obj/%.o))
+FUZZ_RUNS ?= 1000000
+
+build/fuzz/obj/%.o: host/%.c $(HDRS) | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) -O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(WARN) -c -o $@ $<
+
+build/fuzz/obleth-fuzz: spec/fuzz/fuzz.c $(FUZZ_OBJS)
+	$(FUZZ_CC) $(CPPFLAGS) -DOBLETH_ROOT='"$(CURDIR)"' -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) $(WARN) \
+		-o $@ spec/fuzz/fuzz.c $(FUZZ_OBJS) $(LDFLAGS) $(LDLIBS)
+
+fuzz-build: build/fuzz/obleth-fuzz
+
+fuzz: build/fuzz/obleth-fuzz
+	@spec/fuzz/run.sh $(FUZZ_RUNS)
+
 lint:
 	luacheck --codes lua spec scripts
 
@@ -92,4 +112,4 @@ bench: all
 	@spec/bench/run.sh
 
 clean:
-	rm -rf build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok
+	rm -rf build/obj build/asan build/fuzz build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

@@ -51,6 +51,9 @@ void obleth_http_frame_set_closecb(struct evhttp_connection *c, void (*cb)(struc
    (400, its code, Connection: close) and 1 is returned; else 0. */
 int obleth_http_frame_refused(struct evhttp_request *req);
 
+/* For the fuzzer: the guard over data delivered in pieces; 1 when it refused a request. */
+int obleth_http_frame_feed(const unsigned char *data, size_t n);
+
 /* Stop hearing about the client connection's close (the answer is complete). */
 void obleth_http_detach_close_cb(response *r);
 

@@ -4,7 +4,8 @@
 #   2. unit + host specs inside the obleth runtime (spec/unit, spec/host)
 #   3. the same again under the AddressSanitizer + UBSan build
 #   4. integration specs against the harness Slurm cluster (spec/integration)
-#   5. luacheck over lua/ and spec/
+#   5. a short fuzz run of every parser (spec/fuzz, libFuzzer + ASan/UBSan)
+#   6. luacheck over lua/ and spec/
 # Compiler warnings already fail the build (-Werror). Exit status is non-zero
 # on any failure.
 set -uo pipefail
@@ -68,6 +69,14 @@ else
   else
     echo "  FAIL  cluster down.sh left daemons running:${alive:- (no pid files were found)}"; echo "0 1 0" >>"$counts"
   fi
+fi
+
+tier "fuzz, short run (spec/fuzz; make fuzz runs 10^6 inputs per target)"
+if make -s fuzz-build >build/fuzz-build.log 2>&1; then
+  spec/fuzz/run.sh "${OBLETH_FUZZ_SHORT_RUNS:-3000}" || tier_fail=1
+else
+  tail -5 build/fuzz-build.log
+  missing_tier "the fuzz harness did not build (clang with libFuzzer: Debian's clang, libclang-rt-14-dev)"
 fi
 
 tier "luacheck"

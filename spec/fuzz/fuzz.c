@@ -1,0 +1,102 @@
+/*
+ * fuzz.c — the libFuzzer harness of `make fuzz` (clang -fsanitize=fuzzer,address,undefined).
+ *
+ * One binary, build/fuzz/obleth-fuzz, linked with every host object but main.o; the
+ * target is named by OBLETH_FUZZ_TARGET:
+ *   http_frame   the request-framing guard (host/http_frame.c), bytes in pieces
+ *   http_target  obleth_http_target_ok (host/http_server.c)
+ *   <name>       spec/fuzz/<name>.lua, which returns function(data): it drives obleth's
+ *                Lua and C modules (yaml, jsonscan, hostlist, gres, time limits, the
+ *                slurmrestd normalizer, strict JSON) in a real obleth Lua state.
+ * A finding is a sanitizer report, or a Lua error raised by a target: every one of
+ * these reads untrusted text and must answer nil, err, never raise.
+ */
+#include "../../host/host.h"
+#include "../../host/http_internal.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef OBLETH_ROOT
+#define OBLETH_ROOT "."
+#endif
+
+void obleth_set_main_state(lua_State *L); /* host/loop.c (main.c declares it the same way) */
+
+static const char *g_target;
+static lua_State *g_L;
+static int g_fn = LUA_NOREF;
+static unsigned long g_runs;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    g_target = getenv("OBLETH_FUZZ_TARGET");
+    if (!g_target || !*g_target) {
+        fputs("obleth-fuzz: set OBLETH_FUZZ_TARGET (http_frame, http_target, or a spec/fuzz/<name>.lua)\n", stderr);
+        exit(2);
+    }
+    if (obleth_loop_init() != 0) {
+        fputs("obleth-fuzz: cannot initialise libevent\n", stderr);
+        exit(2);
+    }
+    if (strcmp(g_target, "http_frame") == 0 || strcmp(g_target, "http_target") == 0) return 0;
+    const char *root = getenv("OBLETH_ROOT");
+    if (!root) root = OBLETH_ROOT;
+    g_L = luaL_newstate();
+    if (!g_L) exit(2);
+    luaL_openlibs(g_L);
+    obleth_set_main_state(g_L);
+    obleth_open_modules(g_L);
+    lua_getglobal(g_L, "package");
+    lua_pushfstring(g_L, "%s/lua/?.lua;%s/lua/?/init.lua;%s/?.lua", root, root, root);
+    lua_setfield(g_L, -2, "path");
+    lua_pop(g_L, 1);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/spec/fuzz/%s.lua", root, g_target);
+    if (luaL_loadfile(g_L, path) != LUA_OK || lua_pcall(g_L, 0, 1, 0) != LUA_OK || !lua_isfunction(g_L, -1)) {
+        fprintf(stderr, "obleth-fuzz: %s: %s\n", path, lua_tostring(g_L, -1));
+        exit(2);
+    }
+    g_fn = luaL_ref(g_L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+static int traceback(lua_State *L) {
+    luaL_traceback(L, L, lua_tostring(L, 1), 1);
+    return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (strcmp(g_target, "http_frame") == 0) {
+        obleth_http_frame_feed(data, size);
+        return 0;
+    }
+    if (strcmp(g_target, "http_target") == 0) {
+        char *t = malloc(size + 1);
+        if (!t) abort();
+        memcpy(t, data, size);
+        t[size] = 0;
+        obleth_http_target_ok(t);
+        free(t);
+        return 0;
+    }
+    lua_State *L = g_L;
+    lua_pushcfunction(L, traceback);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g_fn);
+    lua_pushlstring(L, (const char *)data, size);
+    if (lua_pcall(L, 1, 0, -3) != LUA_OK) {
+        fprintf(stderr, "obleth-fuzz: target %s raised: %s\n", g_target, lua_tostring(L, -1));
+        abort();
+    }
+    lua_settop(L, 0);
+    if (++g_runs % 256 == 0) lua_gc(L, LUA_GCCOLLECT, 0);
+    return 0;
+}
