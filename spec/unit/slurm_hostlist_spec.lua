@@ -50,6 +50,14 @@ describe("obleth.slurm.hostlist", function()
       assert.matches("too large", err)
     end)
 
+    it("refuses a ] with no [ before it (found by make fuzz: 'n0],g[1-2]' expanded to names holding ] and ,)", function()
+      for _, e in ipairs({ "n_000-01020],gpw[1-2]n[1-2]", "n1],n2", "]", "n[1-2]]" }) do
+        local l, err = hostlist.expand(e)
+        assert.is_nil(l, e)
+        assert.matches("unbalanced", err)
+      end
+    end)
+
     it("shares one budget across the values of an answer", function()
       local budget = { left = 5 }
       assert.same({ "n0", "n1", "n2" }, hostlist.expand("n[0-2]", budget))

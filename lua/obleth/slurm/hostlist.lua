@@ -27,6 +27,7 @@ local function _split_top(s, open, close)
       depth = depth + 1
     elseif c == close then
       depth = depth - 1
+      if depth < 0 then return nil end -- a close with no open before it
     elseif c == "," and depth == 0 then
       parts[#parts + 1] = s:sub(start, i - 1)
       start = i + 1
@@ -51,7 +52,7 @@ local function _expand_item(item, out, budget)
   local ok, err = _expand_item(rest, tails, budget)
   if not ok then return nil, err end
   if rest == "" then tails = { "" } end
-  for _, r in ipairs(_split_top(body, "[", "]")) do
+  for _, r in ipairs(_split_top(body, "[", "]") or { body }) do
     local lo, hi = r:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
     if not lo then
       lo = r:match("^%s*(%d+)%s*$")
@@ -86,7 +87,9 @@ function M.expand(expr, budget)
   local out = {}
   local cap = M.MAX_HOSTS
   if budget and budget.left < cap then cap = budget.left end
-  for _, item in ipairs(_split_top(expr, "[", "]")) do
+  local items = _split_top(expr, "[", "]")
+  if not items then return nil, "unbalanced brackets in " .. expr end
+  for _, item in ipairs(items) do
     local ok, err = _expand_item(item, out, cap)
     if not ok then return nil, err end
   end
