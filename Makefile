@@ -14,7 +14,7 @@ OBJS  = $(SRCS:host/%.c=build/obj/%.o)
 AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load
+.PHONY: web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load fuzz fuzz-build
 
 all: build/obleth build/obleth-provisioner build/web/index.html
 
@@ -37,6 +37,7 @@ help:
 	@echo "make bench      benchmarks under spec/bench/"
 	@echo "make fresh-check   'make demo' on a fresh minimal Debian 12 root (debootstrap + chroot), as a new user"
 	@echo "make check-load    'make check' three times in a row with every CPU held by a busy loop"
+	@echo "make fuzz       libFuzzer + ASan/UBSan on every parser (FUZZ_RUNS=1000000 per target; needs clang)"
 	@echo "make install PREFIX=/usr/local"
 	@echo "make web-test   the dashboard's browser tests (headless Chromium, harness cluster) and node --test specs"
 
@@ -71,6 +72,25 @@ build/asan/obleth: $(AOBJS)
 	ln -sf obleth build/asan/obleth-provisioner
 
 asan: build/asan/obleth
+
+# Fuzzing (spec/fuzz/): clang's libFuzzer with ASan + UBSan, every host object but main.o.
+FUZZ_CC   ?= clang
+FUZZ_SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+FUZZ_OBJS  = $(filter-out build/fuzz/obj/main.o,$(SRCS:host/%.c=build/fuzz/obj/%.o))
+FUZZ_RUNS ?= 1000000
+
+build/fuzz/obj/%.o: host/%.c $(HDRS) | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) -O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(WARN) -c -o $@ $<
+
+build/fuzz/obleth-fuzz: spec/fuzz/fuzz.c $(FUZZ_OBJS)
+	$(FUZZ_CC) $(CPPFLAGS) -DOBLETH_ROOT='"$(CURDIR)"' -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) $(WARN) \
+		-o $@ spec/fuzz/fuzz.c $(FUZZ_OBJS) $(LDFLAGS) $(LDLIBS)
+
+fuzz-build: build/fuzz/obleth-fuzz
+
+fuzz: build/fuzz/obleth-fuzz
+	@spec/fuzz/run.sh $(FUZZ_RUNS)
 
 lint:
 	luacheck --codes lua spec scripts
@@ -115,4 +135,4 @@ check-load: build/.deps-all-ok all asan
 	@spec/load.sh 3
 
 clean:
-	rm -rf build/web build/web-screens build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok
+	rm -rf build/web build/web-screens build/obj build/asan build/fuzz build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

@@ -26,6 +26,10 @@
  *
  *   With stream = true the response has no body; read it with
  *   resp:read() -> chunk | nil (end) | nil, err   and abort with resp:close().
+ *
+ *   http.held() -> bytes of response bodies C holds for Lua (received, not yet
+ *   handed over). A body goes to Lua, or is freed, as soon as its call ends
+ *   (a failed call included), never later by the collector.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "host.h"
@@ -138,6 +142,20 @@ static int sock_cb(CURL *e, curl_socket_t fd, int what, void *cbp, void *sockp) 
     return 0;
 }
 
+/* Bytes allocated for response bodies of all requests (http.held). */
+static size_t g_held;
+
+static void body_add(request *r, const char *p, size_t n) {
+    size_t cap = r->body.cap;
+    obuf_add(&r->body, p, n);
+    g_held += r->body.cap - cap;
+}
+
+static void body_free(request *r) {
+    g_held -= r->body.cap;
+    obuf_free(&r->body);
+}
+
 /* ---- curl callbacks (never call into Lua or curl_multi_* here) ---------------- */
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
@@ -145,7 +163,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
     size_t n = size * nmemb;
     if (r->body.n + n > r->max_body && !r->stream) { r->too_large = 1; return 0; }
     if (r->stream && r->body.n >= STREAM_HIGH_WATER) { r->paused = 1; return CURL_WRITEFUNC_PAUSE; }
-    obuf_add(&r->body, ptr, n);
+    body_add(r, ptr, n);
     if (r->stream) notify_later(r);
     return n;
 }
@@ -258,7 +276,7 @@ static void push_response(lua_State *L, request *r) {
     } else {
         lua_pushlstring(L, r->body.p ? r->body.p : "", r->body.n);
         lua_setfield(L, -2, "body");
-        obuf_free(&r->body);
+        body_free(r);
     }
 }
 
@@ -292,6 +310,9 @@ static void deliver(request *r) {
         } else {
             push_error(co, r);
             detach(r);
+            body_free(r); /* at once: a failed call may hold up to max_body */
+            obuf_free(&r->head);
+            obuf_free(&r->reqbody);
             release(co, r);
             obleth_wait_resume(&r->w, 2);
         }
@@ -345,7 +366,7 @@ static void req_free(lua_State *L, request *r) {
     if (r->easy) { curl_easy_cleanup(r->easy); r->easy = NULL; }
     if (r->hdrs) { curl_slist_free_all(r->hdrs); r->hdrs = NULL; }
     if (r->notify) { event_free(r->notify); r->notify = NULL; }
-    obuf_free(&r->body);
+    body_free(r);
     obuf_free(&r->head);
     obuf_free(&r->reqbody);
     obleth_wait_drop(L, &r->w);
@@ -557,6 +578,11 @@ static int global_gc(lua_State *L) {
     return 0;
 }
 
+static int l_held(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)g_held);
+    return 1;
+}
+
 void obleth_http_client_open(lua_State *L) {
     /* stack: module table */
     if (!g_multi) {
@@ -585,4 +611,6 @@ void obleth_http_client_open(lua_State *L) {
     lua_pop(L, 1);
     lua_pushcfunction(L, l_request);
     lua_setfield(L, -2, "request");
+    lua_pushcfunction(L, l_held);
+    lua_setfield(L, -2, "held");
 }

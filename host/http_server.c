@@ -106,10 +106,17 @@ static void conn_close_cb(struct evhttp_connection *evcon, void *arg) {
     }
 }
 
+/* Hear about the client connection's close; the framing guard owns the connection's close
+   callback slot, so it is set through the guard. */
+static void watch_close(response *r) {
+    struct evhttp_connection *c = r->req ? evhttp_request_get_connection(r->req) : NULL;
+    if (c) obleth_http_frame_set_closecb(c, conn_close_cb, r);
+}
+
 void obleth_http_detach_close_cb(response *r) {
     if (!r->req) return;
     struct evhttp_connection *c = evhttp_request_get_connection(r->req);
-    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    if (c) obleth_http_frame_set_closecb(c, NULL, NULL);
 }
 
 static int add_headers(lua_State *L, int idx, struct evhttp_request *req) {
@@ -344,6 +351,7 @@ int obleth_http_target_ok(const char *t) {
 
 static void gen_cb(struct evhttp_request *req, void *arg) {
     server *s = arg;
+    if (obleth_http_frame_refused(req)) return;
     if (!obleth_http_target_ok(evhttp_request_get_uri(req))) {
         /* the target itself is not logged: it is what cannot be trusted on one line */
         obleth_log("info", "http_request", "method=%s status=400 code=bad_target",
@@ -375,8 +383,7 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
     r->w.ref = LUA_NOREF;
     r->req = req;
     luaL_setmetatable(L, RES_MT);
-    struct evhttp_connection *c = evhttp_request_get_connection(req);
-    if (c) evhttp_connection_set_closecb(c, conn_close_cb, r);
+    watch_close(r);
     lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.log");
     obleth_task_spawn(L, 4);
     lua_settop(L, top);
@@ -442,6 +449,7 @@ static int l_server(lua_State *L) {
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                             EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, gen_cb, s);
+    evhttp_set_bevcb(s->http, obleth_http_frame_bev, NULL);
     /* our own listener: evhttp's default backlog (128) drops SYNs under bursts */
     struct evutil_addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);

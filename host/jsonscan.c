@@ -117,13 +117,16 @@ static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *ra
         case 't': if (b) luaL_addchar(b, '\t'); break;
         case 'u':
             if (hex4(s, &cp) < 0) return -1;
-            if (cp >= 0xD800 && cp <= 0xDBFF && s->end - s->p >= 6 && s->p[0] == '\\' && s->p[1] == 'u') {
-                const unsigned char *save = s->p;
+            /* a surrogate only in a high-low pair: a lone one is no character (cjson refuses it too) */
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return fail(s, "a lone low surrogate escape");
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
                 unsigned lo;
+                if (s->end - s->p < 6 || s->p[0] != '\\' || s->p[1] != 'u')
+                    return fail(s, "a high surrogate escape without its low half");
                 s->p += 2;
                 if (hex4(s, &lo) < 0) return -1;
-                if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                else s->p = save; /* a lone high surrogate; the next escape stands alone */
+                if (lo < 0xDC00 || lo > 0xDFFF) return fail(s, "a high surrogate escape without its low half");
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
             if (b) put_utf8(b, cp);
             break;

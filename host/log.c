@@ -6,15 +6,17 @@
  * each line starts with a syslog priority prefix (<3> error ... <7> debug),
  * which journald turns into the entry's priority.
  *
- * Redaction: every string registered with add_secret (4 bytes or longer)
- * is replaced by "[redacted]" wherever it appears in a line, and values of
+ * Redaction: every string registered with add_secret (8 bytes or longer:
+ * a shorter one would match ordinary words such as "info") is replaced by
+ * "[redacted]" wherever it appears in a value (matched before the value is
+ * escaped, so a secret with a quote or a newline is still found), and values of
  * fields whose key names a credential (token, secret, password,
  * authorization, api_key, jwt) are always printed as "[redacted]".
  *
  * Lua API (require "obleth.log"):
  *   debug|info|warn|error(event, fields?)  fields: table of scalars
  *   set_level(name)   "debug" | "info" | "warn" | "error"; level()
- *   add_secret(s)     register a secret string (ignored if shorter than 4)
+ *   add_secret(s)     register a secret string (ignored if shorter than 8 bytes)
  *   redact(s)         s with every registered secret replaced
  */
 #define _POSIX_C_SOURCE 200809L
@@ -74,20 +76,33 @@ static void buf_add(buf *b, const char *s, size_t n) {
 static void buf_adds(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 static void buf_free(buf *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
 
+#define MIN_SECRET 8
+
+/* The first occurrence of needle in hay[0..hn), or NULL. */
+static const char *find(const char *hay, size_t hn, const char *needle, size_t nn) {
+    if (nn == 0 || hn < nn) return NULL;
+    for (const char *p = hay, *end = hay + hn - nn; p <= end; p++) {
+        p = memchr(p, needle[0], (size_t)(end - p) + 1);
+        if (!p) return NULL;
+        if (memcmp(p, needle, nn) == 0) return p;
+    }
+    return NULL;
+}
+
 /* Replace every registered secret in b (in place, into a new buffer). */
 static void redact(buf *b) {
     for (size_t i = 0; i < g_nsecrets; i++) {
         const char *sec = g_secrets[i];
         size_t sl = strlen(sec);
-        if (!b->p || !strstr(b->p, sec)) continue;
+        if (!b->p || !find(b->p, b->n, sec, sl)) continue;
         buf out = {0};
-        const char *p = b->p, *hit;
-        while ((hit = strstr(p, sec)) != NULL) {
+        const char *p = b->p, *end = b->p + b->n, *hit;
+        while ((hit = find(p, (size_t)(end - p), sec, sl)) != NULL) {
             buf_add(&out, p, (size_t)(hit - p));
             buf_adds(&out, "[redacted]");
             p = hit + sl;
         }
-        buf_adds(&out, p);
+        buf_add(&out, p, (size_t)(end - p));
         buf_free(b);
         *b = out;
     }
@@ -102,7 +117,24 @@ static int needs_quote(const char *s, size_t n) {
     return 0;
 }
 
+static void add_value_raw(buf *b, const char *s, size_t n);
+
+/* A value, with every registered secret replaced before it is escaped. */
 static void add_value(buf *b, const char *s, size_t n) {
+    for (size_t i = 0; i < g_nsecrets; i++) {
+        if (find(s, n, g_secrets[i], strlen(g_secrets[i]))) {
+            buf v = {0};
+            buf_add(&v, s, n);
+            redact(&v);
+            add_value_raw(b, v.p, v.n);
+            buf_free(&v);
+            return;
+        }
+    }
+    add_value_raw(b, s, n);
+}
+
+static void add_value_raw(buf *b, const char *s, size_t n) {
     if (!needs_quote(s, n)) { buf_add(b, s, n); return; }
     buf_adds(b, "\"");
     for (size_t i = 0; i < n; i++) {
@@ -189,7 +221,6 @@ static void line_start(buf *b, int lv, const char *event) {
 }
 
 static void line_emit(buf *b) {
-    redact(b);
     buf_adds(b, "\n");
     fwrite(b->p, 1, b->n, stderr);
     fflush(stderr);
@@ -224,7 +255,11 @@ void obleth_log(const char *level, const char *event, const char *fmt, ...) {
                 buf_adds(&b, " ");
                 /* fmt is "k=v" pairs written by C code; keep it on one line */
                 for (char *p = msg; *p; p++) if (*p == '\n') *p = ' ';
-                buf_adds(&b, msg);
+                buf m = {0};
+                buf_adds(&m, msg);
+                redact(&m);
+                buf_add(&b, m.p, m.n);
+                buf_free(&m);
                 free(msg);
             }
         }
@@ -304,7 +339,7 @@ static int l_level(lua_State *L) {
 static int l_add_secret(lua_State *L) {
     size_t n;
     const char *s = luaL_checklstring(L, 1, &n);
-    if (n < 4 || strlen(s) != n) return 0;
+    if (n < MIN_SECRET || strlen(s) != n) return 0;
     for (size_t i = 0; i < g_nsecrets; i++)
         if (strcmp(g_secrets[i], s) == 0) return 0;
     if (g_nsecrets == g_capsecrets) {

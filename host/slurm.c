@@ -19,9 +19,14 @@
  * err = {kind = "unreachable"|"timeout"|"auth"|"bad_response"|"unsupported",
  *        message = "...", http_status = n?, expired = true?}
  * A token is never part of a message. Discovery: GET /openapi/v3 and read
- * the /slurm/vX/ paths (Slurm's rest_api.shtml); if that document is not
- * served, probe GET /slurm/vX/ping newest first. A call whose versioned path
- * answers 404 triggers one new discovery (the site upgraded) and one retry.
+ * the /slurm/vX/ paths (Slurm's rest_api.shtml), then ping the newest listed: a
+ * version that answers a text 404 is dropped and the next listed is tried; if
+ * that document is not served, probe GET /slurm/vX/ping newest first. What
+ * discovery found is kept per server while the release it reports (ping's
+ * meta) stays the same: a later connect pings once instead of reading the
+ * 2 MB document again. A call whose versioned path answers 404 triggers one
+ * new discovery (the site upgraded) and one retry. 25.11's HTTP 500
+ * "Authentication does not apply to request" (text) is an auth error.
  * Auth: X-SLURM-USER-NAME / X-SLURM-USER-TOKEN headers (rest_auth/jwt).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -327,27 +332,177 @@ static int choose_version(lua_State *L, int conn_idx) {
     return ok;
 }
 
+/* 25.11 answers a request without usable credentials with HTTP 500, text/plain
+   "Authentication does not apply to request" (no JSON errors to read). */
+static int is_auth_text(lua_State *L, int status, int raw_idx) {
+    if (status < 500) return 0;
+    const char *raw = lua_tostring(L, raw_idx);
+    return raw && strstr(raw, "Authentication does not apply to request") != NULL;
+}
+
+/* Keep the release slurmrestd reports in a ping answer (meta.slurm.release;
+   meta.Slurm.release on v0.0.38) in the connection's uservalue as "release". */
+static void record_release(lua_State *L, int conn_idx, int doc_idx) {
+    int top = lua_gettop(L);
+    lua_getiuservalue(L, conn_idx, 1);
+    int uv = lua_gettop(L);
+    lua_pushnil(L);
+    lua_setfield(L, uv, "release");
+    if (lua_istable(L, doc_idx) && lua_getfield(L, doc_idx, "meta") == LUA_TTABLE) {
+        if (lua_getfield(L, -1, "slurm") != LUA_TTABLE) {
+            lua_pop(L, 1);
+            lua_getfield(L, -1, "Slurm");
+        }
+        if (lua_istable(L, -1) && lua_getfield(L, -1, "release") == LUA_TSTRING) lua_setfield(L, uv, "release");
+    }
+    lua_settop(L, top);
+}
+
+/* The discovery cache (registry "obleth.slurm.discovered"): per server ("url|socket"),
+   {versions, has_db, release}. /openapi/v3 is 2 MB on 25.11: a connect to a known
+   server pings the version it chose and reuses the list while the release is the same. */
+static void push_cache_key(lua_State *L, int conn_idx) {
+    lua_getiuservalue(L, conn_idx, 1);
+    lua_getfield(L, -1, "url");
+    lua_pushliteral(L, "|");
+    lua_getfield(L, -3, "socket");
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); lua_pushliteral(L, ""); }
+    lua_concat(L, 3);
+    lua_remove(L, -2);
+}
+
+static void push_cache(lua_State *L) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.slurm.discovered") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "obleth.slurm.discovered");
+    }
+}
+
+/* Store what discovery found (only with a known release: it is what says "unchanged"). */
+static void cache_store(lua_State *L, int conn_idx) {
+    conn *c = lua_touserdata(L, conn_idx);
+    int top = lua_gettop(L);
+    lua_getiuservalue(L, conn_idx, 1);
+    int uv = lua_gettop(L);
+    lua_getfield(L, uv, "release");
+    if (lua_isstring(L, -1)) {
+        push_cache(L);
+        push_cache_key(L, conn_idx);
+        lua_createtable(L, 0, 3);
+        lua_getfield(L, uv, "versions");
+        lua_setfield(L, -2, "versions");
+        lua_pushboolean(L, c->has_slurmdb);
+        lua_setfield(L, -2, "has_db");
+        lua_pushvalue(L, uv + 1);
+        lua_setfield(L, -2, "release");
+        lua_settable(L, -3);
+    }
+    lua_settop(L, top);
+}
+
+static void cache_drop(lua_State *L, int conn_idx) {
+    int top = lua_gettop(L);
+    push_cache(L);
+    push_cache_key(L, conn_idx);
+    lua_pushnil(L);
+    lua_settable(L, -3);
+    lua_settop(L, top);
+}
+
+/* Load a cached entry into the connection: versions (a copy), has_slurmdb and
+   uv.cached_release; writes the version to ping into out. Returns 1 when found. */
+static int cache_load(lua_State *L, int conn_idx, char *out, size_t outsz) {
+    conn *c = lua_touserdata(L, conn_idx);
+    int top = lua_gettop(L), found = 0;
+    push_cache(L);
+    push_cache_key(L, conn_idx);
+    if (lua_gettable(L, -2) == LUA_TTABLE) {
+        int e = lua_gettop(L);
+        lua_getiuservalue(L, conn_idx, 1);
+        int uv = lua_gettop(L);
+        lua_getfield(L, e, "versions");
+        lua_Integer n = luaL_len(L, -1);
+        lua_newtable(L);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_rawgeti(L, -2, i);
+            lua_rawseti(L, -2, i);
+        }
+        lua_setfield(L, uv, "versions");
+        lua_getfield(L, e, "has_db");
+        c->has_slurmdb = lua_toboolean(L, -1);
+        lua_getfield(L, e, "release");
+        lua_setfield(L, uv, "cached_release");
+        if (choose_version(L, conn_idx)) {
+            snprintf(out, outsz, "%s", c->version);
+            found = 1;
+        }
+    }
+    lua_settop(L, top);
+    return found;
+}
+
 /*
- * discover(conn) runs inside a C function with continuations; the state
- * lives in the ctx: phase in the low byte, probe index above it.
+ * discover(conn, force) runs inside a C function with continuations; the state
+ * lives in the ctx: phase in the low byte, an index above it.
+ *   D_CACHED:  GET /slurm/<the cached choice>/ping; same release: done
  *   D_OPENAPI: GET /openapi/v3
- *   D_PROBE:   GET /slurm/<known[i]>/ping
+ *   D_CHECK:   GET /slurm/<versions[i]>/ping; a text 404 drops that version
+ *   D_PROBE:   GET /slurm/<known[i]>/ping (no /openapi/v3)
  */
-enum { D_OPENAPI = 1, D_PROBE = 2 };
+enum { D_OPENAPI = 1, D_PROBE = 2, D_CHECK = 3, D_CACHED = 4 };
 
 static int discover_k(lua_State *L, int status, lua_KContext ctx);
 
+static int discover_send(lua_State *L, const char *path, int phase, int idx) {
+    lua_settop(L, 1);
+    push_request(L, 1, "GET", path, NULL, 0);
+    lua_KContext k = (lua_KContext)(phase | (idx << 8));
+    lua_callk(L, 1, 2, k, discover_k);
+    return discover_k(L, LUA_OK, k);
+}
+
 static int discover_probe(lua_State *L, int idx) {
     char path[64];
-    for (; known[idx]; idx++) {
+    if (known[idx]) {
         /* probe only versions this side knows */
         snprintf(path, sizeof path, "/slurm/%s/ping", known[idx]);
-        push_request(L, 1, "GET", path, NULL, 0);
-        lua_callk(L, 1, 2, (lua_KContext)(D_PROBE | (idx << 8)), discover_k);
-        return discover_k(L, LUA_OK, (lua_KContext)(D_PROBE | (idx << 8)));
+        return discover_send(L, path, D_PROBE, idx);
     }
+    lua_settop(L, 1);
     push_err(L, "unsupported", "slurmrestd serves none of the API versions v0.0.38-v0.0.44", 0);
     return 2;
+}
+
+/* Check versions[idx] (1-based) of the list /openapi/v3 gave; a pinned version skips the others. */
+static int discover_check(lua_State *L, int idx) {
+    lua_settop(L, 1);
+    lua_getiuservalue(L, 1, 1);
+    lua_getfield(L, -1, "pinned");
+    const char *pinned = lua_tostring(L, -1);
+    lua_getfield(L, -2, "versions");
+    char path[64];
+    path[0] = 0;
+    for (lua_Integer n = luaL_len(L, -1); idx <= n; idx++) {
+        lua_rawgeti(L, -1, idx);
+        const char *v = lua_tostring(L, -1);
+        if (v && (!pinned || strcmp(pinned, v) == 0)) {
+            snprintf(path, sizeof path, "/slurm/%s/ping", v);
+            break;
+        }
+        lua_pop(L, 1);
+    }
+    if (!path[0]) {
+        lua_settop(L, 1);
+        if (pinned) { /* connect_finish says the pinned version is not served */
+            lua_pushboolean(L, 1);
+            return 1;
+        }
+        push_err(L, "unsupported", "slurmrestd lists API versions in /openapi/v3 but answers none of them", 404);
+        return 2;
+    }
+    return discover_send(L, path, D_CHECK, idx);
 }
 
 /* discovery result convention: returns 1 with true pushed on success, or 2
@@ -359,27 +514,63 @@ static int discover_k(lua_State *L, int st, lua_KContext ctx) {
     int status = transport_result(L);
     if (status < 0) return 2;
     int raw = lua_gettop(L);
-    if (is_auth_status(status)) {
-        lua_pop(L, 2);
+    if (is_auth_status(status) || is_auth_text(L, status, raw)) {
+        lua_settop(L, 1);
         push_err(L, "auth", "slurmrestd refused the credentials (check the user name and JWT)", status);
         return 2;
+    }
+    if (phase == D_CACHED) {
+        if (status == 200) {
+            push_json(L, raw);
+            record_release(L, 1, lua_gettop(L));
+            lua_getiuservalue(L, 1, 1);
+            lua_getfield(L, -1, "release");
+            lua_getfield(L, -2, "cached_release");
+            int same = lua_isstring(L, -2) && lua_compare(L, -1, -2, LUA_OPEQ);
+            if (same) {
+                lua_settop(L, 1);
+                lua_pushboolean(L, 1);
+                return 1;
+            }
+        }
+        cache_drop(L, 1); /* another release (or no answer): discover afresh */
+        return discover_send(L, "/openapi/v3", D_OPENAPI, 0);
     }
     if (phase == D_OPENAPI) {
         if (status == 200) {
             push_json(L, raw);
-            if (lua_istable(L, -1) && versions_from_openapi(L, 1, lua_gettop(L)) > 0) {
-                lua_pop(L, 3);
-                lua_pushboolean(L, 1);
-                return 1;
-            }
-            lua_pop(L, 1);
+            if (lua_istable(L, -1) && versions_from_openapi(L, 1, lua_gettop(L)) > 0) return discover_check(L, 1);
         }
-        lua_pop(L, 2);
         return discover_probe(L, 0);
+    }
+    if (phase == D_CHECK) {
+        push_json(L, raw);
+        int json = lua_istable(L, -1);
+        if (status == 404 && !json) {
+            /* the version is listed but not served: drop it, check the next */
+            lua_settop(L, 1);
+            lua_getiuservalue(L, 1, 1);
+            lua_getfield(L, -1, "versions");
+            lua_Integer n = luaL_len(L, -1);
+            for (lua_Integer i = idx; i < n; i++) {
+                lua_rawgeti(L, -1, i + 1);
+                lua_rawseti(L, -2, i);
+            }
+            lua_pushnil(L);
+            lua_rawseti(L, -2, n);
+            return discover_check(L, idx);
+        }
+        record_release(L, 1, lua_gettop(L));
+        cache_store(L, 1);
+        lua_settop(L, 1);
+        lua_pushboolean(L, 1);
+        return 1;
     }
     /* D_PROBE */
     if (status == 200) {
-        lua_pop(L, 2);
+        push_json(L, raw);
+        record_release(L, 1, lua_gettop(L));
+        lua_settop(L, 1);
         lua_getiuservalue(L, 1, 1);
         lua_newtable(L);
         int n = 0;
@@ -388,18 +579,25 @@ static int discover_k(lua_State *L, int st, lua_KContext ctx) {
             lua_rawseti(L, -2, ++n);
         }
         lua_setfield(L, -2, "versions");
-        lua_pop(L, 1);
+        lua_settop(L, 1);
+        cache_store(L, 1);
         lua_pushboolean(L, 1);
         return 1;
     }
-    lua_pop(L, 2);
     return discover_probe(L, idx + 1);
 }
 
 static int discover(lua_State *L) {
-    push_request(L, 1, "GET", "/openapi/v3", NULL, 0);
-    lua_callk(L, 1, 2, D_OPENAPI, discover_k);
-    return discover_k(L, LUA_OK, D_OPENAPI);
+    int force = lua_toboolean(L, 2);
+    lua_settop(L, 1);
+    char v[16];
+    if (force) cache_drop(L, 1);
+    else if (cache_load(L, 1, v, sizeof v)) {
+        char path[64];
+        snprintf(path, sizeof path, "/slurm/%s/ping", v);
+        return discover_send(L, path, D_CACHED, 0);
+    }
+    return discover_send(L, "/openapi/v3", D_OPENAPI, 0);
 }
 
 /* ---- connect ------------------------------------------------------------------- */
@@ -548,7 +746,7 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
     int status = transport_result(L);
     if (status < 0) return 2;
     int raw = lua_gettop(L);
-    if (is_auth_status(status)) {
+    if (is_auth_status(status) || is_auth_text(L, status, raw)) {
         lua_settop(L, 4);
         push_err(L, "auth", "slurmrestd refused the credentials (check the user name and JWT)", status);
         return 2;
@@ -563,7 +761,8 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
             lua_settop(L, 4);
             lua_pushcfunction(L, discover);
             lua_pushvalue(L, 1);
-            lua_callk(L, 1, 1, C_REDISCOVER, call_k);
+            lua_pushboolean(L, 1); /* force: the cached list is what just failed */
+            lua_callk(L, 2, 1, C_REDISCOVER, call_k);
             return call_k(L, LUA_OK, C_REDISCOVER);
         }
     }

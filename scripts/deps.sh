@@ -17,7 +17,8 @@ build_pkgs=(build-essential pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev
 # a Recommends of the Slurm packages, so installs without recommends (ours, and many images') miss it.
 cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-plugins
   slurm-wlm-jwt-plugin slurm-wlm-mysql-plugin munge mariadb-server curl procps util-linux)
-test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core)
+# clang + libclang-rt-14-dev: libFuzzer with ASan/UBSan (make fuzz, and its short run in make check); bc: spec/fuzz/run.sh
+test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc)
 
 group=${1:-build}
 case "$group" in
@@ -116,6 +117,10 @@ if [ "$group" = all ]; then
   need_cmd luacheck lua-check
   need_cmd tmux tmux
   need_file /usr/bin/chromium chromium
+  need_cmd clang clang
+  need_cmd bc bc
+  [ -n "$(find /usr/lib/llvm-14/lib/clang -name 'libclang_rt.fuzzer-*.a' -print -quit 2>/dev/null)" ] ||
+    problems+=("clang's libFuzzer runtime is missing (Debian package libclang-rt-14-dev)")
 fi
 
 if [ ${#problems[@]} -gt 0 ]; then

@@ -6,7 +6,8 @@
 #   4. integration specs against the harness Slurm cluster (spec/integration)
 #   5. the dashboard: node --test specs of web/src/lib and browser tests in headless
 #      Chromium against obleth serve + provisioner + the harness cluster (spec/web)
-#   6. luacheck over lua/ and spec/
+#   6. a short fuzz run of every parser (spec/fuzz, libFuzzer + ASan/UBSan)
+#   7. luacheck over lua/ and spec/
 # Compiler warnings already fail the build (-Werror). Exit status is non-zero
 # on any failure.
 set -uo pipefail
@@ -79,6 +80,14 @@ else
   else
     echo "  FAIL  cluster down.sh left daemons running:${alive:- (no pid files were found)}"; echo "0 1 0" >>"$counts"
   fi
+fi
+
+tier "fuzz, short run (spec/fuzz; make fuzz runs 10^6 inputs per target)"
+if make -s fuzz-build >build/fuzz-build.log 2>&1; then
+  spec/fuzz/run.sh "${OBLETH_FUZZ_SHORT_RUNS:-3000}" || tier_fail=1
+else
+  tail -5 build/fuzz-build.log
+  missing_tier "the fuzz harness did not build (clang with libFuzzer: Debian's clang, libclang-rt-14-dev)"
 fi
 
 tier "luacheck"

@@ -59,6 +59,15 @@ describe("obleth.jsonscan.fields", function()
     assert.equal("x\n\195\169\240\159\152\128/", v)
   end)
 
+  it("refuses a lone surrogate escape, as lua-cjson does (found by make fuzz: it was accepted)", function()
+    for _, text in ipairs({ '{"a":"\\udbbbx"}', '{"a":"\\udc00"}', '{"a":"\\ud83d\\u0041"}', '{"\\ud800":1}' }) do
+      local ok, err = jsonscan.fields(text, "model")
+      assert.is_nil(ok, text)
+      assert.matches("surrogate", err)
+      assert.is_false(pcall(cjson.decode, text), text)
+    end
+  end)
+
   it("gives nil for a missing member, null, an object or an array", function()
     local ok, a, b, c, d = jsonscan.fields('{"b":null,"c":{"x":"model"},"d":[1,"model"]}', "a", "b", "c", "d")
     assert.is_true(ok)

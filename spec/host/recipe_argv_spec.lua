@@ -78,7 +78,7 @@ describe("recipe rendering against /bin/sh", function()
       'say "hi" \\"',
       "back\\slash\\",
       "*",
-      "--flag=x",
+      "x --flag=x", -- a value that starts with "-" is refused as a positional (see below)
       "$OBLETH_PORT ${HOME} $((1+1)) $$",
       "'",
       "\"",
@@ -167,6 +167,18 @@ describe("recipe rendering against /bin/sh", function()
       assert.is_false(exists(pwned), "an injected command ran")
       assert.is_true(exists(sentinel), "an injected rm ran")
     end)
+  end
+
+  for _, kind in ipairs({ "launch", "script" }) do
+    it(("a %s recipe refuses a value starting with '-' where it stands alone (it would be an option)"):format(kind),
+      function()
+        local r = hostile_recipe(kind)
+        local v = values()
+        v.v3 = "--trust-remote-code"
+        local rendered, errs = recipe.render(r, v, { model_cache_dir = "/c", modules = {} }, { api_name = "m" })
+        assert.is_nil(rendered)
+        assert.equal("inputs.v3", errs[1].field)
+      end)
   end
 
   -- templates found by trying to break it: each either is refused when the
@@ -298,6 +310,14 @@ describe("library recipes", function()
     return r, assert(recipe.render(r, res.values.inputs, defaults, { api_name = res.values.api_name }, res.values)), res
   end
 
+  it("vllm's positional model input does not take --trust-remote-code", function()
+    local r = load("vllm")
+    local res = recipe.resolve(r, { inputs = { model = "--trust-remote-code" }, api_name = "m" }, defaults, nil)
+    local out, errs = recipe.render(r, res.values.inputs, defaults, { api_name = "m" }, res.values)
+    assert.is_nil(out)
+    assert.equal("inputs.model", errs[1].field)
+  end)
+
   for _, name in ipairs(names) do
     it(name .. " loads, has id = file name, and hard-codes no site path", function()
       local r = load(name)
@@ -410,3 +430,105 @@ describe("library recipes", function()
   end)
 end)
 
+
+-- bash evaluates an array subscript (and arithmetic) in a name or an arithmetic
+-- context: a value `a[$(touch CANARY)]` there runs the command, quotes or not. Each
+-- context below must be refused at validation; if one were accepted, the rendered
+-- script runs under bash and must not create the canary.
+describe("recipe scripts: name and arithmetic contexts under bash", function()
+  local dir, canary
+
+  before_each(function()
+    dir = mkdtemp()
+    canary = dir .. "/pwned"
+  end)
+
+  after_each(function()
+    sh("rm -rf " .. shell.quote(dir))
+  end)
+
+  local function script_recipe(line)
+    return {
+      id = "t", name = "Test", engine = "custom",
+      inputs = { x = { type = "string", required = true } },
+      script = "#!/bin/bash\narr=(a b c)\nf() {\n  " .. line .. "\n}\n" .. line .. "\nf\ntrue\n",
+    }
+  end
+
+  local contexts = {
+    "printf -v {{ inputs.x }} '%s' 1",
+    "printf -v{{ inputs.x }} '%s' 1",
+    "read {{ inputs.x }} </dev/null",
+    "read -r -a {{ inputs.x }} </dev/null",
+    "test -v {{ inputs.x }}",
+    "[ -v {{ inputs.x }} ]",
+    "local {{ inputs.x }}=1",
+    "export {{ inputs.x }}=1",
+    "readonly {{ inputs.x }}=1",
+    "unset {{ inputs.x }}",
+    "mapfile -t {{ inputs.x }} </dev/null",
+    "readarray {{ inputs.x }} </dev/null",
+    "getopts ab {{ inputs.x }}",
+    "arr[{{ inputs.x }}]=1",
+    "arr+=([{{ inputs.x }}]=1)",
+    "echo $[ {{ inputs.x }} ]",
+    "echo \"$[ {{ inputs.x }} ]\"",
+    "(( {{ inputs.x }} ))",
+    "((n={{ inputs.x }}))",
+    "for (( i={{ inputs.x }}; i<1; i++ )); do :; done",
+    "declare -i n; n={{ inputs.x }}",
+  }
+
+  for _, line in ipairs(contexts) do
+    it("refuses a reference in `" .. line .. "` and the value never runs", function()
+      local value = "a[$(touch " .. canary .. ")]"
+      local r, errs = recipe.validate(script_recipe(line))
+      if r then
+        local out = assert(recipe.render(r, { x = value }, {}, {}))
+        local script = dir .. "/job.sh"
+        write(script, out.script_body)
+        local envs = {}
+        for k, v in pairs(out.environment) do envs[#envs + 1] = k .. "=" .. shell.quote(v) end
+        sh(("cd %s && env %s bash %s >/dev/null 2>&1"):format(shell.quote(dir), table.concat(envs, " "),
+          shell.quote(script)))
+        assert.is_false(exists(canary), "bash ran the value as code in: " .. line)
+      end
+      assert.is_nil(r, "accepted: " .. line)
+      assert.equal("script", errs[1].field)
+      assert.matches("line %d+", errs[1].message)
+    end)
+  end
+
+  it("a value that could run as a subscript is refused where a variable carries it into arithmetic", function()
+    -- the reference itself is in a plain assignment; bash evaluates n's value in $((n))
+    local r = assert(recipe.validate(script_recipe("n={{ inputs.x }}; echo $((n)) >/dev/null")))
+    local out, errs = recipe.render(r, { x = "a[$(touch " .. canary .. ")]" }, {}, {})
+    if out then
+      local script = dir .. "/job.sh"
+      write(script, out.script_body)
+      sh(("cd %s && env OBLETH_IN_X=%s bash %s >/dev/null 2>&1"):format(shell.quote(dir),
+        shell.quote(out.environment.OBLETH_IN_X), shell.quote(script)))
+      assert.is_false(exists(canary), "bash ran the value as code")
+    end
+    assert.is_nil(out)
+    assert.equal("inputs.x", errs[1].field)
+    assert.matches("subscript", errs[1].message)
+    -- plain numbers and names still pass
+    out = assert(recipe.render(r, { x = "8" }, {}, {}))
+    assert.equal("8", out.environment.OBLETH_IN_X)
+  end)
+
+  it("values with brackets or with $ (not both) still reach the script as data under bash", function()
+    local r = assert(recipe.validate(script_recipe("echo {{ inputs.x }} >>" .. shell.quote(dir .. "/out"))))
+    for _, v in ipairs({ "n[1-2]", "$(touch " .. canary .. ")", "`touch " .. canary .. "`" }) do
+      os.remove(dir .. "/out")
+      local out = assert(recipe.render(r, { x = v }, {}, {}))
+      local script = dir .. "/job.sh"
+      write(script, out.script_body)
+      assert(sh(("cd %s && env OBLETH_IN_X=%s bash %s"):format(shell.quote(dir),
+        shell.quote(out.environment.OBLETH_IN_X), shell.quote(script))))
+      assert.is_false(exists(canary))
+      assert.equal((v .. "\n"):rep(2), read(dir .. "/out"))
+    end
+  end)
+end)

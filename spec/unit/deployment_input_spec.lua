@@ -53,8 +53,12 @@ describe("validate.managed_spec", function()
     local ranges = { replicas = { 0, 64 }, nodes = { 1, 64 }, gpus_per_node = { 0, 64 }, cpus_per_node = { 1, 1024 },
       memory_per_node = { 0, 16777216 } }
     for f, r in pairs(ranges) do
-      assert.is_truthy(validate.managed_spec(spec { [f] = r[1] }), f)
-      assert.is_truthy(validate.managed_spec(spec { [f] = r[2] }), f)
+      -- more than one node needs a script_body (launch_command runs on one node)
+      local multi = f == "nodes" and { launch_command = cjson.null, script_body = "#!/bin/sh\nsrun x\n" } or {}
+      multi[f] = r[1]
+      assert.is_truthy(validate.managed_spec(spec(multi)), f)
+      multi[f] = r[2]
+      assert.is_truthy(validate.managed_spec(spec(multi)), f)
       refused(spec { [f] = r[1] - 1 }, f)
       refused(spec { [f] = r[2] + 1 }, f)
       refused(spec { [f] = "2" }, f, "whole number")
@@ -85,6 +89,19 @@ describe("validate.managed_spec", function()
     assert.is_truthy(validate.managed_spec(spec { generation = 7, provision_error = cjson.null, model_id = 1 }))
   end)
 
+  it("refuses launch_command (or image) with nodes > 1: the command would run on one node only", function()
+    local _, err = validate.managed_spec(spec { nodes = 2 })
+    assert.is_table(err)
+    assert.equal("nodes", err.field)
+    assert.matches("script_body", err.message)
+    _, err = validate.managed_spec(spec { nodes = 4, image = "/img/vllm.sif" })
+    assert.equal("nodes", err.field)
+    -- a script_body runs as written, across the nodes it starts itself (the multi-node recipe)
+    assert.is_truthy(validate.managed_spec(spec { nodes = 2, launch_command = cjson.null,
+      script_body = "#!/bin/bash\nsrun --nodes=2 engine\n" }))
+    assert.is_truthy(validate.managed_spec(spec { nodes = 1 }))
+  end)
+
   it("checks names, constraint, exclude hostlist, environment names and health fields", function()
     refused(spec { partition = "gpu;rm -rf" }, "partition")
     refused(spec { account = ("a"):rep(65) }, "account")
@@ -92,6 +109,9 @@ describe("validate.managed_spec", function()
     assert.is_truthy(validate.managed_spec(spec { constraint = "a100|h100&ib" }))
     assert.equal("n[1-2],gpu7", assert(validate.managed_spec(spec { exclude = "n[1-2],gpu7" })).exclude)
     refused(spec { exclude = "n[2-" }, "exclude")
+    -- numbers no integer holds, and a huge expansion, are refused on the field (were a 500)
+    refused(spec { exclude = "n[99999999999999999999-99999999999999999999]" }, "exclude")
+    refused(spec { exclude = "n[0-99999999]" }, "exclude")
     refused(spec { environment = { ["1BAD"] = "x" } }, "environment.1BAD")
     refused(spec { environment = { OK = { nested = true } } }, "environment.OK")
     refused(spec { health = { interval = 0 } }, "health.interval")

@@ -287,4 +287,20 @@ describe("obleth.deployment helpers", function()
     local _, d2 = launch.yaml_values({ "a", "b" }, nil, R)
     assert.equal(1, #d2)
   end)
+
+  it("yaml_values: 80,000 unknown keys give the first MAX_DIAGNOSTICS by line and one line counting the rest", function()
+    local doc, at = {}, {}
+    for i = 1, 80000 do
+      doc["k" .. i] = i
+      at["k" .. i] = { line = i + 1, column = 1 }
+    end
+    local _, diags = launch.yaml_values(doc, { [doc] = at }, R)
+    assert.equal(50, launch.MAX_DIAGNOSTICS)
+    assert.equal(51, #diags)
+    for i = 1, 50 do
+      assert.equal(i + 1, diags[i].line)
+      assert.equal("k" .. i, diags[i].field)
+    end
+    assert.equal("79950 more problems not listed", diags[51].message)
+  end)
 end)

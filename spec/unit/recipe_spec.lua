@@ -227,6 +227,27 @@ describe("obleth.recipe", function()
       assert.is_nil(out.launch_command)
     end)
 
+    it("a value that starts with '-' is refused where it stands as an argument of its own", function()
+      local r = valid(base())
+      local out, errs = recipe.render(r, { model = "--trust-remote-code" }, {}, {})
+      assert.is_nil(out)
+      assert.equal("inputs.model", errs[1].field)
+      assert.matches("must not start with '%-'", errs[1].message)
+      -- glued to an option it is that option's value: fine
+      local glued = valid(base({ launch = { "engine", "--model={{ inputs.model }}" } }))
+      assert.is_truthy(recipe.render(glued, { model = "-x" }, {}, {}))
+      -- a script's reference standing as a word is positional too
+      local tbl = base({ script = "#!/bin/sh\nexec engine {{ inputs.model }} --tp={{ inputs.tp }}\n" })
+      tbl.launch = nil
+      out, errs = recipe.render(valid(tbl), { model = "-rf", tp = 1 }, {}, {})
+      assert.is_nil(out)
+      assert.equal("inputs.model", errs[1].field)
+      -- numbers may be negative
+      local neg = valid(base({ inputs = { model = { type = "string" }, n = { type = "integer", min = -5 } },
+        launch = { "engine", "{{ inputs.n }}" } }))
+      assert.is_truthy(recipe.render(neg, { model = "m", n = -1 }, {}, {}))
+    end)
+
     it("refuses references where the shell would parse the value again", function()
       for _, script in ipairs({ "bash -lc {{ inputs.model }}", "sh -xc {{ inputs.model }}", "eval {{ inputs.model }}",
         "let n={{ inputs.model }}", "[[ {{ inputs.model }} -gt 1 ]]", "ssh host {{ inputs.model }}",

@@ -68,4 +68,14 @@ describe("obleth.slurm.gres", function()
       assert.same({ gpu = { total = 0, by_type = { a = 0 } } }, gres.free("gpu:a:1", "gpu:a:2"))
     end)
   end)
+
+  it("never raises on a malformed entry (found by make fuzz: \":\" raised 'table index is nil')", function()
+    for _, s in ipairs({ ":", "::", ":4", ",:,", "(S:0)", "gres/:2", "gres/=2" }) do
+      local ok, g = pcall(gres.parse, s)
+      assert.is_true(ok, s)
+      assert.is_table(g, s)
+    end
+    assert.same({}, gres.parse(":4"))
+    assert.equal(2, gres.parse("gpu:2,:3").gpu.total)
+  end)
 end)

@@ -49,6 +49,33 @@ describe("obleth.slurm.hostlist", function()
       assert.is_nil(l)
       assert.matches("too large", err)
     end)
+
+    it("refuses a ] with no [ before it (found by make fuzz: 'n0],g[1-2]' expanded to names holding ] and ,)", function()
+      for _, e in ipairs({ "n_000-01020],gpw[1-2]n[1-2]", "n1],n2", "]", "n[1-2]]" }) do
+        local l, err = hostlist.expand(e)
+        assert.is_nil(l, e)
+        assert.matches("unbalanced", err)
+      end
+    end)
+
+    it("shares one budget across the values of an answer", function()
+      local budget = { left = 5 }
+      assert.same({ "n0", "n1", "n2" }, hostlist.expand("n[0-2]", budget))
+      assert.equal(2, budget.left)
+      local l, err = hostlist.expand("m[0-2]", budget)
+      assert.is_nil(l)
+      assert.matches("too large", err)
+      assert.same({ "a", "b" }, hostlist.expand("a,b", budget))
+      assert.equal(0, budget.left)
+    end)
+
+    it("refuses numbers too large for an integer instead of raising", function()
+      local l, err = hostlist.expand("n[99999999999999999999-99999999999999999999]")
+      assert.is_nil(l)
+      assert.matches("too large", err)
+      l, err = hostlist.expand("n99999999999999999999[1-2]")
+      assert.same({ "n999999999999999999991", "n999999999999999999992" }, l, err)
+    end)
   end)
 
   describe("compress", function()
@@ -65,6 +92,12 @@ describe("obleth.slurm.hostlist", function()
 
     it("does not merge different paddings", function()
       assert.equal("n[1-2],n[01-02]", hostlist.compress({ "n1", "n2", "n01", "n02" }))
+    end)
+
+    it("keeps a name whose number no integer holds as it is (found by make fuzz: it raised)", function()
+      local long = "*" .. ("5"):rep(27)
+      assert.equal(long, hostlist.compress({ long }))
+      assert.equal("n1," .. long, hostlist.compress({ "n1", long }))
     end)
 
     it("round-trips with expand", function()

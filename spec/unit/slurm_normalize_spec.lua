@@ -3,6 +3,7 @@
 -- (v0.0.38, v0.0.40-42, captures for v0.0.41-43) and on the hand-built v0.0.39 /
 -- v0.0.44 fixtures. Expected values were read from the JSON by hand.
 local N = require "obleth.slurm.normalize"
+local hostlist = require "obleth.slurm.hostlist"
 local submit = require "obleth.slurm.submit"
 local cjson = require "cjson"
 local H = dofile("spec/fixtures/slurmrestd/cases.lua")
@@ -235,7 +236,7 @@ describe("obleth.slurm.normalize", function()
       local nodes = by_id(N.nodes(H.fixture("v0.0.44/nodes.json"), "v0.0.44"))
       assert.is_false(nodes.gpu07.idle)
       assert.is_false(nodes.gpu09.idle)
-      assert.equal(3, nodes.gpu09.gpus_free)
+      assert.equal(0, nodes.gpu09.gpus_free) -- MIXED+DRAIN: its 3 unused GPUs are not free to a new job
       assert.is_false(nodes.gpu10.idle)
       assert.is_true(nodes.gpu11.idle)
       assert.is_nil(nodes.gpu11.free_memory)
@@ -625,6 +626,145 @@ describe("obleth.slurm.normalize", function()
         assert.equal("24.05.3", N.ping(H.load("captures/24.05/0.0.41/slurm-ping.json"), "v0.0.41").release)
         assert.is_true(N.ping(H.load("captures/25.05/0.0.43/slurm-ping.json"), "v0.0.43").ok)
       end)
+    end)
+  end)
+
+  describe("hostlist budget per answer", function()
+    it("20 partitions of n[000000-999999] expand to at most one answer's budget", function()
+      local parts = {}
+      for i = 1, 20 do
+        parts[i] = { name = "p" .. i, nodes = { configured = "n[000000-999999]", total = 1000000 },
+          partition = { state = { "UP" } } }
+      end
+      local out = N.partitions({ partitions = parts }, "v0.0.41")
+      local total = 0
+      for _, p in ipairs(out) do total = total + #p.node_list end
+      assert.equal(20, #out)
+      assert.is_true(total <= hostlist.ANSWER_HOSTS, "expanded " .. total .. " names")
+      -- what is only counted is still read from the answer
+      assert.equal(1000000, out[20].total_nodes)
+      assert.equal("n[000000-999999]", out[20].nodes)
+      assert.is_true(out[20].node_list_truncated)
+    end)
+
+    it("a job answer shares one budget too", function()
+      local jobs = {}
+      for i = 1, 5 do
+        jobs[i] = { job_id = i, name = "j", job_state = { "RUNNING" }, nodes = "n[0-99999]" }
+      end
+      local out = N.jobs({ jobs = jobs }, "v0.0.41")
+      local total = 0
+      for _, j in ipairs(out) do total = total + #j.node_list end
+      assert.is_true(total <= hostlist.ANSWER_HOSTS, "expanded " .. total .. " names")
+    end)
+  end)
+
+  describe("GPUs a node can give and GPUs a job asks for per socket or per task", function()
+    local C = "captures/25.05/0.0.43/"
+
+    it_cases("a drained, down or powered-down node has no free GPUs (its GPUs still count as configured)", function()
+      local idle = H.load(C .. "slurm-node-idle.json").nodes[1]
+      assert.equal(4, N.node_record(idle, "v0.0.43").gpus_free)
+      for _, st in ipairs({ { "IDLE", "DRAIN" }, { "DOWN" }, { "IDLE", "POWERED_DOWN" }, { "MIXED", "DRAIN" },
+        { "DOWN", "NOT_RESPONDING" } }) do
+        idle.state = st
+        local n = N.node_record(idle, "v0.0.43")
+        assert.equal(0, n.gpus_free, table.concat(st, "+"))
+        assert.equal(4, n.gpus)
+      end
+      -- v0.0.38 spelling: lowercase state plus flags
+      local n = N.node_record({ name = "g", state = "idle", state_flags = { "DRAIN" }, gres = "gpu:a100:2",
+        gres_used = "gpu:a100:0" }, "v0.0.38")
+      assert.equal(0, n.gpus_free)
+    end)
+
+    it_cases("reads a running job's GPUs requested per socket (tres_per_socket) from what it was given", function()
+      local j = N.jobs(H.load(C .. "slurm-job-gpus-per-socket.json"), "v0.0.43")[1]
+      assert.equal("gres/gpu:2", j.tres_per_socket)
+      assert.equal(2, j.gpus_per_socket)
+      assert.equal(2, j.gpus_per_node) -- gres_detail gpu:h100:2(IDX:0-1)
+      assert.equal(2, j.gpus)
+      assert.equal("h100", j.gpu_type)
+    end)
+
+    it_cases("reads a running job's GPUs requested per task (tres_per_task gres/gpu=2, 2 tasks)", function()
+      local j = N.jobs(H.load(C .. "slurm-job-gpus-per-task.json"), "v0.0.43")[1]
+      assert.equal("gres/gpu=2", j.tres_per_task)
+      assert.equal(2, j.gpus_per_task)
+      assert.equal(4, j.gpus)
+      assert.equal(4, j.gpus_per_node)
+      assert.equal("h100", j.gpu_type)
+    end)
+
+    it("a pending job's per-socket and per-task requests multiply out (hand-written, no allocation yet)", function()
+      local NV = function(n) return { set = true, infinite = false, number = n } end
+      local jobs = N.jobs({ jobs = {
+        { job_id = 1, job_state = { "PENDING" }, tres_per_socket = "gres/gpu:a100:2", sockets_per_node = NV(2),
+          tasks = NV(1), node_count = NV(1) },
+        { job_id = 2, job_state = { "PENDING" }, tres_per_task = "gres/gpu=2", tasks = NV(3), node_count = NV(1) },
+        { job_id = 3, job_state = { "PENDING" }, tres_per_task = "cpu=2", tasks = NV(3) },
+      } }, "v0.0.43")
+      assert.equal(4, jobs[1].gpus_per_node)
+      assert.equal("a100", jobs[1].gpu_type)
+      assert.equal(6, jobs[2].gpus)
+      assert.is_nil(jobs[3].gpus)
+      assert.is_nil(jobs[3].gpus_per_node)
+    end)
+  end)
+
+  describe("empty lists stay lists in JSON (obleth slurm --json, the API)", function()
+    local fmt = require "obleth.util.format"
+    local json = require "obleth.util.json"
+
+    it("no jobs, no partitions, no nodes print as [], not {}", function()
+      for _, f in ipairs({ "jobs", "db_jobs", "nodes", "partitions", "accounts", "associations", "qos" }) do
+        assert.equal("[]", json.encode(fmt.jsonable(N[f]({}, "v0.0.41"))), f)
+      end
+    end)
+
+    it("a pending job's node_list and a node without partitions print [] inside the record", function()
+      local j = N.jobs({ jobs = { { job_id = 1, job_state = { "PENDING" } } } }, "v0.0.41")
+      local out = json.encode(fmt.jsonable(j))
+      assert.matches('"node_list":%[%]', out)
+      local n = N.nodes({ nodes = { { name = "n1", state = { "IDLE" } } } }, "v0.0.41")
+      assert.matches('"partitions":%[%]', json.encode(fmt.jsonable(n)))
+    end)
+
+    it("obleth slurm --json writes through that encoder", function()
+      local src = assert(io.open("lua/obleth/cli/slurm.lua")):read("a")
+      assert.is_nil(src:find("cjson.encode(fmt.jsonable", 1, true))
+    end)
+  end)
+
+  describe("obleth slurm partitions table", function()
+    it("has a STATE column, so a DOWN partition does not look usable", function()
+      local fmt = require "obleth.util.format"
+      local parts = N.partitions({ partitions = {
+        { name = "gpu", nodes = { configured = "n[1-2]" }, partition = { state = { "UP" } } },
+        { name = "old", nodes = { configured = "n3" }, partition = { state = { "DOWN" } } },
+      } }, "v0.0.41")
+      local out = fmt.partitions_table(parts, {})
+      local header = out:match("^[^\n]+")
+      assert.matches("STATE", header)
+      local down = out:match("\nold[^\n]*")
+      assert.matches("DOWN", down)
+    end)
+  end)
+
+  describe("answers that break the documented shapes (found by make fuzz)", function()
+    it("records that are not objects are skipped, odd field types read as unknown, nothing raises", function()
+      for _, v in ipairs({ "v0.0.38", "v0.0.41", "v0.0.44" }) do
+        assert.same({}, N.jobs({ jobs = { 5, true, "x" } }, v))
+        assert.same({}, N.nodes({ nodes = { 1 } }, v))
+        local e = N.errors({ errors = { { error_number = "2017", error_code = {}, error = "x" } } })
+        assert.is_nil(e[1].code)
+        local id, err = N.submit_response({ errors = { { error_number = "x" }, { error_code = 2017 } } }, v, 500)
+        assert.is_nil(id)
+        assert.equal(2017, err.code)
+        assert.is_nil(N.exit_code(0.5))
+        local dj = N.db_jobs({ jobs = { { job_id = 1, tres = { allocated = { 3, true } } } } }, v)
+        assert.equal(1, #dj)
+      end
     end)
   end)
 end)

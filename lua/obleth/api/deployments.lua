@@ -599,6 +599,15 @@ local function check_yaml(ctx)
     if ca ~= cb then return ca < cb end
     return tostring(x.field) < tostring(y.field)
   end)
+  if #diags > launch.MAX_DIAGNOSTICS + 1 then -- yaml_values capped its own; the preview's errors were added
+    local rest = 0
+    for i = #diags, launch.MAX_DIAGNOSTICS + 1, -1 do
+      local more = tonumber((diags[i].message or ""):match("^(%d+) more problems not listed$"))
+      rest = rest + (more and not diags[i].field and more or 1)
+      diags[i] = nil
+    end
+    diags[#diags + 1] = { message = ("%d more problems not listed"):format(rest) }
+  end
   for _, d in ipairs(diags) do
     d.line, d.column, d.field = d.line or NULL, d.column or NULL, d.field or NULL
   end

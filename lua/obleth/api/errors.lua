@@ -30,7 +30,7 @@ end
 ---@return table|nil body, integer|nil status, table|nil err_body
 function M.need_object(ctx)
   local b = ctx.json
-  if type(b) ~= "table" then
+  if type(b) ~= "table" or getmetatable(b) then -- decoded arrays carry obleth.util.json's mark
     local st, body = M.fail(400, "invalid", b == nil and "a JSON object body is required"
       or "the body must be a JSON object")
     return nil, st, body

@@ -220,7 +220,7 @@ function App:slurm_connect(over)
     return nil, { kind = "not_configured", message = "no slurmrestd connection is set up (PUT /api/v1/settings/slurm)" }
   end
   local slurm = require "obleth.slurm"
-  return slurm.connect { url = s.url, socket = s.socket, user = s.user, token = s.token, version = s.api_version,
+  return slurm.connect { url = s.url, socket = s.socket, user = s.user, token = s.token or nil, version = s.api_version,
     timeout = s.timeout, verify = s.verify, ca_file = s.ca_file }
 end
 

@@ -85,13 +85,18 @@ local function test(ctx)
   local saved = app:slurm_settings()
   local opts = {}
   for k, v in pairs(saved) do opts[k] = v end
-  if over.url or over.socket then opts.url, opts.socket = over.url, over.socket end
+  if over.url or over.socket then
+    -- the saved token goes to the saved slurmrestd only, never to a URL posted here
+    if over.url ~= saved.url or over.socket ~= saved.socket then opts.token = nil end
+    opts.url, opts.socket = over.url, over.socket
+  end
   for _, k in ipairs({ "user", "verify", "ca_file", "api_version", "timeout" }) do
     if over[k] ~= nil then opts[k] = over[k] end
   end
   if over.timeout == nil then opts.timeout = math.min(opts.timeout or 5, 5) end
+  -- a posted token is used for this call only: it is not saved, so not registered as a
+  -- secret to redact (a short one would blank ordinary words in every later log line)
   if over.token ~= validate.KEEP then opts.token = over.token end
-  if opts.token then app.log.add_secret(opts.token) end
   local out = { reachable = false, ok = false, api_version = NULL, release = NULL, hostname = NULL,
     latency_ms = NULL, target = n(opts.url or opts.socket), token = NULL, error = NULL }
   if opts.token then
@@ -108,7 +113,8 @@ local function test(ctx)
     return 200, out
   end
   local t0 = app.clock()
-  local conn, cerr = app:slurm_connect({ url = opts.url, socket = opts.socket, user = opts.user, token = opts.token,
+  local conn, cerr = app:slurm_connect({ url = opts.url, socket = opts.socket, user = opts.user,
+    token = opts.token or false, -- false: none (nil would take the saved one)
     verify = opts.verify, ca_file = opts.ca_file, api_version = opts.api_version, timeout = opts.timeout })
   if not conn then
     out.reachable = cerr.kind ~= "unreachable" and cerr.kind ~= "timeout"

@@ -6,6 +6,7 @@ local args = require "obleth.cli.args"
 local slurm = require "obleth.slurm"
 local fmt = require "obleth.util.format"
 local cjson = require "cjson"
+local json = require "obleth.util.json"
 
 local M = {}
 
@@ -114,7 +115,7 @@ end
 
 local function emit(o, value, table_fn)
   if o.json then
-    io.stdout:write(cjson.encode(fmt.jsonable(value)), "\n")
+    io.stdout:write(json.encode(fmt.jsonable(value)), "\n") -- empty lists as [], integers as integers
   else
     io.stdout:write(table_fn(value), "\n")
   end

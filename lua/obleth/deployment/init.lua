@@ -611,12 +611,55 @@ for _, s in ipairs(M.SETTINGS) do SETTING_SET[s] = true end
 local HEALTH_SET = {}
 for _, k in ipairs(M.HEALTH_KEYS) do HEALTH_SET[k] = true end
 
+--- Diagnostics listed at most in one answer (the first by line); the rest are counted.
+M.MAX_DIAGNOSTICS = 50
+
+--- Keep the first M.MAX_DIAGNOSTICS of diags by line then column (in place), and add one
+-- {message = "N more problems not listed"} for the rest. Lines are bucketed, so 80,000
+-- diagnostics cost one pass, not a sort.
+---@param diags table[] {line|nil, column|nil, field, message}
+---@return table[] diags
+function M.cap_diagnostics(diags)
+  local max = M.MAX_DIAGNOSTICS
+  if #diags > max then
+    local by_line, top = {}, 0
+    for _, d in ipairs(diags) do
+      local l = math.tointeger(d.line) or 0
+      if l < 0 then l = 0 end
+      if l > top then top = l end
+      local b = by_line[l]
+      if not b then b = {}; by_line[l] = b end
+      b[#b + 1] = d
+    end
+    local kept, l = {}, 0
+    while #kept < max and l <= top do
+      for _, d in ipairs(by_line[l] or {}) do kept[#kept + 1] = d end
+      l = l + 1
+    end
+    local rest = #diags - max
+    for i = #diags, 1, -1 do diags[i] = nil end
+    table.sort(kept, function(a, b)
+      if (a.line or 0) ~= (b.line or 0) then return (a.line or 0) < (b.line or 0) end
+      return (a.column or 0) < (b.column or 0)
+    end)
+    for i = 1, max do diags[i] = kept[i] end
+    diags[max + 1] = { message = ("%d more problems not listed"):format(rest) }
+    return diags
+  end
+  table.sort(diags, function(a, b)
+    if (a.line or 0) ~= (b.line or 0) then return (a.line or 0) < (b.line or 0) end
+    return (a.column or 0) < (b.column or 0)
+  end)
+  return diags
+end
+
 --- Read the form's settings from a decoded YAML document.
 ---@param doc any decoded YAML
 ---@param pos table|nil positions from obleth.yaml decode{positions=true}
 ---@param r table|nil the recipe (to know its inputs); nil: inputs are not checked
 ---@return table|nil values for M.preview / recipe.resolve (api_model_name kept as is)
----@return table[] diagnostics {line, column, field, message} (structure: unknown key, wrong type)
+---@return table[] diagnostics {line, column, field, message} (structure: unknown key, wrong type),
+---  at most MAX_DIAGNOSTICS of them and one counting the rest (see cap_diagnostics)
 function M.yaml_values(doc, pos, r)
   local diags = {}
   local function at(tbl, key)
@@ -665,11 +708,7 @@ function M.yaml_values(doc, pos, r)
     end
   end
   if r == nil then values.inputs = nil end
-  table.sort(diags, function(a, b)
-    if (a.line or 0) ~= (b.line or 0) then return (a.line or 0) < (b.line or 0) end
-    return (a.column or 0) < (b.column or 0)
-  end)
-  return values, diags
+  return values, M.cap_diagnostics(diags)
 end
 
 --- Where a field's key is in the YAML document: line, column (nil when absent).

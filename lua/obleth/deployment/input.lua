@@ -42,6 +42,8 @@ end
 
 local function _is_object(v)
   if type(v) ~= "table" then return false end
+  local mt = getmetatable(v) -- a JSON array, even empty, is not an object (obleth.util.json marks them)
+  if mt and mt.__name == "obleth.json.array" then return false end
   for k in pairs(v) do if type(k) ~= "string" then return false end end
   return true
 end
@@ -303,6 +305,11 @@ function M.managed_spec(input)
     return nil, { code = "invalid", field = "launch_command",
       message = "give exactly one of script_body or launch_command (neither was given)" }
   end
+  if out.launch_command and (out.nodes or 1) > 1 then
+    return _err("nodes", "must be 1 with launch_command%s: the command runs on the job's first node only "
+      .. "and the other nodes would sit idle; use a recipe whose script_body starts the engine on every node "
+      .. "(vllm-multinode)", out.image and " and image" or "")
+  end
   if out.script_body and out.image then
     return _err("image", "goes with launch_command; a script_body runs as written")
   end
@@ -383,7 +390,12 @@ end
 local function _connection(input, out)
   local steps = {
     { "url", function(v, f)
-      return _ostr(v, f, { max = 2048, pattern = "^https?://[^%s]+$", rule = "an http:// or https:// URL" })
+      local u, e = _ostr(v, f, { max = 2048, pattern = "^https?://[^%s]+$", rule = "an http:// or https:// URL" })
+      if type(u) == "string" and u:match("^https?://([^/?#]*)"):find("@", 1, true) then
+        -- it would be stored, returned and logged: credentials go in `token`
+        return _err(f, "must not hold credentials before an @ (userinfo): give the JWT as token")
+      end
+      return u, e
     end },
     { "socket", function(v, f)
       return _ostr(v, f, { max = 1024, pattern = "^/", rule = "an absolute path to slurmrestd's unix socket" })

@@ -63,6 +63,21 @@ local function _nul_check(v, field)
 end
 
 -- One argv element -> list of shell words (0..n), plus its display form.
+-- An input's value that stands as an argument of its own and starts with "-" would be
+-- read as an option ("--trust-remote-code" as a model): refused, on the input's field.
+-- Numbers may be negative; a value glued to text ("--model={{ inputs.model }}") is that
+-- option's value.
+local function _dash_check(p, v)
+  if p.ns ~= "inputs" then return nil end
+  for _, x in ipairs(type(v) == "table" and v or { v }) do
+    if type(x) == "string" and x:sub(1, 1) == "-" and not tonumber(x) then
+      return ("inputs.%s: must not start with '-' here: it stands as an argument of its own and would be "
+        .. "read as an option"):format(p.name), "inputs." .. p.name
+    end
+  end
+  return nil
+end
+
 local function _render_argv_element(ctx, text, field)
   local items, err = _parse_argv_element(text)
   if not items then return nil, nil, field .. ": " .. err end
@@ -70,6 +85,8 @@ local function _render_argv_element(ctx, text, field)
     local v = _value(ctx, items[1])
     local e = _nul_check(v, field)
     if e then return nil, nil, e end
+    local de, dfield = _dash_check(items[1], v)
+    if de then return nil, nil, de, dfield end
     if type(v) == "table" then
       local words = {}
       for i, x in ipairs(v) do words[i] = shell.quote(x) end
@@ -117,6 +134,13 @@ end
 -- context (a heredoc, quotes, a case pattern, lines split over the
 -- preamble), a value reaches the program as data; the contexts that parse
 -- text again (-c, eval, arithmetic) are refused by _check_script_context.
+-- A value bash could run where it evaluates it as a number or a name (a variable
+-- holding it used in $((n)), [[ n -gt 1 ]], ${a[n]}, declare -i): an array
+-- subscript that expands something, `a[$(cmd)]`. No model id, path or number has one.
+local function _subscript_code(v)
+  return type(v) == "string" and v:find("[", 1, true) ~= nil and v:find("[%$`]") ~= nil
+end
+
 local function _render_script(ctx, text, field)
   local parts, err = M.parse_template(text)
   if not parts then return nil, field .. ": " .. err end
@@ -126,13 +150,26 @@ local function _render_script(ctx, text, field)
     return '"${' .. name .. '}"'
   end
   local out = {}
-  for _, p in ipairs(parts) do
+  for pi, p in ipairs(parts) do
     if p.kind == "text" then
       out[#out + 1] = p.text
     else
       local v = _value(ctx, p)
       local e = _nul_check(v, field)
       if e then return nil, e end
+      local before, after = parts[pi - 1], parts[pi + 1]
+      if (not before or (before.kind == "text" and before.text:match("[%s;&|(]$")))
+        and (not after or (after.kind == "text" and after.text:match("^[%s;&|)]"))) then
+        local de, dfield = _dash_check(p, v)
+        if de then return nil, de, dfield end
+      end
+      for _, x in ipairs(type(v) == "table" and v or { v }) do
+        if _subscript_code(x) then
+          return nil, ("%s.%s: a value with [ and $ or ` is refused in a script: bash would run it as an " ..
+            "array subscript where the script uses it as a number or a name"):format(p.ns, p.name),
+            p.ns .. "." .. p.name
+        end
+      end
       if type(v) == "table" then
         local words = {}
         for i, x in ipairs(v) do words[i] = ref(_env_name(p, i), x) end
@@ -184,17 +221,17 @@ function M.render(recipe, inputs, defaults, model, resources)
   local out = { preamble = {}, environment = {} }
 
   if recipe.script then
-    local s, err = _render_script(ctx, recipe.script, "script")
-    if s then out.script_body = s else fail("script", err) end
+    local s, err, efield = _render_script(ctx, recipe.script, "script")
+    if s then out.script_body = s else fail(efield or "script", err) end
   else
     local words, argv = {}, {}
     for i, el in ipairs(recipe.launch or {}) do
       local list = type(el) == "string" and { el } or (_when_holds(ctx, el.when) and el.args or {})
       for j, text in ipairs(list) do
         local field = type(el) == "string" and ("launch[%d]"):format(i) or ("launch[%d].args[%d]"):format(i, j)
-        local ws, shown, err = _render_argv_element(ctx, text, field)
+        local ws, shown, err, efield = _render_argv_element(ctx, text, field)
         if not ws then
-          fail(field, err)
+          fail(efield or field, err)
         else
           for _, w in ipairs(ws) do words[#words + 1] = w end
           for _, s in ipairs(shown) do argv[#argv + 1] = s end
@@ -212,8 +249,8 @@ function M.render(recipe, inputs, defaults, model, resources)
     for i, el in ipairs(recipe.preamble or {}) do
       local line = type(el) == "string" and el or (_when_holds(ctx, el.when) and el.line or nil)
       if line then
-        local s, err = _render_script(ctx, line, ("preamble[%d]"):format(i))
-        if s then out.preamble[#out.preamble + 1] = s else fail(("preamble[%d]"):format(i), err) end
+        local s, err, efield = _render_script(ctx, line, ("preamble[%d]"):format(i))
+        if s then out.preamble[#out.preamble + 1] = s else fail(efield or ("preamble[%d]"):format(i), err) end
       end
     end
   end

@@ -64,8 +64,29 @@ end
 -- a single-quoted word is read literally. Returns the first problem.
 ---@param parts table[] from parse_template
 ---@return string|nil err
+-- Commands whose arguments bash reads as variable names (an array subscript in
+-- a name is evaluated: `read 'a[$(cmd)]'` runs cmd).
+local NAME_COMMANDS = { read = true, mapfile = true, readarray = true, getopts = true, unset = true }
+-- Commands that take NAME=value words: a reference may be the value, never the name,
+-- and not at all once an option (-i integer, -n nameref, ...) is given.
+local ASSIGN_COMMANDS = { ["local"] = true, export = true, readonly = true }
+
+-- True when a line of the script gives a variable the integer or nameref attribute
+-- (declare -i n, local -n r, ...): an assignment to it is evaluated again.
+local function _declares_attr(parts)
+  local text = {}
+  for _, p in ipairs(parts) do text[#text + 1] = p.kind == "text" and p.text or "\1" end
+  for line in table.concat(text):gmatch("[^\n]+") do
+    for _, w in ipairs({ "declare", "typeset", "local", "readonly", "export" }) do
+      if line:find("%f[%w_]" .. w .. "%f[^%w_][^;&|]*%s%-%a*[in]") then return true end
+    end
+  end
+  return false
+end
+
 local function _check_script_context(parts)
-  local stack = { "top" } -- top | paren | cmdsub | arith | param | dquote | squote | ansi ($'..') | backtick
+  local attr_vars = _declares_attr(parts)
+  local stack = { "top" } -- top | paren | cmdsub | arith | sqarith ($[..]) | param | dquote | squote | ansi | backtick
   local comment = false
   local heredocs, in_heredoc = {}, nil -- pending delimiters; current {delim, strip}
   local prev = "\n"                  -- previous character (unquoted scan)
@@ -91,10 +112,37 @@ local function _check_script_context(parts)
       elseif top() == "dquote" then where = "inside double quotes"
       elseif top() == "backtick" then where = "inside backticks"
       elseif top() == "param" then where = "inside ${...}"
-      elseif top() == "arith" then where = "inside $((...))"
+      elseif top() == "arith" or top() == "sqarith" then where = "inside arithmetic ($((...)), ((...)) or $[...])"
+      elseif select(2, word:gsub("%[", "")) > select(2, word:gsub("%]", "")) then
+        where = "inside [...] (bash may read it as an array subscript)"
+      elseif attr_vars and word:match("^[%a_][%w_]*%+?=") then
+        where = "assigned to a variable while the script declares integer or nameref variables"
       end
       if not where then
+        local cur = word
         end_word()
+        local cmd = cmd_words[1]
+        local has = {}
+        for _, w in ipairs(cmd_words) do has[w] = true end
+        if cmd and NAME_COMMANDS[cmd] then
+          where = ("an argument of %s (bash reads it as a variable name)"):format(cmd)
+        elseif cmd == "printf" then
+          for _, w in ipairs(cmd_words) do
+            if w:match("^%-v") then where = "in printf -v (bash reads a variable name there)" end
+          end
+          if cur:match("^%-v") then where = "in printf -v (bash reads a variable name there)" end
+        elseif (cmd == "test" or cmd == "[") and (has["-v"] or has["-R"]) then
+          where = ("in %s -v (bash reads a variable name there)"):format(cmd)
+        elseif cmd and ASSIGN_COMMANDS[cmd] then
+          local flags = false
+          for i = 2, #cmd_words do if cmd_words[i]:match("^%-") then flags = true end end
+          if flags or not cur:match("^[%a_][%w_]*%+?=") then
+            where = ("in %s where it names a variable or sets an attribute (write %s NAME=value)"):format(
+              cmd, cmd)
+          end
+        end
+      end
+      if not where then
         -- commands that parse their argument as code again: a shell's -c
         -- (also in a flag cluster like -lc or -xc), eval, source, trap,
         -- arithmetic (let, declare -i, [[ -eq ]]), su -c / ssh / srun wrappers
@@ -144,7 +192,8 @@ local function _check_script_context(parts)
           if c == "'" then table.remove(stack) end
           if c == "\n" then line = line + 1 end
           word = word .. c
-        elseif top() == "dquote" or top() == "backtick" or top() == "param" or top() == "arith" then
+        elseif top() == "dquote" or top() == "backtick" or top() == "param" or top() == "arith"
+          or top() == "sqarith" then
           local t = top()
           if c == "\\" then
             i = i + 1
@@ -155,6 +204,10 @@ local function _check_script_context(parts)
             table.remove(stack)
           elseif c == ")" and t == "arith" and s:sub(i + 1, i + 1) == ")" then
             table.remove(stack); i = i + 1
+          elseif c == "]" and t == "sqarith" then
+            table.remove(stack)
+          elseif c == "$" and s:sub(i + 1, i + 1) == "[" then
+            stack[#stack + 1] = "sqarith"; i = i + 1
           elseif c == "$" and s:sub(i + 1, i + 3) == "((" then
             stack[#stack + 1] = "arith"; i = i + 2
           elseif c == "$" and s:sub(i + 1, i + 1) == "(" then
@@ -183,6 +236,10 @@ local function _check_script_context(parts)
             stack[#stack + 1] = "backtick"; word = word .. c
           elseif c == "$" and s:sub(i + 1, i + 2) == "((" then
             stack[#stack + 1] = "arith"; i = i + 2; word = word .. "$(("
+          elseif c == "$" and s:sub(i + 1, i + 1) == "[" then
+            stack[#stack + 1] = "sqarith"; i = i + 1; word = word .. "$["
+          elseif c == "(" and s:sub(i + 1, i + 1) == "(" and word == "" then
+            stack[#stack + 1] = "arith"; i = i + 1; end_word(); cmd_words = {}
           elseif c == "$" and s:sub(i + 1, i + 1) == "(" then
             stack[#stack + 1] = "cmdsub"; i = i + 1; end_word(); cmd_words = {}
           elseif c == "$" and s:sub(i + 1, i + 1) == "{" then

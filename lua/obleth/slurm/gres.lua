@@ -49,8 +49,9 @@ local function _add(out, name, gtype, count)
 end
 
 --- Parse a GRES string such as "gpu:a100:4(S:0-1)", "gpu:a:2,gpu:b:2", "gpu:4".
--- The TRES forms used by jobs are accepted too: "gres:gpu:1" (v0.0.38) and
--- "gres/gpu:a100:2" (v0.0.39+); non-gres TRES entries ("cpu=2") are ignored.
+-- The TRES forms used by jobs are accepted too: "gres:gpu:1" (v0.0.38),
+-- "gres/gpu:a100:2" (v0.0.39+) and "gres/gpu=2" (tres_per_task); non-gres TRES
+-- entries ("cpu=2") are ignored.
 ---@param s string|nil
 ---@return table<string, {total: integer, by_type: table<string, integer>}>
 function M.parse(s)
@@ -60,8 +61,13 @@ function M.parse(s)
   if s == "" or s == "(null)" or s == "N/A" then return out end
   for _, item in ipairs(_split_entries(s)) do
     item = item:gsub("%b()", "")
-    item = item:gsub("^gres[:/]", "")
-    if item ~= "" and not item:find("=", 1, true) then
+    local n_prefix
+    item, n_prefix = item:gsub("^gres[:/]", "")
+    -- the TRES "=" form of a GRES ("gres/gpu=2", "gres/gpu:a100=2", tres_per_task): name[:type]=count
+    local named, eqcount = item:match("^([^=]+)=(%d+[kKmMgGtT]?)$")
+    if n_prefix > 0 and named then item = named .. ":" .. eqcount end
+    -- an entry with no name (":4", ":") is not a GRES: skipped
+    if item ~= "" and not item:find("=", 1, true) and item:sub(1, 1) ~= ":" then
       local fields = {}
       for f in item:gmatch("[^:]+") do fields[#fields + 1] = f end
       local name, gtype, count = fields[1], M.UNTYPED, 1

@@ -8,8 +8,16 @@
 -- Pure functions, no I/O.
 local M = {}
 
---- Largest expansion we agree to produce; a larger one is refused as input error.
+--- Largest expansion of one value we agree to produce; a larger one is refused as input error.
 M.MAX_HOSTS = 1000000
+
+--- Names one slurmrestd answer may expand in all (a budget shared by its values, so that
+-- 20 partitions of n[000000-999999] cost 200,000 names, not 20 million). The largest
+-- clusters have tens of thousands of nodes; partitions overlap.
+M.ANSWER_HOSTS = 200000
+
+-- Range bounds longer than this do not fit a Lua integer (2^63 has 19 digits).
+local MAX_DIGITS = 18
 
 local function _split_top(s, open, close)
   local parts, depth, start = {}, 0, 1
@@ -19,6 +27,7 @@ local function _split_top(s, open, close)
       depth = depth + 1
     elseif c == close then
       depth = depth - 1
+      if depth < 0 then return nil end -- a close with no open before it
     elseif c == "," and depth == 0 then
       parts[#parts + 1] = s:sub(start, i - 1)
       start = i + 1
@@ -43,13 +52,14 @@ local function _expand_item(item, out, budget)
   local ok, err = _expand_item(rest, tails, budget)
   if not ok then return nil, err end
   if rest == "" then tails = { "" } end
-  for _, r in ipairs(_split_top(body, "[", "]")) do
+  for _, r in ipairs(_split_top(body, "[", "]") or { body }) do
     local lo, hi = r:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
     if not lo then
       lo = r:match("^%s*(%d+)%s*$")
       hi = lo
     end
     if not lo then return nil, "bad range '" .. r .. "' in " .. item end
+    if #lo > MAX_DIGITS or #hi > MAX_DIGITS then return nil, "hostlist too large: number too long in " .. item end
     local a, b, width = tonumber(lo), tonumber(hi), #lo
     if b < a then return nil, "descending range '" .. r .. "' in " .. item end
     if (b - a + 1) * #tails + #out > budget then return nil, "hostlist too large" end
@@ -65,18 +75,25 @@ end
 
 --- Expand a hostlist expression.
 ---@param expr string|nil hostlist such as "n[0-2,5],gpu01"; nil/"" give {}
+---@param budget {left: integer}|nil names left for the whole answer this value belongs to
+---  (see `ANSWER_HOSTS`); the expansion is taken from it; over it gives nil, "hostlist too large"
 ---@return string[]|nil names in order, duplicates kept
 ---@return string|nil err  message for a malformed expression
-function M.expand(expr)
+function M.expand(expr, budget)
   if expr == nil or type(expr) ~= "string" then return {} end
   if expr == "None assigned" then return {} end
   expr = expr:gsub("%s+", "")
   if expr == "" or expr == "(null)" then return {} end
   local out = {}
-  for _, item in ipairs(_split_top(expr, "[", "]")) do
-    local ok, err = _expand_item(item, out, M.MAX_HOSTS)
+  local cap = M.MAX_HOSTS
+  if budget and budget.left < cap then cap = budget.left end
+  local items = _split_top(expr, "[", "]")
+  if not items then return nil, "unbalanced brackets in " .. expr end
+  for _, item in ipairs(items) do
+    local ok, err = _expand_item(item, out, cap)
     if not ok then return nil, err end
   end
+  if budget then budget.left = budget.left - #out end
   return out
 end
 
@@ -90,6 +107,7 @@ function M.compress(list)
   local groups, order = {}, {}
   for _, name in ipairs(list or {}) do
     local pre, num = name:match("^(.-)(%d+)$")
+    if num and #num > MAX_DIGITS then pre, num = nil, nil end -- no integer holds it: a plain name
     local key = pre and (pre .. "\0" .. #num) or ("\1" .. name)
     local g = groups[key]
     if not g then

@@ -20,6 +20,7 @@
 -- Time limits are minutes. Memory is MiB.
 local hostlist = require "obleth.slurm.hostlist"
 local gres = require "obleth.slurm.gres"
+local tables = require "obleth.util.tables"
 
 local M = {}
 
@@ -113,7 +114,7 @@ end
 
 local function _array_of(x)
   x = _v(x)
-  local out = {}
+  local out = tables.array()
   if type(x) == "string" then
     for item in x:gmatch("[^,]+") do out[#out + 1] = item end
   elseif type(x) == "table" then
@@ -203,6 +204,12 @@ M.NOT_IDLE_FLAGS = {
   INVALID_REG = true, POWER_DRAIN = true,
 }
 
+--- States and flags of a node whose GPUs are not free to a new job (gpus_free = 0).
+M.NO_GPUS_FLAGS = {
+  DRAIN = true, DRAINING = true, DRAINED = true, DOWN = true, NOT_RESPONDING = true,
+  POWERED_DOWN = true, POWERING_DOWN = true, POWER_DOWN = true, FAIL = true, INVALID_REG = true,
+}
+
 --- True when a normalized node state is plain IDLE without any blocking flag.
 ---@param st {base: string|nil, flags: table<string, boolean>}
 ---@return boolean
@@ -229,8 +236,10 @@ function M.errors(doc)
   if type(errs) ~= "table" then return out end
   for _, e in ipairs(errs) do
     if type(e) == "table" then
+      local code = _v(e.error_number)
+      if type(code) ~= "number" then code = _v(e.error_code) end
       out[#out + 1] = {
-        code = _int(_v(e.error_number) or _v(e.error_code)),
+        code = type(code) == "number" and _int(code) or nil,
         message = _str(e.error),
         description = _str(e.description),
         source = _str(e.source),
@@ -270,7 +279,8 @@ end
 function M.exit_code(x)
   x = _v(x)
   if type(x) == "number" then
-    if x < 0 or x >= NO_VAL then return nil end
+    x = math.tointeger(x) -- a wait status is whole; anything else says nothing
+    if not x or x < 0 or x >= NO_VAL then return nil end
     local sig = x & 0x7f
     local code = (x >> 8) & 0xff
     return { code = code, signal = sig ~= 0 and sig or nil }
@@ -298,7 +308,15 @@ local function _gpu_request(tres_per_node)
   return g.total, gtype
 end
 
-local function _job_common(out)
+-- The names of a hostlist, taken from the answer's budget (`budget` nil: a fresh one).
+-- Over budget, or malformed: no names, and `truncated` when it was the budget.
+local function _node_list(expr, budget)
+  local l, err = hostlist.expand(expr, budget or { left = hostlist.ANSWER_HOSTS })
+  if l then return tables.array(l) end
+  return tables.array(), err and err:find("too large", 1, true) ~= nil or nil
+end
+
+local function _job_common(out, budget)
   -- 0 minutes never reaches a real job (sbatch --time=0 becomes INFINITE);
   -- accounting rows of jobs that never ran carry it as "unknown".
   if out.time_limit == 0 then out.time_limit = nil end
@@ -308,7 +326,32 @@ local function _job_common(out)
     out.gpus = out.gpus or n
     out.gpu_type = out.gpu_type or t
   end
-  out.node_list = hostlist.expand(out.nodes) or {}
+  -- --gpus-per-socket / --gpus-per-task: per node = per socket x sockets per node (1 when
+  -- unset); per job = per task x tasks
+  local ps, pst = _gpu_request(out.tres_per_socket)
+  local pt, ptt = _gpu_request(out.tres_per_task)
+  out.gpus_per_socket, out.gpus_per_task = ps, pt
+  if ps then out.gpus_per_node = out.gpus_per_node or ps * (out.sockets_per_node or 1) end
+  if pt and out.tasks then out.gpus = out.gpus or pt * out.tasks end
+  if pt and out.tasks and (out.node_count or 1) == 1 then out.gpus_per_node = out.gpus_per_node or pt * out.tasks end
+  out.gpu_type = out.gpu_type or pst or ptt
+  -- a job that runs: what each node was given (gres_detail, one entry per node) is the truth
+  if out.gres_detail then
+    local total, most, gtype = 0, 0, nil
+    for _, d in ipairs(out.gres_detail) do
+      local n, t = _gpu_request(d)
+      if n then
+        total = total + n
+        if n > most then most = n end
+        gtype = gtype or t
+      end
+    end
+    if total > 0 then
+      out.gpus_per_node, out.gpus = most, total
+      out.gpu_type = gtype or out.gpu_type
+    end
+  end
+  out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
   out.estimated = out.state.base == "PENDING" or nil
   if out.state.base == "PENDING" then out.exit_code = nil end
   return out
@@ -320,13 +363,17 @@ end
 --   submit_time, start_time, end_time (epoch s; for PENDING jobs start/end are
 --   Slurm's estimates and `estimated` is true), time_limit (minutes, math.huge
 --   for UNLIMITED), exit_code ({code, signal}; nil while pending),
---   tres_per_node, tres_per_job (raw), gpus_per_node, gpus (per job, from
---   tres_per_job), gpu_type, cpus, memory_per_node (MiB),
+--   tres_per_node, tres_per_job, tres_per_socket, tres_per_task (raw), gpus_per_node,
+--   gpus (per job, from tres_per_job or per task x tasks), gpus_per_socket, gpus_per_task,
+--   gpu_type (for a job with gres_detail, the GPUs each node was given win), cpus,
+--   sockets_per_node, tasks, node_count, gres_detail (per node), memory_per_node (MiB),
 --   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr}
 ---@param j table
 ---@param version string
+---@param budget {left: integer}|nil hostlist names left for the whole answer (`jobs` shares
+---  one); over it, node_list is {} and node_list_truncated is true
 ---@return table
-function M.job_record(j, version)
+function M.job_record(j, version, budget)
   _vnum(version)
   local out = {
     id = M.count(j.job_id),
@@ -347,6 +394,12 @@ function M.job_record(j, version)
     exit_code = M.exit_code(j.exit_code),
     tres_per_node = _str(j.tres_per_node),
     tres_per_job = _str(j.tres_per_job),
+    tres_per_socket = _str(j.tres_per_socket),
+    tres_per_task = _str(j.tres_per_task),
+    sockets_per_node = M.count(j.sockets_per_node),
+    tasks = M.count(j.tasks),
+    node_count = M.count(j.node_count),
+    gres_detail = _array_of(j.gres_detail),
     cpus = M.count(j.cpus),
     memory_per_node = M.count(j.memory_per_node),
     memory_per_cpu = M.count(j.memory_per_cpu),
@@ -356,13 +409,18 @@ function M.job_record(j, version)
     stderr = _str(j.standard_error),
   }
   if out.reason == "None" then out.reason = nil end
-  return _job_common(out)
+  return _job_common(out, budget)
 end
 
+-- The records of doc[key]: its entries that are objects (anything else is no record).
 local function _list(doc, key)
   local l = type(doc) == "table" and _v(doc[key])
   if type(l) ~= "table" then return {} end
-  return l
+  local out = {}
+  for _, x in ipairs(l) do
+    if type(x) == "table" then out[#out + 1] = x end
+  end
+  return out
 end
 
 --- All jobs of a `GET /slurm/vX/jobs` response.
@@ -370,8 +428,9 @@ end
 ---@param version string
 ---@return table[] jobs in the shape of `job_record`
 function M.jobs(doc, version)
-  local out = {}
-  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version) end
+  local out = tables.array()
+  local budget = { left = hostlist.ANSWER_HOSTS }
+  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version, budget) end
   return out
 end
 
@@ -398,8 +457,9 @@ end
 -- was allocated (or requested, before it ran) across all its nodes.
 ---@param j table
 ---@param version string
+---@param budget {left: integer}|nil as for `job_record`
 ---@return table
-function M.db_job_record(j, version)
+function M.db_job_record(j, version, budget)
   local v = _vnum(version)
   local t = type(_v(j.time)) == "table" and j.time or {}
   local st = type(_v(j.state)) == "table" and j.state or {}
@@ -437,13 +497,13 @@ function M.db_job_record(j, version)
   local tres = type(_v(j.tres)) == "table" and j.tres or {}
   for _, key in ipairs({ "allocated", "requested" }) do
     for _, r in ipairs(type(_v(tres[key])) == "table" and tres[key] or {}) do
-      if r.type == "gres" and type(r.name) == "string" and r.name:match("^gpu") then
+      if type(r) == "table" and r.type == "gres" and type(r.name) == "string" and r.name:match("^gpu") then
         out.gpus = (out.gpus or 0) + (M.count(r.count) or 0)
       end
     end
     if out.gpus then break end
   end
-  return _job_common(out)
+  return _job_common(out, budget)
 end
 
 --- All jobs of a `GET /slurmdb/vX/jobs` response.
@@ -451,8 +511,9 @@ end
 ---@param version string
 ---@return table[]
 function M.db_jobs(doc, version)
-  local out = {}
-  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.db_job_record(j, version) end
+  local out = tables.array()
+  local budget = { left = hostlist.ANSWER_HOSTS }
+  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.db_job_record(j, version, budget) end
   return out
 end
 
@@ -474,7 +535,8 @@ end
 --   cpus, alloc_cpus, memory (real_memory, MiB), alloc_memory (MiB),
 --   free_memory (MiB, nil when unknown: -2, NO_VAL, unset), features (set),
 --   active_features (set), partitions (array), gres, gres_used, gres_free
---   (parsed by obleth.slurm.gres), gpus (configured total), gpus_free}
+--   (parsed by obleth.slurm.gres), gpus (configured total), gpus_free (0 on a node in one
+--   of NO_GPUS_FLAGS: drained, down, powered down, ...)}
 ---@param n table
 ---@param version string
 ---@return table
@@ -505,6 +567,10 @@ function M.node_record(n, version)
     gpus = g.gpu and g.gpu.total or 0,
     gpus_free = free.gpu and free.gpu.total or 0,
   }
+  -- a node Slurm will not schedule on gives no GPU, whatever gres_used says
+  for f in pairs(M.NO_GPUS_FLAGS) do
+    if st.base == f or st.flags[f] then out.gpus_free = 0 end
+  end
   return out
 end
 
@@ -513,7 +579,7 @@ end
 ---@param version string
 ---@return table[]
 function M.nodes(doc, version)
-  local out = {}
+  local out = tables.array()
   for _, n in ipairs(_list(doc, "nodes")) do out[#out + 1] = M.node_record(n, version) end
   return out
 end
@@ -528,11 +594,13 @@ end
 --   on v0.0.39, which does not report it), max_time (minutes, math.huge when
 --   unlimited), default_time (minutes|nil), max_nodes (math.huge when
 --   unlimited), allowed_accounts, denied_accounts, allowed_qos, denied_qos,
---   allowed_groups (AllowGroups) (sets; nil = no restriction), total_cpus, total_nodes}
+--   allowed_groups (AllowGroups) (sets; nil = no restriction), total_cpus, total_nodes,
+--   node_list_truncated (true when the answer's hostlist budget ran out: node_list is then {})}
 ---@param p table
 ---@param version string
+---@param budget {left: integer}|nil as for `job_record`
 ---@return table
-function M.partition_record(p, version)
+function M.partition_record(p, version, budget)
   local v = _vnum(version)
   local out
   if v == 38 or type(_v(p.nodes)) == "string" then
@@ -581,7 +649,7 @@ function M.partition_record(p, version)
       total_nodes = M.count(nodes.total),
     }
   end
-  out.node_list = hostlist.expand(out.nodes) or {}
+  out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
   return out
 end
 
@@ -590,8 +658,9 @@ end
 ---@param version string
 ---@return table[]
 function M.partitions(doc, version)
-  local out = {}
-  for _, p in ipairs(_list(doc, "partitions")) do out[#out + 1] = M.partition_record(p, version) end
+  local out = tables.array()
+  local budget = { left = hostlist.ANSWER_HOSTS }
+  for _, p in ipairs(_list(doc, "partitions")) do out[#out + 1] = M.partition_record(p, version, budget) end
   return out
 end
 
@@ -605,7 +674,7 @@ end
 ---@return table[]
 function M.accounts(doc, version)
   _vnum(version)
-  local out = {}
+  local out = tables.array()
   for _, a in ipairs(_list(doc, "accounts")) do
     out[#out + 1] = { name = _str(a.name), description = _str(a.description),
       organization = _str(a.organization) }
@@ -633,7 +702,7 @@ end
 ---@return table[]
 function M.associations(doc, version)
   _vnum(version)
-  local out = {}
+  local out = tables.array()
   for _, a in ipairs(_list(doc, "associations")) do
     local def = type(_v(a.default)) == "table" and a.default or {}
     local isdef = _v(a.is_default)
@@ -658,7 +727,7 @@ function M.qos(doc, version)
   _vnum(version)
   local list = _list(doc, "qos")
   if #list == 0 then list = _list(doc, "QOS") end
-  local out = {}
+  local out = tables.array()
   for _, q in ipairs(list) do
     local wall
     local l = _v(q.limits)

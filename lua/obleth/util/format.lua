@@ -1,8 +1,11 @@
 --- Plain-text tables and JSON-safe values for the command-line tools.
+local tables = require "obleth.util.tables"
+
 local M = {}
 
---- A copy of v that cjson can encode: math.huge → "UNLIMITED", sets stay objects,
---- functions and userdata (other than cjson.null) dropped.
+--- A copy of v that obleth.util.json can encode: math.huge → "UNLIMITED", sets stay objects,
+--- lists marked by obleth.util.tables.array stay lists ([] when empty), functions and userdata
+--- (other than cjson.null) dropped.
 function M.jsonable(v, seen)
   local t = type(v)
   if t == "number" then
@@ -13,7 +16,7 @@ function M.jsonable(v, seen)
     seen = seen or {}
     if seen[v] then return nil end
     seen[v] = true
-    local out = {}
+    local out = setmetatable({}, getmetatable(v) == tables.ARRAY and tables.ARRAY or nil)
     for k, x in pairs(v) do
       if type(k) ~= "function" then out[k] = M.jsonable(x, seen) end
     end
@@ -99,11 +102,13 @@ function M.partitions_table(parts, nodes)
       if n and n.idle then idle = idle + 1 end
       if n then gpus[#gpus + 1] = gpus_str(n.gres) end
     end
-    rows[#rows + 1] = { p.name .. (p.default and "*" or ""), p.nodes or "-", ("%d/%d"):format(idle, total),
+    rows[#rows + 1] = { p.name .. (p.default and "*" or ""), p.state or "-", p.nodes or "-",
+      ("%d/%d"):format(idle, total),
       tf.format_minutes(p.max_time), setstr(p.allowed_accounts), setstr(p.denied_accounts, "-"),
       setstr(p.allowed_qos), setstr(p.denied_qos, "-") }
   end
-  return M.table({ "PARTITION", "NODES", "IDLE/TOTAL", "MAX TIME", "ACCOUNTS", "DENY ACCOUNTS", "QOS", "DENY QOS" }, rows)
+  return M.table({ "PARTITION", "STATE", "NODES", "IDLE/TOTAL", "MAX TIME", "ACCOUNTS", "DENY ACCOUNTS", "QOS",
+    "DENY QOS" }, rows)
 end
 
 --- Nodes with state, CPUs, memory, GPUs by type and features.

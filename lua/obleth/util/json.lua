@@ -8,7 +8,7 @@ local M = {}
 --- The JSON null value (what cjson.decode returns for `null`).
 M.null = cjson.null
 
-local ARRAY = { __name = "obleth.json.array" }
+local ARRAY = require("obleth.util.tables").ARRAY
 
 --- Mark t (default a new table) as a JSON array, so that it encodes as `[]` when empty.
 ---@param t table|nil
@@ -52,17 +52,84 @@ end
 -- Request bodies: a separate cjson instance that refuses nesting deeper
 -- than 32 (a stored value the encoder could not write back would break
 -- every later read of it).
+-- Strict (RFC 8259): NaN, Infinity and hex numbers are refused, the text must be
+-- valid UTF-8, integral numbers come back as integers (8080, not 8080.0), and arrays
+-- carry the array mark (M.array), so an empty `[]` is never taken for an object.
 M.MAX_DEPTH = 32
 local _decoder = cjson.new()
 _decoder.decode_max_depth(M.MAX_DEPTH)
+_decoder.decode_invalid_numbers(false)
+
+-- lua-cjson decodes [] and {} alike: each empty array outside a string is written as
+-- [EMPTY] before decoding and turned back into a marked empty array after.
+local EMPTY = "\\u0000obleth.empty-array"
+local EMPTY_DECODED = "\0obleth.empty-array"
+
+local function _mark_empty_arrays(text)
+  if not text:find("%[%s*%]") then return text end
+  local out, i, n, last = {}, 1, #text, 1
+  while i <= n do
+    local c = text:byte(i)
+    if c == 34 then -- a string: skip to its closing quote
+      i = i + 1
+      while i <= n do
+        local d = text:byte(i)
+        if d == 92 then i = i + 2
+        elseif d == 34 then break
+        else i = i + 1 end
+      end
+      i = i + 1
+    elseif c == 91 then -- [
+      local j = text:find("[^ \t\r\n]", i + 1)
+      if j and text:byte(j) == 93 then
+        out[#out + 1] = text:sub(last, i)
+        out[#out + 1] = '"' .. EMPTY .. '"'
+        last = j
+        i = j + 1
+      else
+        i = i + 1
+      end
+    else
+      i = i + 1
+    end
+  end
+  out[#out + 1] = text:sub(last)
+  return table.concat(out)
+end
+
+local function _finish(v)
+  local t = type(v)
+  if t == "number" then return math.tointeger(v) or v end
+  if t ~= "table" then return v end
+  if v[1] == EMPTY_DECODED and v[2] == nil then return M.array() end
+  local n = #v
+  if n > 0 then
+    for i = 1, n do v[i] = _finish(v[i]) end
+    return M.array(v)
+  end
+  for k, x in pairs(v) do v[k] = _finish(x) end
+  return v
+end
 
 function M.decode(text)
-  local ok, v = pcall(_decoder.decode, text)
+  local bad = select(2, utf8.len(text))
+  if bad then return nil, ("not valid UTF-8 at character %d"):format(bad) end
+  -- a raw NUL is never JSON (inside a string it must be escaped), and lua-cjson stops reading at it
+  local nul = text:find("\0", 1, true)
+  if nul then return nil, ("a NUL byte at character %d"):format(nul) end
+  local ok, v = pcall(_decoder.decode, _mark_empty_arrays(text))
   if not ok then
     local msg = tostring(v):gsub("^.-:%d+: ", "")
     return nil, msg
   end
-  return v
+  return _finish(v)
+end
+
+--- True when v is a table decoded from a JSON array (or made by M.array).
+---@param v any
+---@return boolean
+function M.is_array(v)
+  return type(v) == "table" and getmetatable(v) == ARRAY
 end
 
 local function _is_seq(t)

@@ -19,4 +19,15 @@ function M.copy(t)
   return M.merged(t, nil)
 end
 
+--- The mark of a list that must stay a list when written as JSON (an empty one is `[]`,
+-- not `{}`): obleth.util.json writes it so, obleth.util.format.jsonable keeps it.
+M.ARRAY = { __name = "obleth.json.array" }
+
+--- Mark t (default a new table) as a list.
+---@param t table|nil
+---@return table t
+function M.array(t)
+  return setmetatable(t or {}, M.ARRAY)
+end
+
 return M

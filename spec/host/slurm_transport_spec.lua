@@ -1,0 +1,100 @@
+-- slurmrestd shapes the harness cluster (Slurm 22.05) cannot show, against a stand-in
+-- slurmrestd on a real socket. Answers are the recorded ones (captures/25.05 ping) or,
+-- for 25.11, hand-written from its source: a request without usable credentials gets
+-- HTTP 500, text/plain "Authentication does not apply to request".
+local http = require "obleth.http"
+local slurm = require "obleth.slurm"
+local cjson = require "cjson"
+local H = dofile("spec/fixtures/slurmrestd/cases.lua")
+
+local function ping_doc(version, release)
+  return cjson.encode({ pings = { { hostname = "ctl", pinged = "UP", responding = true, latency = 2337,
+    mode = "primary", primary = true } }, meta = { plugin = { data_parser = "data_parser/" .. version },
+    slurm = { release = release } }, errors = {}, warnings = {} })
+end
+
+local function openapi(versions)
+  local paths = {}
+  for _, v in ipairs(versions) do
+    paths["/slurm/" .. v .. "/ping/"] = {}
+    paths["/slurm/" .. v .. "/jobs/"] = {}
+  end
+  return cjson.encode({ openapi = "3.0.2", paths = paths })
+end
+
+-- A stand-in slurmrestd: route(path) -> status, content type, body. Counts requests by path.
+local function stand_in(route)
+  local hits = {}
+  local srv = assert(http.server { port = 0, handler = function(req)
+    hits[req.path] = (hits[req.path] or 0) + 1
+    local status, ctype, body = route(req.path, req)
+    return { status = status, headers = { ["Content-Type"] = ctype }, body = body }
+  end })
+  return srv, "http://127.0.0.1:" .. srv:port(), hits
+end
+
+local TEXT, JSON = "text/plain", "application/json"
+local NOAUTH = "Authentication does not apply to request"
+local NOTFOUND = "Unable find requested URL. Please view /openapi/v3 for API reference."
+
+describe("slurmrestd transport shapes", function()
+  it("25.11's HTTP 500 'Authentication does not apply to request' at connect is auth", function()
+    local srv, url = stand_in(function() return 500, TEXT, NOAUTH end)
+    local c, err = slurm.connect { url = url, user = "u", token = "x.y.z" }
+    srv:close()
+    assert.is_nil(c)
+    assert.equal("auth", err.kind)
+  end)
+
+  it("the same answer to a call after connecting is auth, not 'job not known' or a server error", function()
+    local refuse = false
+    local srv, url = stand_in(function(path)
+      if path == "/openapi/v3" then return 200, JSON, openapi({ "v0.0.44" }) end
+      if refuse then return 500, TEXT, NOAUTH end
+      return 200, JSON, ping_doc("v0.0.44", "25.11.0")
+    end)
+    local c = assert(slurm.connect { url = url, user = "u", token = "x.y.z" })
+    refuse = true
+    local job, err = c:job(42)
+    local jobs, err2 = c:jobs()
+    srv:close()
+    assert.is_nil(job)
+    assert.equal("auth", err.kind)
+    assert.is_nil(jobs)
+    assert.equal("auth", err2.kind)
+  end)
+
+  it("a version /openapi/v3 lists that answers text/plain 404 everywhere falls back to the next listed", function()
+    local ping = H.available() and H.read(H.root .. "/captures/25.05/0.0.43/slurm-ping.json")
+      or ping_doc("v0.0.43", "25.05.4")
+    local srv, url = stand_in(function(path)
+      if path == "/openapi/v3" then return 200, JSON, openapi({ "v0.0.44", "v0.0.43", "v0.0.42" }) end
+      if path:find("^/slurm/v0%.0%.44/") then return 404, TEXT, NOTFOUND end
+      if path:find("^/slurm/v0%.0%.43/ping") then return 200, JSON, ping end
+      return 404, TEXT, NOTFOUND
+    end)
+    local c, err = slurm.connect { url = url, user = "u", token = "x.y.z" }
+    srv:close()
+    assert.is_table(c, err and err.message)
+    assert.equal("v0.0.43", c:version())
+  end)
+
+  it("keeps /openapi/v3 per server and fetches it again only when the release changes", function()
+    local release = "25.11.0"
+    local srv, url, hits = stand_in(function(path)
+      if path == "/openapi/v3" then return 200, JSON, openapi({ "v0.0.44", "v0.0.43" }) end
+      if path:find("/ping") then return 200, JSON, ping_doc("v0.0.44", release) end
+      return 404, TEXT, NOTFOUND
+    end)
+    for _ = 1, 3 do
+      local c = assert(slurm.connect { url = url, user = "u", token = "x.y.z" })
+      assert.equal("v0.0.44", c:version())
+    end
+    assert.equal(1, hits["/openapi/v3"])
+    release = "25.11.1" -- the site upgraded
+    local c = assert(slurm.connect { url = url, user = "u", token = "x.y.z" })
+    srv:close()
+    assert.equal("v0.0.44", c:version())
+    assert.equal(2, hits["/openapi/v3"])
+  end)
+end)
