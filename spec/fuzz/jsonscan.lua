@@ -14,5 +14,4 @@ return function(data)
     assert(model == nil or type(model) ~= "table", "model is a scalar")
     assert(stream == nil or type(stream) ~= "table", "stream is a scalar")
   end
-  jsonscan.model(data)
 end

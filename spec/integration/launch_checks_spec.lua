@@ -39,6 +39,14 @@ describe("launch checks on the harness cluster", function()
   setup(function()
     cluster = harness.start { port_range = { 23000, 23999 } }
     srv = cluster.srv
+    -- a job of several nodes needs a script that runs on each (a launch command runs on the
+    -- first node only and is refused with nodes > 1): a saved recipe whose script does
+    local st, _, raw = srv:request("POST", "/api/v1/recipes", { id = "multi-sleep", name = "Sleep on every node",
+      engine = "smoke", description = "srun sleep on each node of the job",
+      resources = { nodes = 1, cpus_per_node = 1, memory_per_node = 200, gpus_per_node = 0, time_limit = "10" },
+      health = { path = "/health", interval = 2, timeout = 2, startup_grace = 60, failure_threshold = 3 },
+      script = "srun sleep 600\n" })
+    assert(st == 201, "saving the multi-node recipe: " .. tostring(raw))
   end)
 
   teardown(function()
@@ -170,11 +178,12 @@ describe("launch checks on the harness cluster", function()
       { "a feature no node has", { constraint = "v100" }, "constraint" },
       { "more memory than a node has", { memory_per_node = 64000 }, "memory_per_node" },
       { "avoiding every node of debug", { partition = "debug", exclude = "n0" }, "exclude" },
-      { "more nodes than gpu has", { nodes = 5 }, "nodes", { PartitionNodeLimit = true, PartitionConfig = true } },
+      { "more nodes than gpu has", { nodes = 5 }, "nodes", { PartitionNodeLimit = true, PartitionConfig = true },
+        "multi-sleep" },
     }
     for _, c in ipairs(cases) do
       it(c[1] .. " → " .. c[3], function()
-        local pv = preview(c[2])
+        local pv = preview(c[2], c[5])
         assert.is_false(pv.ok)
         assert.is_truthy(error_for(pv, c[3]), cjson.encode(pv.errors))
         local id, res = submit(pv)
@@ -193,7 +202,7 @@ describe("launch checks on the harness cluster", function()
   end)
 
   it("a 2-node replica is a 2-node job (slurmrestd v0.0.38 ran a [min, max] node count on one node)", function()
-    local pv = preview({ nodes = 2 })
+    local pv = preview({ nodes = 2 }, "multi-sleep")
     assert.is_true(pv.ok, cjson.encode(pv.errors))
     local id = assert(submit(pv))
     local j = decided(id)

@@ -14,6 +14,7 @@
 local args = require "obleth.cli.args"
 local pp = require "obleth.repl.pp"
 local fmt = require "obleth.util.format"
+local tables = require "obleth.util.tables"
 local slurm_cli = require "obleth.cli.slurm"
 
 local M = {}
@@ -104,7 +105,9 @@ function M.guard(conn, allow_write, confirm)
             end
           end
           local r = table.pack(v(conn, table.unpack(a, 1, a.n)))
-          if display[k] and type(r[1]) == "table" and getmetatable(r[1]) == nil then
+          -- a list the normalizer marked as a JSON array (obleth.util.tables.ARRAY) is a plain list here
+          local mt = type(r[1]) == "table" and getmetatable(r[1])
+          if display[k] and type(r[1]) == "table" and (mt == nil or mt == tables.ARRAY) then
             setmetatable(r[1], { __repl = display[k] })
           end
           return table.unpack(r, 1, r.n)
