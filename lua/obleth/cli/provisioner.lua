@@ -17,7 +17,9 @@ function M.main(argv)
   if not o or o.help then
     io.stderr:write(err and ("obleth-provisioner: " .. err .. "\n") or "",
       "usage: obleth-provisioner [--interval SECONDS] [--once]\n", args.help(spec), "\n",
-      "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN (required), OBLETH_PASS_INTERVAL\n")
+      "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN (required), OBLETH_PASS_INTERVAL,\n",
+      "  OBLETH_PROVISIONER_NAME (the lease holder's name), OBLETH_LEASE_TTL (seconds, default 3 intervals,\n",
+      "  at least 15), OBLETH_BACKOFF_MAX (longest wait between passes while Slurm is down, default 60)\n")
     return o and 0 or 2
   end
   local base = os.getenv("OBLETH_ADMIN_BASE_URL")
@@ -40,10 +42,14 @@ function M.main(argv)
     interval = interval,
     fault = os.getenv("OBLETH_FAULT"),
     drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or ""),
+    holder = os.getenv("OBLETH_PROVISIONER_NAME"),
+    lease_ttl = tonumber(os.getenv("OBLETH_LEASE_TTL") or ""),
+    backoff_max = tonumber(os.getenv("OBLETH_BACKOFF_MAX") or ""),
     policy = ok_policy and policy or nil,
   }
   if o.once then
     local rep, perr = daemon:pass()
+    if daemon.lease then daemon.api:release(daemon.lease.generation) end
     if not rep then
       io.stderr:write("obleth-provisioner: pass failed: ", tostring(perr and perr.message), "\n")
       return 1
