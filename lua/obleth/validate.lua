@@ -412,7 +412,7 @@ local function _connection(input, out)
     { "token_command", function(v, f) return _ostr(v, f, { max = 4096 }) end },
     { "token_lifespan", function(v, f)
       if _null(v) then return nil end
-      return _int(v, f, 60, 86400)
+      return _int(v, f, 30, 86400)
     end },
   }
   for _, s in ipairs(steps) do

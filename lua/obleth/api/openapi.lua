@@ -46,7 +46,7 @@ M.schemas = {
     token_source = { type = "string", enum = { "static", "key_file", "command" },
       description = "static: the saved token; key_file: minted from the site's HS256 key; command: printed by a command" },
     token_key_file = nullable(str()), token_command = nullable(str()),
-    token_lifespan = nullable(int(60, 86400)),
+    token_lifespan = nullable(int(30, 86400)),
     verify = { type = "boolean" }, ca_file = nullable(str()), api_version = str(),
     timeout = { type = "number" } } },
   SlurmSettings = { allOf = { { ["$ref"] = "#/components/schemas/SlurmConnection" }, { type = "object", properties = {

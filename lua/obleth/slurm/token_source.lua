@@ -19,12 +19,14 @@ M.DEFAULT_LIFESPAN = 1800 -- seconds, for minted tokens
 M.COMMAND_TIMEOUT = 30 -- seconds
 M.WARN_BEFORE = 86400 -- seconds: a static token expiring sooner is warned about
 
---- Seconds before expiry at which a token issued at `iat` expiring at `exp` is renewed.
+--- Seconds before expiry at which a token issued at `iat` expiring at `exp` is renewed: a third
+--- of its life, and at least 30 s (at most half its life, for very short tokens).
 ---@param iat number epoch seconds
 ---@param exp number epoch seconds
 ---@return number
 function M.margin(iat, exp)
-  return math.max(30, (exp - iat) / 3)
+  local life = exp - iat
+  return math.max(math.min(30, life / 2), life / 3)
 end
 
 local function _read(path)
@@ -55,12 +57,13 @@ Source.__index = Source
 --- A token source (one per process: it caches the current token).
 ---@param opts {now: fun(): number|nil, read: fun(path: string): string|nil, string|nil,
 ---  run: fun(cmd: string, timeout: integer): string|nil, string|nil, log: table|nil,
----  allow_command: boolean|nil}|nil  for tests; the defaults read files, run /bin/sh, use obleth.log
+---  allow_command: boolean|nil, hmac: function|nil}|nil  for tests; the defaults read files, run /bin/sh,
+---  use obleth.log and obleth.crypto's HMAC
 function M.new(opts)
   opts = opts or {}
   local allow = opts.allow_command
   if allow == nil then allow = os.getenv("OBLETH_ALLOW_TOKEN_COMMAND") == "1" end
-  return setmetatable({ now = opts.now or os.time, read = opts.read or _read, run = opts.run or _run,
+  return setmetatable({ now = opts.now or os.time, read = opts.read or _read, run = opts.run or _run, hmac = opts.hmac,
     log = opts.log or require("obleth.log"), allow_command = allow, cache = nil, err = nil }, Source)
 end
 
@@ -81,7 +84,7 @@ function Source:_fetch(s, now)
         message = ("cannot read the JWT key on this host: %s"):format(tostring(rerr)) }
     end
     return jwt.mint { key = key, user = s.user, lifespan = s.token_lifespan or M.DEFAULT_LIFESPAN,
-      now = math.floor(now) }
+      now = math.floor(now), hmac_sha256_hex = self.hmac }
   elseif src == "command" then
     if not self.allow_command then
       return nil, { code = "token_source", field = "token_command", message = "token_command is not run on this "
