@@ -14,7 +14,8 @@ OBJS  = $(SRCS:host/%.c=build/obj/%.o)
 AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help
+.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help \
+	deploy-check helm-check soak
 
 all: build/obleth build/obleth-provisioner
 
@@ -25,6 +26,9 @@ help:
 	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
 	@echo "make cluster-up / cluster-down   the harness Slurm cluster (spec/cluster/)"
 	@echo "make bench      benchmarks under spec/bench/"
+	@echo "make deploy-check  deploy/docker end to end: dockerd, image without a registry, Compose on the cluster"
+	@echo "make helm-check    deploy/helm/obleth: helm lint --strict, helm template, the rendered manifests"
+	@echo "make soak       the lease, outage and JWT renewal specs for ten minutes each (OBLETH_SOAK_SECONDS)"
 	@echo "make install PREFIX=/usr/local"
 
 build/.deps-ok:
@@ -90,6 +94,20 @@ demo: build/.deps-all-ok all
 
 bench: all
 	@spec/bench/run.sh
+
+deploy-check: all
+	@scripts/deploy-check.sh
+
+helm-check: all
+	@scripts/helm-check.sh
+
+# the in-suite lease, outage and renewal specs at their issue's length (10 minutes each)
+SOAK_SECONDS ?= 600
+soak: all
+	@spec/cluster/up.sh >build/cluster-up.log 2>&1 || { tail -20 build/cluster-up.log; exit 1; }
+	@set -a; . build/cluster/env; set +a; OBLETH_SOAK_SECONDS=$(SOAK_SECONDS) build/obleth lua /usr/bin/busted \
+	  -o spec/support/obleth_output.lua --lpath='./?.lua' spec/integration/provisioner_lease_spec.lua \
+	  spec/integration/provisioner_daemon_spec.lua spec/integration/slurm_token_renewal_spec.lua
 
 clean:
 	rm -rf build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

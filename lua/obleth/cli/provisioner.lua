@@ -17,17 +17,19 @@ function M.main(argv)
   if not o or o.help then
     io.stderr:write(err and ("obleth-provisioner: " .. err .. "\n") or "",
       "usage: obleth-provisioner [--interval SECONDS] [--once]\n", args.help(spec), "\n",
-      "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN (required), OBLETH_PASS_INTERVAL,\n",
+      "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN or OBLETH_ADMIN_TOKEN_FILE (required),\n",
+      "  OBLETH_PASS_INTERVAL,\n",
       "  OBLETH_PROVISIONER_NAME (the lease holder's name), OBLETH_LEASE_TTL (seconds, default 3 intervals,\n",
       "  at least 15), OBLETH_BACKOFF_MAX (longest wait between passes while Slurm is down, default 60)\n")
     return o and 0 or 2
   end
   local base = os.getenv("OBLETH_ADMIN_BASE_URL")
-  local token = os.getenv("OBLETH_ADMIN_TOKEN")
-  if not base or base == "" or not token or token == "" then
+  -- OBLETH_ADMIN_TOKEN, or OBLETH_ADMIN_TOKEN_FILE (a Compose / Kubernetes secret), read as serve reads it
+  local token = require("obleth.cli.serve").admin_token()
+  if not base or base == "" or not token then
     io.stderr:write("obleth-provisioner: set OBLETH_ADMIN_BASE_URL (e.g. http://127.0.0.1:8080) and ",
-      "OBLETH_ADMIN_TOKEN (the admin token obleth serve was started with); under systemd put them in ",
-      "/etc/obleth/provisioner.env\n")
+      "OBLETH_ADMIN_TOKEN (the admin token obleth serve was started with) or OBLETH_ADMIN_TOKEN_FILE; ",
+      "under systemd put them in /etc/obleth/provisioner.env\n")
     return 2
   end
   log.add_secret(token)
