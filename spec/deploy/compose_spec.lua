@@ -117,14 +117,10 @@ describe("deploy/docker with docker-compose", function()
 
   it("builds the image with no registry, and without the profile runs only obleth", function()
     local t0 = loop.monotonic()
-    local code, out = compose("build obleth")
+    local code, out = compose("up -d --build")
     assert.equal(0, code, out)
-    timings["image build"] = loop.monotonic() - t0
-    t0 = loop.monotonic()
-    code, out = compose("up -d")
-    assert.equal(0, code, out)
+    timings["image build and up"] = loop.monotonic() - t0
     wait_until(function() return api("GET", "/api/v1/settings/slurm") == 200 end, 60, "obleth to answer")
-    timings["obleth up"] = loop.monotonic() - t0
     assert.equal("obleth", running())
     -- the token is not on any command line or in the container's environment
     local _, inspect = util.sh("/usr/bin/docker inspect " .. project .. "_obleth_1")
@@ -151,7 +147,7 @@ describe("deploy/docker with docker-compose", function()
 
   it("with COMPOSE_PROFILES=slurm the provisioner brings the replicas to healthy", function()
     local t0 = loop.monotonic()
-    local code, out = compose("up -d", "slurm")
+    local code, out = compose("up -d --build", "slurm")
     assert.equal(0, code, out)
     assert.equal("obleth provisioner", running())
     wait_until(function() return healthy() == 2 end, 180, "2 healthy replicas")
