@@ -164,6 +164,12 @@ function M.reconcile(input)
       if row.state ~= "lost" and row.state ~= "ended" and row.job_id then
         local jt = by_nonce[row.nonce]
         local job = jt and jt.job
+        if job and job.id and job.id ~= row.job_id then
+          -- the replica's nonce is on a newer job (two submits of one recorded replica): follow
+          -- that one; the older is cancelled above
+          row.job_id = job.id
+          touch(row)
+        end
         if not job and input.job_by_id then job = input.job_by_id[row.job_id] end
         local base = job and job.state and job.state.base
         if not job then
