@@ -38,6 +38,12 @@ function M.main(argv)
     io.stderr:write("obleth-provisioner: --interval must be > 0\n")
     return 2
   end
+  local lease_ttl = tonumber(os.getenv("OBLETH_LEASE_TTL") or "")
+  if lease_ttl and (lease_ttl < 2 * interval or lease_ttl > 3600) then
+    io.stderr:write(("obleth-provisioner: OBLETH_LEASE_TTL=%s: the lease must last at least two pass intervals "
+      .. "(%g s) and at most 3600 s\n"):format(os.getenv("OBLETH_LEASE_TTL"), 2 * interval))
+    return 2
+  end
   local ok_policy, policy = pcall(require, "obleth.policy")
   local daemon = require("obleth.provisioner.daemon").new {
     api = require("obleth.provisioner.api").new(base, token),
@@ -45,7 +51,7 @@ function M.main(argv)
     fault = os.getenv("OBLETH_FAULT"),
     drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or ""),
     holder = os.getenv("OBLETH_PROVISIONER_NAME"),
-    lease_ttl = tonumber(os.getenv("OBLETH_LEASE_TTL") or ""),
+    lease_ttl = lease_ttl,
     backoff_max = tonumber(os.getenv("OBLETH_BACKOFF_MAX") or ""),
     policy = ok_policy and policy or nil,
   }
