@@ -163,10 +163,11 @@ describe("obleth-provisioner as a systemd service", function()
     assert.equal("healthy", r.state)
 
     -- the watchdog was fed at least every half interval throughout, outage included
+    -- (from before the outage until now: every gap, and the time since the last ping)
     local t = pings(received)
     assert.is_true(#t >= 3, "WATCHDOG=1 received")
-    assert.is_true(t[1] <= t_down and t[#t] >= t_up, "pings cover the outage")
-    local half, worst = WATCHDOG_USEC / 2e6, 0
+    assert.is_true(t[1] <= t_down, "pinged before the outage")
+    local half, worst = WATCHDOG_USEC / 2e6, loop.monotonic() - t[#t]
     for i = 2, #t do worst = math.max(worst, t[i] - t[i - 1]) end
     assert.is_true(worst <= half, ("the longest gap between WATCHDOG=1 was %.2f s (half the interval: %.2f s)")
       :format(worst, half))
