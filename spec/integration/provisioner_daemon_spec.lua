@@ -165,7 +165,7 @@ describe("obleth-provisioner as a systemd service", function()
     -- the watchdog was fed at least every half interval throughout, outage included
     -- (from before the outage until now: every gap, and the time since the last ping)
     local t = pings(received)
-    assert.is_true(#t >= 3, "WATCHDOG=1 received")
+    assert.is_true(#t >= 2, "WATCHDOG=1 received")
     assert.is_true(t[1] <= t_down, "pinged before the outage")
     local half, worst = WATCHDOG_USEC / 2e6, loop.monotonic() - t[#t]
     for i = 2, #t do worst = math.max(worst, t[i] - t[i - 1]) end
