@@ -14,10 +14,20 @@ OBJS  = $(SRCS:host/%.c=build/obj/%.o)
 AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help \
+.PHONY: web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load \
 	deploy-check helm-check soak
 
-all: build/obleth build/obleth-provisioner
+all: build/obleth build/obleth-provisioner build/web/index.html
+
+# The dashboard (web/): npm packages pinned by web/package-lock.json (installed again when
+# node_modules is missing or older than the lock file), bundled by esbuild into build/web/.
+WEB_SRCS = $(shell find web/src -type f 2>/dev/null) web/build.mjs
+web/node_modules/.installed: web/package-lock.json
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix web --no-audit --no-fund
+	@touch $@
+
+build/web/index.html: $(WEB_SRCS) web/node_modules/.installed
+	node web/build.mjs build/web
 
 help:
 	@echo "make            build build/obleth (runs 'make deps' first if headers are missing)"
@@ -26,10 +36,13 @@ help:
 	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
 	@echo "make cluster-up / cluster-down   the harness Slurm cluster (spec/cluster/)"
 	@echo "make bench      benchmarks under spec/bench/"
+	@echo "make fresh-check   'make demo' on a fresh minimal Debian 12 root (debootstrap + chroot), as a new user"
+	@echo "make check-load    'make check' three times in a row with every CPU held by a busy loop"
 	@echo "make deploy-check  deploy/docker end to end: dockerd, image without a registry, Compose on the cluster"
 	@echo "make helm-check    deploy/helm/obleth: helm lint --strict, helm template, the rendered manifests"
 	@echo "make soak       the lease, outage and JWT renewal specs for ten minutes each (OBLETH_SOAK_SECONDS)"
 	@echo "make install PREFIX=/usr/local"
+	@echo "make web-test   the dashboard's browser tests (headless Chromium, harness cluster) and node --test specs"
 
 build/.deps-ok:
 	@mkdir -p build
@@ -75,13 +88,17 @@ install: all
 	ln -sf obleth $(DESTDIR)$(PREFIX)/bin/obleth-provisioner
 	cp -R lua $(DESTDIR)$(PREFIX)/share/obleth/
 	if [ -d recipes ]; then cp -R recipes $(DESTDIR)$(PREFIX)/share/obleth/; fi
-	if [ -d web ]; then cp -R web $(DESTDIR)$(PREFIX)/share/obleth/; fi
+	rm -rf $(DESTDIR)$(PREFIX)/share/obleth/web
+	cp -R build/web $(DESTDIR)$(PREFIX)/share/obleth/web
 	install -d $(DESTDIR)$(PREFIX)/share/doc/obleth
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/obleth/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/obleth $(DESTDIR)$(PREFIX)/bin/obleth-provisioner
 	rm -rf $(DESTDIR)$(PREFIX)/share/obleth $(DESTDIR)$(PREFIX)/share/doc/obleth
+
+web-test: all
+	@spec/web/run.sh
 
 cluster-up:
 	@spec/cluster/up.sh
@@ -94,6 +111,12 @@ demo: build/.deps-all-ok all
 
 bench: all
 	@spec/bench/run.sh
+
+fresh-check:
+	@scripts/fresh-check.sh
+
+check-load: build/.deps-all-ok all asan
+	@spec/load.sh 3
 
 deploy-check: all
 	@scripts/deploy-check.sh
@@ -110,4 +133,4 @@ soak: all
 	  spec/integration/provisioner_daemon_spec.lua spec/integration/slurm_token_renewal_spec.lua
 
 clean:
-	rm -rf build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok
+	rm -rf build/web build/web-screens build/obj build/asan build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

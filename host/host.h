@@ -70,9 +70,6 @@ lua_State *obleth_main_state(void);
 /* Logging from C, same format as obleth.log (see log.h). */
 void obleth_log(const char *level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* A line of fields keys[i]=vals[i] (in the order given; a NULL value is left out). */
-void obleth_log_fields(const char *level, const char *event, int n, const char *const *keys,
-                       const char *const *vals);
 
 /* Module openers, registered in package.preload by obleth_open_modules. */
 int luaopen_obleth_loop(lua_State *L);

@@ -30,68 +30,8 @@ const char *obleth_http_reason(int status);
 /* Is t a request target to accept or send: printable ASCII, no space (RFC 9112 3.2)? */
 int obleth_http_target_ok(const char *t);
 
-/* The number t[k] (default dflt when nil); raises "<who>: 'k' must be ..." unless it
-   is a number in lo..hi. */
-double obleth_http_opt_number(lua_State *L, int t, const char *k, double dflt, double lo, double hi, const char *who);
-
 /* Stop hearing about the client connection's close (the answer is complete). */
 void obleth_http_detach_close_cb(response *r);
-
-/* What obleth_proxy_start needs to pass a request on (see res:proxy in http_proxy.c). */
-typedef struct {
-    const char *host;   /* a name or a numeric address */
-    int port;
-    const char *target; /* NULL: the client's request target */
-    int stream;
-    double connect_timeout, timeout; /* seconds */
-    size_t buffer_limit;             /* bytes */
-} obleth_proxy_opts;
-
-/* How an exchange ended: status 0 when nothing reached the client (code says why:
-   "unreachable", "connect_timeout", "closed", "timeout", "bad_response",
-   "upstream_broke"); otherwise the status sent (code NULL, "upstream_broke" after
-   the answer's start, or "client_gone" with status 499). ttfb in seconds. */
-typedef struct {
-    int status;
-    const char *code;
-    const char *message;
-    double ttfb;
-} obleth_proxy_result;
-
-typedef void (*obleth_proxy_done)(response *r, const obleth_proxy_result *res, void *arg);
-
-/* Pass r's request (r->req set, nothing sent yet) on to o->host:o->port. done is
-   called from the loop when the exchange is over (after r->proxy is cleared; r may
-   be freed there). NULL and *why set when the name does not resolve or memory ran out. */
-struct proxy_op *obleth_proxy_start(response *r, const obleth_proxy_opts *o, obleth_proxy_done done, void *arg,
-                                    const char **why);
-
-/* The "model" and "stream" of a request body (jsonscan.c): 1 with *model pointing
-   into text when the body is one JSON object with a plain string "model"; 0 otherwise. */
-int obleth_jsonscan_model(const char *text, size_t len, const char **model, size_t *mlen, int *stream);
-
-/* A first attempt the fast path made, for the Lua router (req.prior). */
-typedef struct {
-    const char *endpoint, *code, *message;
-    double started; /* monotonic seconds the request arrived */
-} obleth_http_prior;
-
-/* Hear about r->req's client connection closing (sets r->closed, tells r->proxy). */
-void obleth_http_watch_close(response *r);
-/* Run the server's Lua handler (by its registry reference) on from->req in a new
-   task, with a res object that takes over from `from` (its request and close
-   callback); prior, when given, becomes req.prior. Nothing happens when
-   from->req is NULL (the client is gone). */
-void obleth_http_run_handler(int handler_ref, response *from, const obleth_http_prior *prior);
-
-/* The router's fast path (http_fast.c). */
-struct obleth_fast;
-/* Answer req without Lua when the table knows how: 1 when it took the request. */
-int obleth_fast_try(struct obleth_fast *ft, struct evhttp_request *req, int handler_ref);
-/* The fast table at idx, or NULL. */
-struct obleth_fast *obleth_fast_check(lua_State *L, int idx);
-/* Add http.fast to the module table at the top of the stack. */
-void obleth_http_fast_open(lua_State *L);
 
 /* res:proxy(opts) (http_proxy.c). */
 int obleth_res_proxy(lua_State *L);

@@ -75,6 +75,27 @@
 #define MAX_NAMED 16            /* header names a Connection header may list */
 #define CLIENT_BACKLOG (4 << 20) /* bytes queued to a slow client before reading pauses */
 
+/* res:proxy's options (see the top of this file). */
+typedef struct {
+    const char *host;   /* a name or a numeric address */
+    int port;
+    const char *target; /* NULL: the client's request target */
+    int stream;
+    double connect_timeout, timeout; /* seconds */
+    size_t buffer_limit;             /* bytes */
+} proxy_opts;
+
+/* How an exchange ended: status 0 when nothing reached the client (code says why:
+   "unreachable", "connect_timeout", "closed", "timeout", "bad_response",
+   "upstream_broke"); otherwise the status sent (code NULL, "upstream_broke" after
+   the answer's start, or "client_gone" with status 499). ttfb in seconds. */
+typedef struct {
+    int status;
+    const char *code;
+    const char *message;
+    double ttfb;
+} proxy_result;
+
 typedef struct endpoint {
     struct endpoint *next;
     char *host;    /* as given */
@@ -119,8 +140,6 @@ struct proxy_op {
     int finished;    /* evhttp is done with up */
     int complete;    /* the whole answer arrived */
     int client_gone, timed_out, connect_timed_out, paused;
-    obleth_proxy_done done; /* told the outcome, from the loop */
-    void *done_arg;
 };
 
 static double now_mono(void) {
@@ -586,7 +605,7 @@ static void op_free(struct proxy_op *op) {
             }
         endpoint_free(op->ep);
     }
-    /* done_ev, timer and slow live in op's own block (obleth_proxy_start) */
+    /* done_ev, timer and slow live in op's own block (proxy_start) */
     event_del(op->done_ev);
     event_del(op->timer);
     event_del(op->slow);
@@ -594,6 +613,27 @@ static void op_free(struct proxy_op *op) {
     if (op->clientw) event_free(op->clientw);
     if (op->held) evbuffer_free(op->held);
     free(op);
+}
+
+/* res:proxy's outcome, handed to the waiting handler task. */
+static void proxy_done(response *r, const proxy_result *res) {
+    lua_State *co = r->w.co;
+    if (!co) return;
+    int nret = 4;
+    if (res->status == 0) {
+        lua_pushnil(co);
+        lua_pushstring(co, res->code);
+        lua_pushstring(co, res->message);
+        nret = 3;
+    } else {
+        lua_pushinteger(co, res->status);
+        if (res->code) lua_pushstring(co, res->code);
+        else lua_pushnil(co);
+        if (res->message) lua_pushstring(co, res->message);
+        else lua_pushnil(co);
+        lua_pushnumber(co, res->ttfb);
+    }
+    obleth_wait_resume(&r->w, nret);
 }
 
 /* The exchange is over, or its client went away: runs from the loop, never inside evhttp. */
@@ -614,7 +654,7 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     r->proxy = NULL;
-    obleth_proxy_result res = {0, NULL, NULL, op->ttfb};
+    proxy_result res = {0, NULL, NULL, op->ttfb};
     if (op->client_gone) {
         r->state = 2; /* nobody is left to answer */
         res.status = 499;
@@ -661,10 +701,8 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
             res.status = op->status;
         }
     }
-    obleth_proxy_done done = op->done;
-    void *done_arg = op->done_arg;
     op_free(op);
-    done(r, &res, done_arg);
+    proxy_done(r, &res);
 }
 
 /* Copy the client's end-to-end headers onto the upstream request. */
@@ -750,7 +788,9 @@ static int op_send(struct proxy_op *op) {
     return 0;
 }
 
-double obleth_http_opt_number(lua_State *L, int t, const char *k, double dflt, double lo, double hi, const char *who) {
+/* The number t[k] (default dflt when nil); raises "<who>: 'k' must be ..." unless it
+   is a number in lo..hi. */
+static double opt_number(lua_State *L, int t, const char *k, double dflt, double lo, double hi, const char *who) {
     double v = dflt;
     if (lua_getfield(L, t, k) != LUA_TNIL) {
         if (!lua_isnumber(L, -1)) luaL_error(L, "%s: '%s' must be a number", who, k);
@@ -761,8 +801,10 @@ double obleth_http_opt_number(lua_State *L, int t, const char *k, double dflt, d
     return v;
 }
 
-struct proxy_op *obleth_proxy_start(response *r, const obleth_proxy_opts *o, obleth_proxy_done done, void *arg,
-                                    const char **why) {
+/* Pass r's request (r->req set, nothing sent yet) on to o->host:o->port; proxy_done
+   hears the outcome from the loop. NULL and *why set when the name does not resolve
+   or memory ran out. */
+static struct proxy_op *proxy_start(response *r, const proxy_opts *o, const char **why) {
     *why = NULL;
     double now = now_mono();
     endpoint *e = pool_endpoint(o->host, o->port, now, why);
@@ -797,8 +839,6 @@ struct proxy_op *obleth_proxy_start(response *r, const obleth_proxy_opts *o, obl
     op->timeout = o->timeout;
     op->buffer_limit = o->buffer_limit;
     op->err = -1;
-    op->done = done;
-    op->done_arg = arg;
     op->held = evbuffer_new();
     if (!op->held || op_send(op) != 0) {
         op_free(op);
@@ -814,34 +854,12 @@ struct proxy_op *obleth_proxy_start(response *r, const obleth_proxy_opts *o, obl
     return op;
 }
 
-/* res:proxy's outcome, handed to the waiting handler task. */
-static void lua_proxy_done(response *r, const obleth_proxy_result *res, void *arg) {
-    (void)arg;
-    lua_State *co = r->w.co;
-    if (!co) return;
-    int nret = 4;
-    if (res->status == 0) {
-        lua_pushnil(co);
-        lua_pushstring(co, res->code);
-        lua_pushstring(co, res->message);
-        nret = 3;
-    } else {
-        lua_pushinteger(co, res->status);
-        if (res->code) lua_pushstring(co, res->code);
-        else lua_pushnil(co);
-        if (res->message) lua_pushstring(co, res->message);
-        else lua_pushnil(co);
-        lua_pushnumber(co, res->ttfb);
-    }
-    obleth_wait_resume(&r->w, nret);
-}
-
 int obleth_res_proxy(lua_State *L) {
     response *r = luaL_checkudata(L, 1, RES_MT);
     luaL_checktype(L, 2, LUA_TTABLE);
     if (r->state != 0) return luaL_error(L, "proxy: the response was already sent");
     if (r->proxy) return luaL_error(L, "proxy: a proxy is already in progress");
-    obleth_proxy_opts o;
+    proxy_opts o;
     lua_getfield(L, 2, "host");
     o.host = lua_tostring(L, -1);
     if (!o.host || !*o.host || strlen(o.host) > 253 || strpbrk(o.host, " \t\r\n/?#@"))
@@ -861,9 +879,9 @@ int obleth_res_proxy(lua_State *L) {
     lua_getfield(L, 2, "stream");
     o.stream = lua_toboolean(L, -1);
     lua_pop(L, 1); /* host's and target's strings stay anchored on the stack until the call returns */
-    o.connect_timeout = obleth_http_opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6, "proxy");
-    o.timeout = obleth_http_opt_number(L, 2, "timeout", 3600, 0.001, 1e7, "proxy");
-    o.buffer_limit = (size_t)obleth_http_opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30, "proxy");
+    o.connect_timeout = opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6, "proxy");
+    o.timeout = opt_number(L, 2, "timeout", 3600, 0.001, 1e7, "proxy");
+    o.buffer_limit = (size_t)opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30, "proxy");
     if (!lua_isyieldable(L)) return luaL_error(L, "res:proxy must be called inside the handler's task");
     if (!r->req) {
         lua_pushinteger(L, 499);
@@ -873,7 +891,7 @@ int obleth_res_proxy(lua_State *L) {
         return 4;
     }
     const char *why = NULL;
-    if (!obleth_proxy_start(r, &o, lua_proxy_done, NULL, &why)) {
+    if (!proxy_start(r, &o, &why)) {
         if (why && strcmp(why, "out of memory") == 0) return luaL_error(L, "out of memory");
         lua_pushnil(L);
         lua_pushliteral(L, "unreachable");

@@ -10,8 +10,6 @@
  *     handler = function(req, res) ... end,
  *     body_limit = 1048576,              -- bytes; larger bodies get 413
  *     timeout = 300,                     -- seconds of connection inactivity
- *     fast = ft,                         -- the router's fast path (http.fast, http_fast.c):
- *                                        -- requests it knows how to answer skip the handler
  *   }                                    -> server | nil, message, code
  *   code: "addr_in_use" | "permission" | "addr_not_available" | "bad_address" | "error"
  *   srv:port() -> the bound port;  srv:close()
@@ -19,10 +17,7 @@
  *
  *   req = {method=, target= (raw request target), path= (raw, before '?'),
  *          query = {name = value} (decoded), headers = {["lower-name"] = v},
- *          body = "bytes", remote_addr = "127.0.0.1", remote_port = n,
- *          prior = {endpoint=, code=, message=, started=}  -- only after the fast
- *                                  path's attempt failed (http_fast.c); started is
- *                                  when the request arrived (monotonic seconds)}
+ *          body = "bytes", remote_addr = "127.0.0.1", remote_port = n}
  *
  *   The handler either returns {status=, headers=, body=} (or status,
  *   headers, body), or answers through res:
@@ -58,8 +53,6 @@ typedef struct {
     int handler_ref;
     int self_ref;
     int port;
-    struct obleth_fast *fast; /* the router's fast path, or NULL */
-    int fast_ref;
 } server;
 
 const char *obleth_http_reason(int status) {
@@ -111,11 +104,6 @@ static void conn_close_cb(struct evhttp_connection *evcon, void *arg) {
             obleth_wait_resume(&r->w, 2);
         }
     }
-}
-
-void obleth_http_watch_close(response *r) {
-    struct evhttp_connection *c = r->req ? evhttp_request_get_connection(r->req) : NULL;
-    if (c) evhttp_connection_set_closecb(c, conn_close_cb, r);
 }
 
 void obleth_http_detach_close_cb(response *r) {
@@ -373,46 +361,22 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
         }
         return;
     }
-    if (s->fast && obleth_fast_try(s->fast, req, s->handler_ref)) return;
-    response fresh;
-    memset(&fresh, 0, sizeof fresh);
-    fresh.req = req;
-    obleth_http_run_handler(s->handler_ref, &fresh, NULL);
-}
-
-void obleth_http_run_handler(int handler_ref, response *from, const obleth_http_prior *prior) {
-    struct evhttp_request *req = from->req;
-    if (!req) return;
     lua_State *L = obleth_main_state();
     int top = lua_gettop(L);
     if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline") != LUA_TFUNCTION ||
-        lua_rawgeti(L, LUA_REGISTRYINDEX, handler_ref) != LUA_TFUNCTION) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, s->handler_ref) != LUA_TFUNCTION) {
         lua_settop(L, top);
-        obleth_http_detach_close_cb(from);
         evhttp_send_error(req, 500, "Internal Server Error");
         return;
     }
     push_request(L, req);
-    if (prior) {
-        lua_createtable(L, 0, 4);
-        lua_pushnumber(L, prior->started);
-        lua_setfield(L, -2, "started");
-        lua_pushstring(L, prior->endpoint);
-        lua_setfield(L, -2, "endpoint");
-        lua_pushstring(L, prior->code);
-        lua_setfield(L, -2, "code");
-        lua_pushstring(L, prior->message);
-        lua_setfield(L, -2, "message");
-        lua_setfield(L, -2, "prior");
-    }
     response *r = lua_newuserdatauv(L, sizeof *r, 0);
     memset(r, 0, sizeof *r);
     r->w.ref = LUA_NOREF;
     r->req = req;
-    r->state = from->state;
-    r->closed = from->closed;
     luaL_setmetatable(L, RES_MT);
-    obleth_http_watch_close(r);
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_closecb(c, conn_close_cb, r);
     lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.log");
     obleth_task_spawn(L, 4);
     lua_settop(L, top);
@@ -429,8 +393,6 @@ static void server_free(lua_State *L, server *s) {
     if (s->http) { evhttp_free(s->http); s->http = NULL; }
     if (s->handler_ref != LUA_NOREF) { luaL_unref(L, LUA_REGISTRYINDEX, s->handler_ref); s->handler_ref = LUA_NOREF; }
     if (s->self_ref != LUA_NOREF) { luaL_unref(L, LUA_REGISTRYINDEX, s->self_ref); s->self_ref = LUA_NOREF; }
-    if (s->fast_ref != LUA_NOREF) { luaL_unref(L, LUA_REGISTRYINDEX, s->fast_ref); s->fast_ref = LUA_NOREF; }
-    s->fast = NULL;
 }
 
 static int server_close(lua_State *L) { server_free(L, check_server(L)); return 0; }
@@ -463,10 +425,6 @@ static int l_server(lua_State *L) {
     lua_Integer limit = luaL_optinteger(L, -1, 1 << 20);
     lua_getfield(L, 1, "timeout");
     lua_Integer timeout = luaL_optinteger(L, -1, 300);
-    lua_getfield(L, 1, "fast");
-    struct obleth_fast *fast = obleth_fast_check(L, -1);
-    luaL_argcheck(L, fast || lua_isnil(L, -1), 1, "'fast' must be a table made by http.fast");
-    int fast_idx = lua_gettop(L);
     lua_getfield(L, 1, "handler");
     luaL_argcheck(L, lua_isfunction(L, -1), 1, "'handler' must be a function");
     luaL_argcheck(L, port >= 0 && port <= 65535, 1, "'port' must be 0..65535");
@@ -474,7 +432,6 @@ static int l_server(lua_State *L) {
 
     server *s = lua_newuserdatauv(L, sizeof *s, 0);
     s->http = NULL; s->bound = NULL; s->handler_ref = LUA_NOREF; s->self_ref = LUA_NOREF; s->port = 0;
-    s->fast = NULL; s->fast_ref = LUA_NOREF;
     luaL_setmetatable(L, SERVER_MT);
     s->http = evhttp_new(obleth_base());
     if (!s->http) return luaL_error(L, "out of memory");
@@ -531,11 +488,6 @@ static int l_server(lua_State *L) {
     }
     lua_pushvalue(L, -2); /* handler */
     s->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    if (fast) {
-        lua_pushvalue(L, fast_idx);
-        s->fast_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-        s->fast = fast;
-    }
     lua_pushvalue(L, -1);
     s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     return 1;
@@ -558,7 +510,6 @@ void obleth_http_server_open(lua_State *L) {
     lua_pushcfunction(L, l_server);
     lua_setfield(L, -2, "server");
     obleth_http_proxy_open(L);
-    obleth_http_fast_open(L);
 }
 
 void obleth_http_client_open(lua_State *L);

@@ -15,17 +15,11 @@
  *        level is not an object: the message names the byte offset (1-based).
  *   At most 32 names; nesting deeper than MAX_DEPTH (1000) is an error.
  *
- *   model, stream = jsonscan.model(text)
- *     -> the last top-level "model" when text is one JSON object and that "model" is
- *        a string with no escapes (and no member name has escapes), and whether the
- *        last "stream" is true; nil for anything else. It is how the router's fast
- *        path (http_fast.c) reads a body: what it cannot read plainly goes to Lua.
- *
  * The whole text is checked (strings, escapes, numbers, literals, nesting,
  * nothing after the value), so what it accepts cjson accepts too; like cjson
  * it does not check that strings are valid UTF-8.
  */
-#include "http_internal.h" /* obleth_jsonscan_model, for the router fast path */
+#include "host.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -322,72 +316,9 @@ static int l_fields(lua_State *L) {
     return 2;
 }
 
-/* ---- the router's fast path (http_fast.c) ---------------------------------- */
-
-typedef struct {
-    const char *model; /* the last "model" member's bytes, NULL when not a plain string */
-    size_t mlen;
-    int model_esc;     /* the last "model" was a string with escapes */
-    int stream;        /* the last "stream" member is true */
-    int name_esc;      /* a member name had escapes (it might spell "model") */
-} model_ctx;
-
-static int model_member(scan *s, const unsigned char *name_at, const char *name, size_t nl, void *ctx) {
-    (void)name_at;
-    model_ctx *m = ctx;
-    if (!name) {
-        m->name_esc = 1;
-        return 0;
-    }
-    if (nl == 5 && memcmp(name, "model", 5) == 0) {
-        m->model = NULL;
-        m->model_esc = 0;
-        if (*s->p != '"') return 0; /* not a string: as if missing */
-        const unsigned char *raw = NULL;
-        size_t rl = 0;
-        if (string(s, NULL, &raw, &rl) < 0) return -1;
-        m->model = (const char *)raw;
-        m->mlen = rl;
-        m->model_esc = raw == NULL;
-        return 1;
-    }
-    if (nl == 6 && memcmp(name, "stream", 6) == 0) m->stream = *s->p == 't'; /* skip checks the literal */
-    return 0;
-}
-
-/* The "model" and "stream" members of a request body, for the router's fast path
-   (http_fast.c): 1 when text is one JSON object (checked whole) whose last "model"
-   is a string without escapes (*model, *mlen point into text; *stream is 1 when the
-   last "stream" is true); 0 for anything else, which the Lua router decides. */
-int obleth_jsonscan_model(const char *text, size_t len, const char **model, size_t *mlen, int *stream) {
-    model_ctx m = {NULL, 0, 0, 0, 0};
-    scan s = {(const unsigned char *)text, (const unsigned char *)text + len, (const unsigned char *)text, NULL};
-    if (walk_object(&s, model_member, &m) < 0 || m.name_esc || m.model_esc || !m.model) return 0;
-    *model = m.model;
-    *mlen = m.mlen;
-    *stream = m.stream;
-    return 1;
-}
-
-/* jsonscan.model(text) -> model, stream | nil: the router fast path's reading of a body. */
-static int l_model(lua_State *L) {
-    size_t len, ml;
-    const char *text = luaL_checklstring(L, 1, &len), *model;
-    int stream;
-    if (!obleth_jsonscan_model(text, len, &model, &ml, &stream)) {
-        lua_pushnil(L);
-        return 1;
-    }
-    lua_pushlstring(L, model, ml);
-    lua_pushboolean(L, stream);
-    return 2;
-}
-
 int luaopen_obleth_jsonscan(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_fields);
     lua_setfield(L, -2, "fields");
-    lua_pushcfunction(L, l_model);
-    lua_setfield(L, -2, "model");
     return 1;
 }

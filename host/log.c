@@ -233,23 +233,6 @@ void obleth_log(const char *level, const char *event, const char *fmt, ...) {
     buf_free(&b);
 }
 
-/* A line with fields from C, written as obleth.log writes a table's: key=value
-   pairs in the order given (callers give them sorted, as log_at sorts), values
-   quoted when they need it; a NULL value leaves its field out. */
-void obleth_log_fields(const char *level, const char *event, int n, const char *const *keys,
-                       const char *const *vals) {
-    buf b = {0};
-    if (!c_line_start(&b, level, event)) return;
-    for (int i = 0; i < n; i++) {
-        if (!vals[i]) continue;
-        size_t kl = strlen(keys[i]);
-        const char *v = is_secret_key(keys[i], kl) ? "[redacted]" : vals[i];
-        add_field(&b, keys[i], kl, v, strlen(v));
-    }
-    line_emit(&b);
-    buf_free(&b);
-}
-
 /* ---- Lua API ---------------------------------------------------------------- */
 
 typedef struct { const char *k; size_t kl; } keyref;

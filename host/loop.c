@@ -21,6 +21,13 @@
  *   now()                     wall clock, seconds since the epoch (float)
  *   monotonic()               monotonic clock, seconds (float)
  *   in_task()                 true when the caller can wait (is inside a task)
+ *   notifier()                a wake-up flag for one waiting task:
+ *     n:wait([seconds])       suspend until n:notify() (or the timeout);
+ *                             true when notified, false on timeout. A notify
+ *                             made while nobody waited is kept: the next
+ *                             wait returns true at once. One task at a time.
+ *     n:notify()              wake the waiting task on the next loop turn
+ *                             (never inside the caller); cheap when repeated
  */
 #define _POSIX_C_SOURCE 200809L
 #include "host.h"
@@ -276,6 +283,79 @@ static int l_sleep(lua_State *L) {
     return lua_yield(L, 0);
 }
 
+/* ---- notifier ------------------------------------------------------------ */
+
+#define NOTIFIER_MT "obleth.notifier"
+
+typedef struct {
+    struct event *ev;   /* fires for the timeout, or made active by notify */
+    obleth_waiter w;
+    int notified;       /* a notify not yet seen by a wait */
+    int waiting;
+} notifier;
+
+static void notifier_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    notifier *n = arg;
+    if (!n->waiting) return;
+    n->waiting = 0;
+    event_del(n->ev);
+    int got = n->notified;
+    n->notified = 0;
+    lua_State *co = n->w.co;
+    if (!co) return;
+    lua_pushboolean(co, got);
+    obleth_wait_resume(&n->w, 1);
+}
+
+static int l_notifier(lua_State *L) {
+    notifier *n = lua_newuserdatauv(L, sizeof *n, 0);
+    memset(n, 0, sizeof *n);
+    n->w.ref = LUA_NOREF;
+    luaL_setmetatable(L, NOTIFIER_MT);
+    n->ev = event_new(g_base, -1, 0, notifier_cb, n);
+    if (!n->ev) return luaL_error(L, "out of memory");
+    return 1;
+}
+
+static int notifier_wait(lua_State *L) {
+    notifier *n = luaL_checkudata(L, 1, NOTIFIER_MT);
+    int timed = !lua_isnoneornil(L, 2);
+    double secs = timed ? check_seconds(L, 2) : 0;
+    if (n->notified) {
+        n->notified = 0;
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (n->waiting) return luaL_error(L, "notifier: another task is already waiting");
+    if (!lua_isyieldable(L))
+        return luaL_error(L, "wait must be called inside a task (loop.spawn), not from the main thread");
+    if (!n->ev) return luaL_error(L, "notifier: closed");
+    n->waiting = 1;
+    if (timed) {
+        struct timeval tv = to_tv(secs);
+        event_base_update_cache_time(g_base);
+        event_add(n->ev, &tv);
+    }
+    obleth_wait_begin(L, &n->w, "notifier:wait");
+    lua_settop(L, 1); /* n stays on the waiting task's stack: it cannot be collected */
+    return lua_yield(L, 0);
+}
+
+static int notifier_notify(lua_State *L) {
+    notifier *n = luaL_checkudata(L, 1, NOTIFIER_MT);
+    n->notified = 1;
+    if (n->waiting && n->ev) event_active(n->ev, EV_TIMEOUT, 1);
+    return 0;
+}
+
+static int notifier_gc(lua_State *L) {
+    notifier *n = luaL_checkudata(L, 1, NOTIFIER_MT);
+    obleth_wait_drop(L, &n->w);
+    if (n->ev) { event_free(n->ev); n->ev = NULL; }
+    return 0;
+}
+
 /* ---- timers ------------------------------------------------------------- */
 
 #define TIMER_MT "obleth.timer"
@@ -494,10 +574,13 @@ int luaopen_obleth_loop(lua_State *L) {
         {"spawn", l_spawn},       {"sleep", l_sleep},         {"after", l_after},
         {"every", l_every},       {"on_signal", l_on_signal}, {"run", l_run},
         {"stop", l_stop},         {"now", l_now},             {"monotonic", l_monotonic},
-        {"in_task", l_in_task},   {NULL, NULL}};
+        {"in_task", l_in_task},   {"notifier", l_notifier},   {NULL, NULL}};
+    static const luaL_Reg notifier_m[] = {
+        {"wait", notifier_wait}, {"notify", notifier_notify}, {NULL, NULL}};
 
     obleth_newclass(L, "obleth.sleeper", NULL, sleeper_gc, NULL);
     obleth_newclass(L, TIMER_MT, timer_m, timer_gc, timer_cancel);
+    obleth_newclass(L, NOTIFIER_MT, notifier_m, notifier_gc, NULL);
     obleth_newclass(L, SIGNAL_MT, signal_m, signal_gc, signal_cancel);
 
     luaL_newlib(L, funcs);

@@ -18,12 +18,17 @@
  *   isatty(fd)              -> boolean
  *   sd_notify(state)        -> true if a notification socket was set (systemd)
  *   exit_now(code)          _exit(2): no cleanup — for fault injection only
+ *   user_groups(name)       -> array of the names of the user's groups in this host's
+ *                           databases (NSS: files, LDAP, sssd ...), the primary group
+ *                           first | nil, err when the user is unknown here
  */
 #define _GNU_SOURCE
 #include "host.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,12 +189,74 @@ static int l_exit_now(lua_State *L) {
     _exit((int)luaL_optinteger(L, 1, 0));
 }
 
+/* Buffers live in userdata (owned by the Lua stack), so nothing leaks if a push raises. */
+static int l_user_groups(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    struct passwd pw, *pwp = NULL;
+    size_t bufsz = 4096;
+    int rc;
+    for (;;) {
+        char *buf = lua_newuserdatauv(L, bufsz, 0);
+        rc = getpwnam_r(name, &pw, buf, bufsz, &pwp);
+        if (rc != ERANGE || bufsz >= (1u << 20)) break;
+        lua_pop(L, 1);
+        bufsz *= 2;
+    }
+    if (rc != 0) {
+        errno = rc;
+        return push_errno(L, "getpwnam_r");
+    }
+    if (pwp == NULL) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "user %s is not in this host's user database", name);
+        return 2;
+    }
+    gid_t primary = pw.pw_gid;
+    int ng = 64;
+    gid_t *gids = lua_newuserdatauv(L, (size_t)ng * sizeof(gid_t), 0);
+    if (getgrouplist(name, primary, gids, &ng) < 0) {
+        int want = ng;
+        gids = lua_newuserdatauv(L, (size_t)want * sizeof(gid_t), 0);
+        ng = want;
+        if (getgrouplist(name, primary, gids, &ng) < 0) {
+            lua_pushnil(L);
+            lua_pushfstring(L, "getgrouplist %s: the group list changed while it was read", name);
+            return 2;
+        }
+    }
+    lua_createtable(L, ng, 0);
+    int out = lua_gettop(L), n = 0;
+    size_t gbufsz = 4096;
+    char *gbuf = lua_newuserdatauv(L, gbufsz, 0);
+    for (int i = 0; i < ng; i++) {
+        struct group gr, *grp = NULL;
+        for (;;) {
+            rc = getgrgid_r(gids[i], &gr, gbuf, gbufsz, &grp);
+            if (rc != ERANGE || gbufsz >= (1u << 24)) break;
+            gbufsz *= 2;
+            lua_pop(L, 1);
+            gbuf = lua_newuserdatauv(L, gbufsz, 0);
+        }
+        if (rc != 0 || grp == NULL) continue; /* a gid without a name cannot match AllowGroups */
+        int dup = 0;
+        for (int j = 0; j < i; j++) {
+            if (gids[j] == gids[i]) dup = 1;
+        }
+        if (dup) continue;
+        lua_pushstring(L, grp->gr_name);
+        lua_rawseti(L, out, ++n);
+    }
+    lua_settop(L, out);
+    return 1;
+}
+
 int luaopen_obleth_sys(lua_State *L) {
     static const luaL_Reg funcs[] = {
         {"getpid", l_getpid},     {"kill", l_kill},       {"hostname", l_hostname},
         {"random_hex", l_random_hex}, {"consteq", l_consteq}, {"stat", l_stat},
         {"listdir", l_listdir},   {"mkdir", l_mkdir},     {"rename", l_rename}, {"chmod", l_chmod},
         {"isatty", l_isatty},     {"sd_notify", l_sd_notify}, {"exit_now", l_exit_now},
+        {"user_groups", l_user_groups},
         {NULL, NULL}};
     luaL_newlib(L, funcs);
     lua_pushliteral(L, OBLETH_VERSION);

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-state=$root/build/demo
+state=${OBLETH_DEMO_STATE:-$root/build/demo}
 mkdir -p "$state"
 port=${OBLETH_DEMO_PORT:-8080}
 export OBLETH_ADMIN_TOKEN=${OBLETH_ADMIN_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
@@ -20,9 +20,24 @@ export OBLETH_DEMO_STATE=$state
 cluster_was_up=0
 if [ -f build/cluster/env ] && spec/cluster/node.sh status >/dev/null 2>&1; then cluster_was_up=1; fi
 pids=()
+child=""
+# Run a step in the background, in its own process group, and wait for it: bash runs a trap only
+# between commands, and `wait` returns as soon as a trapped signal arrives, so SIGTERM / SIGINT
+# act at once; cleanup then stops the step's whole group.
+step() {
+  setsid "$@" &
+  child=$!
+  wait "$child"
+  child=""
+}
 cleanup() {
   local code=$?
   trap - INT TERM EXIT
+  # Ctrl-C on `make demo | tee log` also ends tee: the messages below must not kill the cleanup
+  # (SIGPIPE) nor stop it (a failed echo under set -e)
+  trap '' PIPE
+  set +e
+  if [ -n "$child" ]; then kill -TERM -- "-$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
   echo
   echo "demo: stopping (cancelling the demo's jobs, then the daemons)"
   build/obleth lua scripts/demo_drive.lua stop 2>/dev/null || true
@@ -38,11 +53,12 @@ trap cleanup EXIT
 trap 'exit 0' INT TERM
 
 echo "demo: starting the local Slurm cluster (spec/cluster/up.sh)"
-spec/cluster/up.sh | sed 's/^/  /'
+step bash -c "set -o pipefail; spec/cluster/up.sh | sed 's/^/  /'"
 set -a; . build/cluster/env; set +a
 
 if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then
-  echo "demo: port $port is taken; set OBLETH_DEMO_PORT to another one" >&2
+  echo "demo: port $port is taken (an earlier demo still running? its log: $state/serve.log);" \
+    "set OBLETH_DEMO_PORT to another port" >&2
   exit 1
 fi
 rm -f "$state/obleth.db" "$state/obleth.db-wal" "$state/obleth.db-shm"
@@ -52,17 +68,24 @@ echo "demo: obleth serve on 127.0.0.1:$port (log: $state/serve.log)"
 # cancels the demo's jobs through them before stopping them
 OBLETH_LISTEN=127.0.0.1:$port OBLETH_DB=$state/obleth.db setsid build/obleth serve >"$state/serve.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 50); do
-  (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
+# ready when it says so; fail at once (with its log) if it exits first
+until grep -q 'listening on' "$state/serve.log" 2>/dev/null; do
+  if ! kill -0 "${pids[0]}" 2>/dev/null; then
+    tail -20 "$state/serve.log" >&2
+    echo "demo: obleth serve exited (log above)" >&2
+    exit 1
+  fi
   sleep 0.1
 done
 echo "demo: obleth-provisioner (log: $state/provisioner.log)"
 OBLETH_PASS_INTERVAL=2 setsid build/obleth-provisioner >"$state/provisioner.log" 2>&1 &
 pids+=($!)
 
-OBLETH_DEMO_LOG_DIR=$state/logs build/obleth lua scripts/demo_drive.lua start
+step env OBLETH_DEMO_LOG_DIR="$state/logs" build/obleth lua scripts/demo_drive.lua start
+echo "demo: dashboard: http://127.0.0.1:$port/ (sign in on /signin with the admin token:"
+echo "  paste the contents of $state/admin-token, e.g. from: cat $state/admin-token)"
 
 if [ -t 0 ]; then
   echo "demo: running. Press Ctrl-C to stop everything the demo started."
-  while true; do sleep 3600; done
+  while true; do step sleep 3600; done
 fi

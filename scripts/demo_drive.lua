@@ -74,7 +74,7 @@ if cmd == "stop" then
 end
 
 write_private("instance", api("GET", "/api/v1/provisioner/snapshot").instance)
-print("demo: saving the Slurm connection (Settings → Slurm)")
+print("demo: saving the Slurm connection (the dashboard's Slurm card on Deployments)")
 api("PUT", "/api/v1/settings/slurm", {
   enabled = true, url = os.getenv("OBLETH_SLURM_URL"), user = os.getenv("OBLETH_SLURM_USER"),
   token = os.getenv("OBLETH_SLURM_TOKEN"), verify = true,
@@ -86,14 +86,20 @@ local left = test.token and test.token.seconds_left
 print(("demo: Test connection: slurmrestd API %s, Slurm %s, JWT expires in %s"):format(tostring(test.api_version),
   tostring(test.release), left and require("obleth.format").duration(left) or "?"))
 
-local m = find_model() or api("POST", "/api/v1/models", { name = MODEL })
-m = m.model or m
-print(("demo: launching model %q (id %d) with 2 replicas of the smoke-test engine"):format(MODEL, m.id))
-api("PUT", "/api/v1/models/" .. m.id .. "/managed", {
-  replicas = 2, partition = "gpu", account = "research", time_limit = 30, nodes = 1, cpus_per_node = 1,
-  memory_per_node = 256, launch_command = "obleth smoke-engine --startup-delay 2",
-  health = { path = "/health", interval = 2, timeout = 2, startup_grace = 60, failure_threshold = 3 },
-})
+-- the launch flow a person goes through on New deployment: the library recipe smoke-test, checked by
+-- the preview, then launched (recorded in the launch history the suggestions learn from)
+local values = { replicas = 2, partition = "gpu", account = "research", time_limit = 30, memory_per_node = 256 }
+local pv = api("POST", "/api/v1/deployments/preview", { recipe_id = "smoke-test", api_model_name = MODEL,
+  values = values })
+if not pv.ok then
+  io.stderr:write("demo: the launch preview refused the settings: " .. cjson.encode(pv.errors or pv) .. "\n")
+  return 1
+end
+local launched = api("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = MODEL,
+  values = values })
+local m = launched.model
+print(("demo: launched model %q (id %d) from the library recipe smoke-test with 2 replicas (launch #%d)")
+  :format(MODEL, m.id, launched.launch.id))
 
 local t0 = loop.monotonic()
 local last

@@ -1,29 +1,125 @@
 #!/usr/bin/env bash
-# Install obleth's dependencies from Debian's packages; a no-op when all are present.
-#   scripts/deps.sh build   what `make` needs
-#   scripts/deps.sh all     also what `make check` and `make demo` need (Slurm, MariaDB, munge, ...)
+# Install obleth's dependencies from Debian's packages, then check that the files the build and the
+# harness load are really there. The one list of obleth's Debian packages: spec/cluster/deps.sh and
+# .ci/run call this script. A no-op (a second or so) when everything is present.
+#   scripts/deps.sh build     what `make` needs (C toolchain, Lua 5.4, libraries, Node.js for the dashboard)
+#   scripts/deps.sh cluster   the harness Slurm cluster (spec/cluster/): Slurm 22.05 with its JWT and
+#                             MySQL plugins, slurmrestd, munge, MariaDB
+#   scripts/deps.sh all       build + cluster + what `make check` and `make demo` need (busted, luacheck,
+#                             tmux, Chromium for the dashboard's browser tests)
+# Exit status: 0 when everything is installed and checked; 1 with a message naming the missing file
+# and the package that provides it.
 set -euo pipefail
+
 build_pkgs=(build-essential pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev lua-cjson libyaml-dev
-  libevent-dev libsqlite3-dev libreadline-dev libsystemd-dev libssl-dev)
-test_pkgs=(lua-busted lua-check tmux curl procps python3)
-cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client munge mariadb-server)
-want=("${build_pkgs[@]}")
-if [ "${1:-build}" = all ]; then want+=("${test_pkgs[@]}" "${cluster_pkgs[@]}"); fi
-missing=()
-for p in "${want[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
-    missing+=("$p")
-  fi
-done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "deps: installing ${missing[*]}" >&2
-if [ "$(id -u)" -ne 0 ]; then
-  echo "deps: need root to install packages: sudo $0 ${1:-build}" >&2
-  exit 1
+  libevent-dev libsqlite3-dev libreadline-dev libsystemd-dev libssl-dev ca-certificates)
+# slurm-wlm-jwt-plugin: auth/jwt for slurmctld, slurmdbd and slurmrestd (AuthAltTypes=auth/jwt). It is only
+# a Recommends of the Slurm packages, so installs without recommends (ours, and many images') miss it.
+cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-plugins
+  slurm-wlm-jwt-plugin slurm-wlm-mysql-plugin munge mariadb-server curl procps util-linux)
+test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core)
+
+group=${1:-build}
+case "$group" in
+  build) want=("${build_pkgs[@]}") ;;
+  cluster) want=("${cluster_pkgs[@]}") ;;
+  all) want=("${build_pkgs[@]}" "${cluster_pkgs[@]}" "${test_pkgs[@]}") ;;
+  *) echo "usage: $0 build|cluster|all" >&2; exit 2 ;;
+esac
+
+say() { printf 'deps: %s\n' "$*" >&2; }
+
+# Node.js builds the dashboard (esbuild) and runs its tests. A Node.js that is already there (for
+# example NodeSource's) is used as it is: Debian's nodejs/npm packages would conflict with it.
+need_node=0
+if [ "$group" != cluster ] && ! { command -v node >/dev/null && command -v npm >/dev/null; }; then
+  need_node=1
+  want+=(nodejs npm)
 fi
-export DEBIAN_FRONTEND=noninteractive
-# the package lists may be stale or absent on a fresh machine
-if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
-  apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" = installed ]; }
+
+missing=()
+for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    say "need root to install packages: sudo $0 $group"
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  # Keep the packages' maintainer scripts from starting the system's munged, MariaDB and Slurm daemons
+  # (the harness runs its own, on its own ports); only when no policy is in place already.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# temporary, from obleth scripts/deps.sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
+  # The package lists may be stale or absent on a fresh machine: update once, only when needed.
+  if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update -q >/dev/null || { say "apt-get update failed"; exit 1; }
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null ||
+      { say "apt-get install failed for: ${missing[*]}"; exit 1; }
+  fi
+fi
+
+# ---- check what the build and the harness load -------------------------------------------------
+problems=()
+need_cmd() { # command package
+  command -v "$1" >/dev/null 2>&1 || problems+=("command $1 is missing (Debian package $2)")
+}
+need_file() { # path package
+  [ -e "$1" ] || problems+=("$1 is missing (Debian package $2)")
+}
+
+if [ "$group" != cluster ]; then
+  need_cmd cc build-essential
+  need_cmd pkg-config pkg-config
+  need_cmd lua5.4 lua5.4
+  for pc in lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto; do
+    pkg-config --exists "$pc" 2>/dev/null || problems+=("pkg-config cannot find $pc (see scripts/deps.sh build)")
+  done
+  lua5.4 -e 'require "cjson"' 2>/dev/null || problems+=("Lua 5.4 cannot load cjson (Debian package lua-cjson)")
+  need_cmd node nodejs
+  need_cmd npm npm
+  if command -v node >/dev/null; then
+    major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+    if [ "$major" -lt 18 ]; then
+      problems+=("Node.js $(node --version) is too old for the dashboard's build: 18 or newer is needed")
+    elif [ "$major" -lt 20 ] && [ "$need_node" = 0 ] && [ "$group" = all ]; then
+      say "note: Node.js $(node --version); the dashboard's tests are run on Node.js 20"
+    fi
+  fi
+fi
+
+if [ "$group" != build ]; then
+  plugindir=$(dirname "$(dpkg -L slurm-wlm-basic-plugins 2>/dev/null | grep -m1 '/auth_munge\.so$' || echo /usr/lib/none/x)")
+  [ -d "$plugindir" ] || plugindir=/usr/lib/$(uname -m)-linux-gnu/slurm-wlm
+  need_file "$plugindir/auth_jwt.so" slurm-wlm-jwt-plugin          # slurmctld, slurmdbd, slurmrestd
+  need_file "$plugindir/auth_munge.so" slurm-wlm-basic-plugins
+  need_file "$plugindir/accounting_storage_mysql.so" slurm-wlm-mysql-plugin   # slurmdbd
+  need_file "$plugindir/rest_auth_jwt.so" slurm-wlm-basic-plugins  # slurmrestd -a rest_auth/jwt
+  need_file "$plugindir/openapi_v0_0_38.so" slurm-wlm-basic-plugins
+  need_file "$plugindir/openapi_dbv0_0_38.so" slurm-wlm-basic-plugins
+  need_file "$plugindir/serializer_json.so" slurm-wlm-basic-plugins
+  for c in slurmctld:slurmctld slurmd:slurmd slurmdbd:slurmdbd slurmrestd:slurmrestd sbatch:slurm-client \
+    scontrol:slurm-client sacctmgr:slurm-client sinfo:slurm-client munged:munge mariadbd:mariadb-server \
+    mariadb-install-db:mariadb-server curl:curl setpriv:util-linux flock:util-linux ps:procps; do
+    need_cmd "${c%%:*}" "${c#*:}"
+  done
+fi
+
+if [ "$group" = all ]; then
+  need_cmd busted lua-busted
+  need_cmd luacheck lua-check
+  need_cmd tmux tmux
+  need_file /usr/bin/chromium chromium
+fi
+
+if [ ${#problems[@]} -gt 0 ]; then
+  for p in "${problems[@]}"; do say "$p"; done
+  say "install the packages named above (as root: apt-get install <package>), or rerun $0 $group as root"
+  exit 1
 fi

@@ -4,7 +4,9 @@
 #   2. unit + host specs inside the obleth runtime (spec/unit, spec/host)
 #   3. the same again under the AddressSanitizer + UBSan build
 #   4. integration specs against the harness Slurm cluster (spec/integration)
-#   5. luacheck over lua/ and spec/
+#   5. the dashboard: node --test specs of web/src/lib and browser tests in headless
+#      Chromium against obleth serve + provisioner + the harness cluster (spec/web)
+#   6. luacheck over lua/ and spec/
 # Compiler warnings already fail the build (-Werror). Exit status is non-zero
 # on any failure.
 set -uo pipefail
@@ -46,6 +48,15 @@ elif spec/cluster/up.sh >build/cluster-up.log 2>&1; then
 else
   tail -30 build/cluster-up.log
   missing_tier "the harness cluster did not start (build/cluster-up.log)"
+fi
+
+tier "dashboard (node --test, headless Chromium against the harness cluster)"
+if [ "${OBLETH_SKIP_CLUSTER:-}" = 1 ]; then
+  missing_tier "dashboard browser tests skipped by OBLETH_SKIP_CLUSTER=1"
+elif [ -f build/cluster/env ]; then
+  spec/web/run.sh || tier_fail=1
+else
+  missing_tier "dashboard: the harness cluster is not up (build/cluster/env)"
 fi
 
 tier "cluster lifecycle"

@@ -219,27 +219,155 @@ function M.fit_request(values)
     constraint = values.constraint, exclude = values.exclude, time_limit = values.time_limit }
 end
 
+--- The account Slurm uses: the chosen one, else the user's default account.
+function M.effective_account(policy, values, facts)
+  return values.account or policy("validate").default_account(facts and facts.associations)
+end
+
 --- Partition fit for every partition, with the accounts each one offers and
---- whether it takes the chosen account and QoS.
----@return table[] fits, string[] names of the partitions that take the chosen account
-function M.partitions(policy, values, facts)
-  local fits = policy("partition_fit").fit(facts.partitions, facts.nodes, M.fit_request(values))
+--- whether it takes the Slurm user (AllowGroups), the account (the chosen
+--- one, else the user's default account) and QoS.
+---@param req table|nil the fit request (default: M.fit_request(values))
+---@return table[] fits, string[] names of the partitions offered: available (the user's groups and
+---  the account are let in)
+function M.partitions(policy, values, facts, req)
+  local fits = policy("partition_fit").fit(facts.partitions, facts.nodes, req or M.fit_request(values))
   local val = policy("validate")
+  local account = M.effective_account(policy, values, facts)
   local offered = {}
   for i, f in ipairs(fits) do
     local p = facts.partitions[i]
+    f.errors = f.errors or {}
     f.accounts = val.accounts_for(p, facts.associations)
     f.default = p.default == true
     f.max_time = _finite(p.max_time)
+    f.default_time = p.default_time
     f.takes_account = true
-    if values.account then
+    if account then
       f.takes_account = false
-      for _, a in ipairs(f.accounts) do if a == values.account then f.takes_account = true end end
+      for _, a in ipairs(f.accounts) do if a == account then f.takes_account = true end end
     end
     f.takes_qos = values.qos == nil or val.partition_takes_qos == nil or val.partition_takes_qos(p, values.qos)
-    if f.takes_account then offered[#offered + 1] = p.name end
+    local takes_user, why = true, nil
+    if val.partition_takes_user then takes_user, why = val.partition_takes_user(p, facts.user) end
+    f.takes_user = takes_user == true
+    f.available = f.takes_user and f.takes_account
+    if not f.takes_user then
+      f.unavailable_reason = why
+    elseif not f.takes_account then
+      f.unavailable_reason = ("partition %s does not take account %s%s"):format(p.name, account,
+        values.account and "" or " (your default account)")
+    end
+    f.can_run = f.available and #f.errors == 0
+    if f.available then offered[#offered + 1] = p.name end
   end
   return fits, offered
+end
+
+--- Settings Slurm (or the cluster) decides when nobody set them, applied to
+--- resolved values before the checks: the partition that can run the
+--- replica when the current one cannot and exactly one can (unless the user
+--- chose it), the partition's DefaultTime (or MaxTime) in place of obleth's
+--- built-in time limit, and the only QoS the partition takes that the user
+--- holds (when no QoS is chosen). Changes `values` and `provenance`.
+---@return string[] notes what was changed and why (for `warnings`)
+function M.cluster_choices(policy, values, provenance, facts)
+  local notes = {}
+  local val = policy("validate")
+  if provenance.partition ~= "user" and values.partition then
+    -- a time limit nobody insisted on follows the partition: leave it out of the choice
+    local req = M.fit_request(values)
+    if provenance.time_limit == "builtin" then req.time_limit = nil end
+    local fits = M.partitions(policy, values, facts, req)
+    local cur, can = nil, {}
+    for _, f in ipairs(fits) do
+      if f.partition == values.partition then cur = f end
+      if f.can_run then can[#can + 1] = f end
+    end
+    if cur and not cur.can_run and #can == 1 then
+      local why = cur.unavailable_reason or (cur.errors[1] and cur.errors[1].message) or "it cannot"
+      notes[#notes + 1] = ("partition %s cannot run this replica (%s): using %s, the only partition that can")
+        :format(cur.partition, why, can[1].partition)
+      values.partition, provenance.partition = can[1].partition, "cluster_default"
+    end
+  end
+  local part = _find_partition(facts, values.partition)
+  if part and provenance.time_limit == "builtin" then
+    local dt, mt = part.default_time, _finite(part.max_time)
+    if dt and (mt == nil or dt <= mt) then
+      values.time_limit, provenance.time_limit = dt, "cluster_default"
+    elseif mt and values.time_limit and values.time_limit > mt then
+      values.time_limit, provenance.time_limit = mt, "cluster_default"
+    end
+  end
+  if part and values.qos == nil and val.preselect_qos then
+    local q = val.preselect_qos(part, M.effective_account(policy, values, facts), facts.associations, facts.qos)
+    if q then values.qos, provenance.qos = q, "cluster_default" end
+  end
+  return notes
+end
+
+--- The cluster's checks of one replica's Slurm settings, as Slurm will
+--- make them: the Slurm user's groups, account, QoS and time limit
+--- (policy `validate`.check; an empty account or QoS is the default Slurm
+--- fills in), then whether the replica fits a node of the partition
+--- (policy `partition_fit`). The one owner of these checks: the preview, the
+--- launch and PUT /api/v1/models/{id}/managed all call it.
+---@param policy fun(name: string): table
+---@param values {partition: string, account: string|nil, qos: string|nil, time_limit: integer|nil,
+---  nodes: integer|nil, gpus_per_node: integer|nil, gpu_type: string|nil, cpus_per_node: integer|nil,
+---  memory_per_node: integer|nil, constraint: string|nil, exclude: string|nil} minutes, MiB
+---@param facts table {partitions, nodes, associations, qos, user, enforce_part_limits}
+---@return {field: string, message: string, code: string}[] errors one per field, the first found
+---@return table[] fits every partition (M.partitions), string[] offered partitions
+---@return string[] warnings what does not stop the job but delays it (fitting nodes down, drained)
+function M.cluster_errors(policy, values, facts)
+  local errors, seen, warnings = {}, {}, {}
+  local function add(e)
+    if seen[e.field] then return end
+    seen[e.field] = true
+    errors[#errors + 1] = { field = e.field, message = e.message, code = e.code }
+  end
+  for _, e in ipairs(policy("validate").check({ partition = values.partition, account = values.account,
+    qos = values.qos, time_limit = values.time_limit }, facts)) do add(e) end
+  local fits, offered = M.partitions(policy, values, facts)
+  for _, f in ipairs(fits) do
+    if f.partition == values.partition then
+      for _, e in ipairs(f.errors) do add(e) end
+      if not f.fits and #f.errors == 0 then
+        warnings[#warnings + 1] = ("one replica cannot start on partition %s now: %s"):format(f.partition,
+          table.concat(f.reasons, "; "))
+      end
+    end
+  end
+  return errors, fits, offered, warnings
+end
+
+--- The cluster checks of a stored managed spec (PUT /api/v1/models/{id}/managed):
+--- the values the provisioner submits — the spec's, else the cluster
+--- defaults' partition / account / QoS, else Slurm's default partition.
+---@param policy fun(name: string): table
+---@param spec table validated managed spec (obleth.validate.managed_spec)
+---@param defaults table|nil cluster defaults
+---@param facts table as for M.cluster_errors
+---@return {field: string, message: string, code: string}[] errors
+function M.spec_errors(policy, spec, defaults, facts)
+  defaults = defaults or {}
+  local values = {}
+  for _, k in ipairs({ "partition", "account", "qos", "time_limit", "nodes", "gpus_per_node", "gpu_type",
+    "cpus_per_node", "memory_per_node", "constraint", "exclude" }) do values[k] = _v(spec[k]) end
+  for _, k in ipairs({ "partition", "account", "qos" }) do
+    if values[k] == nil then values[k] = _v(defaults[k]) end
+  end
+  if (values.gpus_per_node or 0) == 0 then values.gpu_type = nil end
+  if values.partition == nil then
+    for _, p in ipairs(facts.partitions or {}) do if p.default then values.partition = p.name end end
+  end
+  if values.partition == nil then
+    return { { field = "partition", code = "required",
+      message = "no partition: name one, or set a default partition in Cluster defaults" } }
+  end
+  return (M.cluster_errors(policy, values, facts))
 end
 
 ---------------------------------------------------------------------------
@@ -327,24 +455,24 @@ function M.preview(p)
     if merr then err("api_model_name", (merr.message:gsub("^name:", "api_model_name:")), "invalid") end
   end
 
-  -- Slurm-side checks: account / QoS / time limit against the partition and the user's associations
+  -- Slurm-side checks: the user's groups, account / QoS / time limit against the partition and the
+  -- user's associations (an empty account or QoS is the default Slurm fills in), then whether one
+  -- replica fits a node of the partition: each a field error (obleth.policy.validate, .partition_fit)
   local out = { partitions = {}, partitions_offered = {}, accounts_offered = {}, qos_offered = {} }
   if facts then
-    local checks = policy("validate").check({ partition = values.partition, account = values.account,
-      qos = values.qos, time_limit = values.time_limit }, facts)
-    for _, e in ipairs(checks) do err(e.field, e.message, e.code) end
-    out.partitions, out.partitions_offered = M.partitions(policy, values, facts)
+    if values.partition and not seen.partition then
+      for _, n in ipairs(M.cluster_choices(policy, values, res.provenance, facts)) do warnings[#warnings + 1] = n end
+    end
+    local cerrs, cwarn
+    cerrs, out.partitions, out.partitions_offered, cwarn = M.cluster_errors(policy, values, facts)
+    for _, e in ipairs(cerrs) do err(e.field, e.message, e.code) end
+    for _, w in ipairs(cwarn) do warnings[#warnings + 1] = w end
     local part = _find_partition(facts, values.partition)
     if part then
       out.accounts_offered = policy("validate").accounts_for(part, facts.associations)
-      if values.account and policy("validate").qos_for then
-        out.qos_offered = policy("validate").qos_for(part, values.account, facts.associations, facts.qos)
-      end
-      for _, f in ipairs(out.partitions) do
-        if f.partition == part.name and not f.fits then
-          warnings[#warnings + 1] = ("one replica does not fit partition %s: %s"):format(part.name,
-            table.concat(f.reasons, "; "))
-        end
+      local account = M.effective_account(policy, values, facts)
+      if account and policy("validate").qos_for then
+        out.qos_offered = policy("validate").qos_for(part, account, facts.associations, facts.qos)
       end
     end
   else
@@ -384,13 +512,37 @@ function M.preview(p)
     local rf = _resolve_field(f)
     settings[f] = { value = values[rf], provenance = res.provenance[rf] }
   end
+  -- `fields`: every setting the form holds, in form order, also those nobody set (value and
+  -- provenance nil), each with its error
+  local by_field = {}
+  for _, e in ipairs(errors) do by_field[e.field] = by_field[e.field] or { message = e.message, code = e.code } end
   local fields = {}
-  for _, f in ipairs(res.fields) do
-    local name = _api_field(f.field)
-    fields[#fields + 1] = { field = name, value = f.value, provenance = f.provenance }
-    if name:find(".", 1, true) then settings[name] = { value = f.value, provenance = f.provenance } end
+  local function push(name, value, provenance)
+    fields[#fields + 1] = { field = name, value = value, provenance = provenance, error = by_field[name] }
+    if name:find(".", 1, true) then settings[name] = { value = value, provenance = provenance } end
+  end
+  for _, f in ipairs(M.SETTINGS) do
+    local rf = _resolve_field(f)
+    push(f, values[rf], res.provenance[rf])
+  end
+  for _, k in ipairs(M.HEALTH_KEYS) do
+    push("health." .. k, values.health and values.health[k], res.provenance["health." .. k])
+  end
+  for _, name in ipairs(r.input_order or {}) do
+    push("inputs." .. name, values.inputs and values.inputs[name], res.provenance["inputs." .. name])
   end
 
+  if facts and facts.user then
+    local groups
+    if facts.user.groups then
+      groups = {}
+      for g in pairs(facts.user.groups) do groups[#groups + 1] = g end
+      table.sort(groups)
+    end
+    out.slurm_user = { name = facts.user.name, groups = groups, groups_from = facts.user.groups_from,
+      groups_error = facts.user.groups_error }
+  end
+  out.enforce_part_limits = facts and facts.enforce_part_limits or nil
   out.ok = #errors == 0
   out.values = values
   out.settings = settings

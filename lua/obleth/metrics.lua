@@ -143,17 +143,6 @@ function Histogram:observe(values, v)
   s.count = s.count + 1
 end
 
---- Add observations counted elsewhere (e.g. by the host in C): counts[i] for bucket i
---- (one more than the buckets: the last is +Inf, not cumulative), their sum and count.
-function Histogram:merge(values, counts, sum, count)
-  if count == 0 then return end
-  local s = _series(self, values, _empty_histogram)
-  local n = #self.buckets
-  for i = 1, n do s.counts[i] = s.counts[i] + (counts[i] or 0) end
-  s.sum = s.sum + sum
-  s.count = s.count + count
-end
-
 --- A counter: only goes up.
 ---@param name string
 ---@param help string

@@ -122,6 +122,19 @@ local function _load_override(name, path, builtin)
   return merged
 end
 
+--- Load one override file without installing it (to try an edit): compile,
+--- run, merge over the built-in module and validate, as a reload would.
+---@param name string a policy name (one of M.NAMES)
+---@param path string the file
+---@return table|nil module the module the file would make
+---@return string|nil err what failed; compile and run errors name the file and line ("PATH:3: ...")
+function M.load_file(name, path)
+  if not M.REQUIRED[name] then
+    return nil, ("unknown policy %q (one of %s)"):format(tostring(name), table.concat(M.NAMES, ", "))
+  end
+  return _load_override(name, path, require("obleth.policy." .. name))
+end
+
 --- A policy set: built-in modules plus the overrides of one directory.
 ---@param opts {dir: string|nil, names: string[]|nil, stat: function|false|nil, clock: function|nil}|nil
 ---  dir default: $OBLETH_POLICY_DIR or /etc/obleth/policy.d; stat(path) -> {mtime, size}|nil

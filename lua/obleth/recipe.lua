@@ -55,7 +55,7 @@ end
 
 M.ENGINES = { vllm = true, sglang = true, llamacpp = true, ollama = true, smoke = true, custom = true }
 M.INPUT_TYPES = { string = true, integer = true, number = true, boolean = true, enum = true, path = true }
-M.PROVENANCE = { "recipe", "cluster_default", "learned", "user" }
+M.PROVENANCE = { "builtin", "recipe", "cluster_default", "learned", "user" }
 
 --- Cluster-default keys a template may name (`{{ defaults.<key> }}`); keys
 -- starting with `x_` are free for site-specific values. The Hugging Face
@@ -1208,8 +1208,8 @@ local function _check_setting(name, v)
 end
 
 --- Resolve every setting of the launch form: value and provenance.
--- Precedence, lowest first: the recipe format's own default (provenance
--- `recipe`), cluster defaults (`cluster_default`), the recipe, learned
+-- Precedence, lowest first: obleth's built-in fallback (M.SPEC_DEFAULTS,
+-- provenance `builtin`), cluster defaults (`cluster_default`), the recipe, learned
 -- account/QoS (`learned`), the user's values (`user`). An input default that
 -- refers to `{{ defaults.* }}` is marked `cluster_default`.
 ---@param recipe table validated recipe
@@ -1252,7 +1252,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
   end
   for _, s in ipairs(SETTINGS) do
     local name = s[1]
-    local v, source = M.SPEC_DEFAULTS[name], M.SPEC_DEFAULTS[name] ~= nil and "recipe" or nil
+    local v, source = M.SPEC_DEFAULTS[name], M.SPEC_DEFAULTS[name] ~= nil and "builtin" or nil
     if name == "api_name" then v, source = recipe.id, "recipe" end
     if cd[name] ~= nil then v, source = cd[name], "cluster_default" end
     local rv = recipe.resources[name]

@@ -131,7 +131,7 @@ local function _base(url)
   return url
 end
 
--- An endpoint URL's parts for res:proxy: {url, host, port, prefix} for plain http
+-- An endpoint URL's parts for res:proxy: {host, port, prefix} for plain http
 -- ("http://node7:8000", "http://[fd00::7]:8000/v1"), false for anything else
 -- (https goes through the HTTP client). Cached per URL (forgotten past 4096 URLs).
 local _parsed, _nparsed = {}, 0
@@ -149,7 +149,7 @@ local function _http_parts(url)
     if not port then port, path = "80", rest end
     port = tonumber(port)
     if port and port >= 1 and port <= 65535 and (path == "" or path:sub(1, 1) == "/") then
-      p = { url = url, host = host, port = port, prefix = path }
+      p = { host = host, port = port, prefix = path }
     end
   end
   _parsed[url] = p
@@ -196,29 +196,18 @@ function M.new(opts)
   }, Router)
   self._proxy_opts = { connect_timeout = self.connect_timeout, timeout = self.timeout,
     buffer_limit = M.BUFFER_LIMIT }
-  -- the fast path (host/http_fast.c): what this router decides, it teaches the table, and a
-  -- server given self.fast answers the same requests in C; its balancer is the one both use
   local http = self.http
-  if http.fast then
-    self.fast = http.fast { connect_timeout = self.connect_timeout, timeout = self.timeout,
-      buffer_limit = M.BUFFER_LIMIT, ttl = M.CACHE_TTL, cooldown = (opts.balancer or {}).cooldown or balancer.COOLDOWN,
-      buckets = metrics.LATENCY_BUCKETS }
-  end
-  self.balancer = self.fast or balancer.new(opts.balancer)
+  self.balancer = balancer.new(opts.balancer)
   self:invalidate()
   self.m_requests = reg:counter("obleth_router_requests_total",
     "Client requests to /v1/ by model and HTTP status (499: the client went away first)", { "model", "status" })
   self.m_latency = reg:histogram("obleth_router_upstream_latency_seconds",
     "Time from sending a request to an endpoint until its answer's headers arrived (time to first byte)",
     { "model" }, metrics.LATENCY_BUCKETS)
-  local fast, inflight = self.fast, self._inflight
+  local inflight = self._inflight
   reg:gauge("obleth_router_in_flight_requests", "Client requests being answered by a replica",
     { "model" }, function(set)
-      local c = fast and fast:in_flight() or {}
-      for name, n in pairs(inflight) do set({ name }, n + (c[name] or 0)) end
-      for name, n in pairs(c) do
-        if not inflight[name] then set({ name }, n) end
-      end
+      for name, n in pairs(inflight) do set({ name }, n) end
     end)
   self.m_retries = reg:counter("obleth_router_upstream_retries_total",
     "Requests retried on another replica after a failed connection", { "model" })
@@ -243,17 +232,6 @@ function M.new(opts)
     set({}, pstat.failed_passes or 0)
   end)
   self:_provisioner_gauges(reg, function() return pstat or store:provisioner_status() end)
-  if fast then
-    local fstats -- one read per scrape
-    reg:counter("obleth_router_fast_path_requests_total",
-      "Requests the router's fast path (C) took without running Lua", nil, function(set)
-        fstats = fast:stats()
-        set({}, fstats.requests)
-      end)
-    reg:counter("obleth_router_fast_path_handed_back_total",
-      "Fast-path requests whose first attempt failed before any answer and went on to the Lua router", nil,
-      function(set) set({}, (fstats or fast:stats()).handed_back) end)
-  end
   -- the proxy's connection pool (host/http_proxy.c), read at each scrape
   if http.proxy_stats then
     local pstats -- one read per scrape, shared by the pool's series
@@ -280,19 +258,6 @@ end
 function Router:invalidate()
   self._models, self._keys, self._settings = {}, {}, nil
   self._cached_at = self.clock()
-  if self.fast then self.fast:clear() end
-end
-
---- The server is shutting down: every request goes through Lua (which answers 503).
-function Router:drain()
-  if self.fast then self.fast:enable(false) end
-end
-
---- Requests the fast path is answering now (0 without one).
-function Router:fast_in_flight()
-  if not self.fast then return 0 end
-  local _, total = self.fast:in_flight()
-  return total
 end
 
 -- The cache also expires after CACHE_TTL seconds, for a write made behind obleth's back.
@@ -307,38 +272,13 @@ function Router:_model(name)
   local m = self._models[name]
   if m then return m end
   m = self.store:route_model(name)
-  if m then
-    self._models[name] = m
-    self:_teach_model(name, m)
-  end
+  if m then self._models[name] = m end
   return m
-end
-
--- Teach the fast path a model name: only when every endpoint is plain http (res:proxy's).
-function Router:_teach_model(name, m)
-  local n = #m.endpoints
-  if not self.fast or not self.use_proxy or n == 0 or n > 256 then return end
-  local eps = {}
-  for i, url in ipairs(m.endpoints) do
-    eps[i] = _http_parts(url) -- {url, host, port, prefix}, as set_model takes them
-    if not eps[i] then return end
-  end
-  self.fast:set_model(name, m.name, eps)
 end
 
 --- The Prometheus text of every router and store metric.
 function Router:metrics_text()
-  self:_drain_fast()
   return self.registry:render()
-end
-
--- Add what the fast path counted since the last time to the router's metrics.
-function Router:_drain_fast()
-  if not self.fast then return end
-  for name, d in pairs(self.fast:drain()) do
-    for status, n in pairs(d.statuses) do self.m_requests:inc(self:_status_labels(name, status), n) end
-    self.m_latency:merge(self:_labels(name), d.buckets, d.sum, d.count)
-  end
 end
 
 -- Is the request allowed? true | nil, code, message
@@ -348,10 +288,7 @@ function Router:_authorize(req)
     st = self.store:get_settings("router") or false
     self._settings = st
   end
-  if st and st.keyless == true then
-    if self.fast then self.fast:keyless(true) end
-    return true
-  end
+  if st and st.keyless == true then return true end
   local h = req.headers.authorization
   local tok = type(h) == "string" and h:match("^[Bb]earer%s+(%S+)%s*$")
   if not tok then
@@ -364,7 +301,6 @@ function Router:_authorize(req)
   if self._keys[tok] then return true end
   if self.store:api_key_id(self.sha256(tok)) then
     self._keys[tok] = true -- only valid keys are kept (a revocation is a write: it clears them)
-    if self.fast then self.fast:add_key(tok) end
     return true
   end
   return nil, "invalid_api_key", "Incorrect API key provided (unknown or revoked)."
@@ -519,40 +455,32 @@ function Router:_labels(name)
 end
 
 -- The attempts of one request (at most two endpoints). Returns status, endpoint.
--- req.prior is a first attempt the fast path made (host/http_fast.c) and that
--- failed before any answer: it counts as this request's first.
 function Router:_attempts(req, res, model, stream, labels)
   local bal, name = self.balancer, model.name
   local tried, last_code, last_url
   local popts = self._proxy_opts -- res:proxy reads it before it yields: one table serves every request
-  local prior = req.prior
   for attempt = 1, 2 do
-    local url, why, msg
-    if attempt == 1 and prior then
-      url, why, msg = prior.endpoint, prior.code, prior.message
+    local url = bal:pick(name, model.endpoints, tried, self.clock())
+    if not url then break end
+    if attempt > 1 then self.m_retries:inc(labels) end
+    bal:acquire(url)
+    local parts = self.use_proxy and _http_parts(url)
+    local pok, st, why, msg, ttfb
+    if parts then
+      popts.host, popts.port, popts.stream = parts.host, parts.port, stream
+      popts.target = parts.prefix ~= "" and parts.prefix .. req.target or nil
+      pok, st, why, msg, ttfb = pcall(res.proxy, res, popts)
     else
-      url = bal:pick(name, model.endpoints, tried, self.clock())
-      if not url then break end
-      if attempt > 1 then self.m_retries:inc(labels) end
-      bal:acquire(url)
-      local parts = self.use_proxy and _http_parts(url)
-      local pok, st, ttfb
-      if parts then
-        popts.host, popts.port, popts.stream = parts.host, parts.port, stream
-        popts.target = parts.prefix ~= "" and parts.prefix .. req.target or nil
-        pok, st, why, msg, ttfb = pcall(res.proxy, res, popts)
-      else
-        pok, st, why, msg, ttfb = pcall(self._through_client, self, req, res, url, stream)
+      pok, st, why, msg, ttfb = pcall(self._through_client, self, req, res, url, stream)
+    end
+    bal:release(url)
+    if not pok then error(st, 0) end
+    if st then
+      self.m_latency:observe(labels, ttfb)
+      if why == "upstream_broke" then
+        self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
       end
-      bal:release(url)
-      if not pok then error(st, 0) end
-      if st then
-        self.m_latency:observe(labels, ttfb)
-        if why == "upstream_broke" then
-          self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
-        end
-        return st, url
-      end
+      return st, url
     end
     last_code, last_url = why, url
     if why == "upstream_broke" then
@@ -599,10 +527,7 @@ end
 
 function Router:_route(req, res)
   local path, method = req.path, req.method
-  -- the fast path's first attempt failed (host/http_fast.c): what it decided at the
-  -- request's start stands (draining, the key), as for a request Lua started itself
-  local prior = req.prior
-  if self.app.draining and not prior then
+  if self.app.draining then
     return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
       { ["Retry-After"] = "1" })
   end
@@ -614,8 +539,7 @@ function Router:_route(req, res)
     return 200
   end
   self:_fresh()
-  local allowed, code, why = true, nil, nil
-  if not prior then allowed, code, why = self:_authorize(req) end
+  local allowed, code, why = self:_authorize(req)
   if not allowed then
     return _fail(res, 401, why, "invalid_request_error", nil, code, { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
   end
@@ -700,7 +624,7 @@ end
 --- app's in-flight requests (shutdown waits for them), records metrics and logs one line.
 function Router:serve(req, res)
   local app = self.app
-  local t0 = req.prior and req.prior.started or self.clock()
+  local t0 = self.clock()
   app.inflight = (app.inflight or 0) + 1
   local ok, status, endpoint = xpcall(self._route, debug.traceback, self, req, res)
   app.inflight = app.inflight - 1

@@ -4,8 +4,14 @@
 -- Route modules (`lua/obleth/api/<area>.lua`) return
 --   { routes = { {method, "/api/v1/models/{id}/managed", handler, summary = "...", tag = "..."}, ... } }
 -- handler(ctx) returns `status, body_table[, headers]` (encoded as JSON) or
--- `status, "text", headers`. ctx = {req, params = {id = "3"}, query, json (decoded body or nil), app}.
+-- `status, "text", headers`. ctx = {req, res, params = {id = "3"}, query, json (decoded body or nil), app,
+-- auth = "bearer"|"session", session_id (when signed in by cookie)}.
 -- Adding a module is one line in M.ROUTE_MODULES.
+--
+-- A route's optional fields: `changes` = the event topics (obleth.events) a 2xx answer to it
+-- published (every route that writes declares them; the handler may set ctx.changes to
+-- {{topic, model_id}, ...} instead, and ctx.model_id); `public = true`: no credentials needed;
+-- `stream = true`: the handler answers through ctx.res itself.
 local json = require "obleth.api.json"
 local errors = require "obleth.api.errors"
 
@@ -23,6 +29,8 @@ M.ROUTE_MODULES = {
   "obleth.api.hf",
   "obleth.api.launch",
   "obleth.api.keys",
+  "obleth.api.session",
+  "obleth.api.events",
   "obleth.api.openapi",
 }
 
@@ -64,7 +72,8 @@ function M.load_routes(modules)
       end
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
-        segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas }
+        segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
+        public = r.public, stream = r.stream }
     end
   end
   return routes
@@ -128,16 +137,28 @@ App.__index = App
 
 --- Create the application.
 ---@param opts {store: table, admin_token: string, log: table|nil, modules: string[]|nil, now: function|nil,
----  clock: function|nil, router: table|nil}  router: options for obleth.router.new (e.g. transport)
+---  clock: function|nil, router: table|nil, web_dir: string|nil, public_url: string|nil,
+---  max_streams: integer|nil}  router: options for obleth.router.new (e.g. transport);
+---  web_dir: the built dashboard (obleth.web.default_dir()); public_url: the origin the dashboard is
+---  reached at when a proxy in front rewrites Host (its scheme https makes the session cookie Secure)
 function M.new(opts)
   if type(opts.admin_token) ~= "string" or opts.admin_token == "" then error("server.new: admin_token", 2) end
   local log = opts.log or require("obleth.log")
   log.add_secret(opts.admin_token)
+  local now = opts.now or function() return require("obleth.loop").now() end
+  local public_origin
+  if opts.public_url then
+    public_origin = M.origin_of(opts.public_url)
+    if not public_origin then error("server.new: public_url must be http(s)://host[:port]", 2) end
+  end
   local app = setmetatable({
     store = opts.store, log = log, routes = M.load_routes(opts.modules), inflight = 0, draining = false,
-    cache = {}, _token = opts.admin_token, _router_opts = opts.router,
-    now = opts.now or function() return require("obleth.loop").now() end,
+    cache = {}, _token = opts.admin_token, _router_opts = opts.router, now = now,
     clock = opts.clock or function() return require("obleth.loop").monotonic() end,
+    sessions = require("obleth.sessions").new { now = now },
+    events = require("obleth.events").new { max = opts.max_streams },
+    web = require("obleth.web").new { dir = opts.web_dir or require("obleth.web").default_dir() },
+    public_origin = public_origin,
   }, App)
   app:register_secrets()
   return app
@@ -161,19 +182,23 @@ function App:slurm_settings()
       modules = json.array(d.modules or {}), partition = nn(d.partition), account = nn(d.account),
       qos = nn(d.qos), hf_token = nn(d.hf_token),
       port_range = json.array(d.port_range or { 20000, 20999 }), environment = d.environment or {},
+      user_groups = nn(d.user_groups), enforce_part_limits = nn(d.enforce_part_limits),
     },
   }
 end
 
---- Start shutting down: new requests get 503 shutting_down, in Lua and in the router's fast path.
+--- Start shutting down: new requests get 503 shutting_down; event streams end.
 function App:drain()
   self.draining = true
-  if self.router then self.router:drain() end
+  self.events:close_all()
 end
 
---- Requests being answered now (the Management API's, the router's and its fast path's).
-function App:busy()
-  return self.inflight + (self.router and self.router:fast_in_flight() or 0)
+--- "scheme://host[:port]" of an absolute http(s) URL (lowercase scheme and host), or nil.
+function M.origin_of(url)
+  if type(url) ~= "string" then return nil end
+  local scheme, host = url:match("^(https?)://([^/?#]+)")
+  if not scheme or host:find("@", 1, true) then return nil end
+  return scheme:lower() .. "://" .. host:lower()
 end
 
 --- Make the stored (or given) settings' secrets unprintable in the log.
@@ -221,29 +246,96 @@ local function _reply(status, body, headers)
     body = json.encode(body)
   end
   headers["Cache-Control"] = headers["Cache-Control"] or "no-store"
+  headers["X-Content-Type-Options"] = "nosniff"
+  headers["Referrer-Policy"] = "no-referrer"
   return { status = status, headers = headers, body = body or "" }
 end
 
-function App:_authorized(req)
-  local h = req.headers and req.headers["authorization"]
-  if type(h) ~= "string" then return false end
-  local tok = h:match("^[Bb]earer%s+(%S+)%s*$")
-  if not tok then return false end
-  return require("obleth.sys").consteq(tok, self._token)
+--- Who is asking: "bearer" (the admin token), "session" (a live session cookie) or nil.
+---@return string|nil how, string|nil session_id
+function App:_auth(req)
+  local hs = req.headers or {}
+  local h = hs["authorization"]
+  if type(h) == "string" then
+    local tok = h:match("^[Bb]earer%s+(%S+)%s*$")
+    if tok and require("obleth.sys").consteq(tok, self._token) then return "bearer" end
+    return nil -- a wrong Authorization header is not rescued by a cookie
+  end
+  local sid = require("obleth.sessions").cookie(hs["cookie"], require("obleth.sessions").COOKIE)
+  if sid and self.sessions:check(sid, self._token) then return "session", sid end
+  return nil
 end
 
-function App:_dispatch(req)
+--- The origin the request was sent to: scheme (X-Forwarded-Proto, else http) :// Host.
+function M.request_origin(req)
+  local hs = req.headers or {}
+  local proto = (hs["x-forwarded-proto"] or "http"):match("^%s*([%a]+)") or "http"
+  local host = hs["host"]
+  if not host then return nil end
+  return proto:lower() .. "://" .. host:lower()
+end
+
+--- True when a session cookie set for this request should be Secure: the dashboard is
+--- reached over https (--public-url https://..., or a proxy's X-Forwarded-Proto: https).
+function App:secure_cookie(req)
+  if self.public_origin and self.public_origin:sub(1, 6) == "https:" then return true end
+  local p = (req.headers or {})["x-forwarded-proto"]
+  return type(p) == "string" and p:lower():match("^%s*https") ~= nil
+end
+
+-- A write authenticated by the session cookie must come from the dashboard itself.
+function App:_csrf_ok(req)
+  local hs = req.headers or {}
+  if hs["x-requested-with"] ~= "obleth" then
+    return false, "a write with the session cookie needs the header X-Requested-With: obleth"
+  end
+  local site = hs["sec-fetch-site"]
+  if site and site ~= "same-origin" and site ~= "none" then
+    return false, "a write with the session cookie must come from this server's own pages"
+  end
+  local origin = hs["origin"]
+  if origin then
+    origin = origin:lower()
+    if origin ~= M.request_origin(req) and origin ~= self.public_origin then
+      return false, "a write with the session cookie must come from this server's own origin"
+    end
+  end
+  return true
+end
+
+-- Publish the changes a successful write made; true when there were any.
+function App:_publish(route, ctx, rbody)
+  local list = ctx.changes
+  if not list then
+    if not route.changes then return false end
+    local mid = ctx.model_id
+    if mid == nil and route.path:match("^/api/v1/models/{id}") then mid = M.int_param(ctx, "id") end
+    if mid == nil and type(rbody) == "table" and math.type(rbody.model_id) == "integer" then mid = rbody.model_id end
+    list = {}
+    for _, t in ipairs(route.changes) do list[#list + 1] = { t, mid } end
+  end
+  for _, c in ipairs(list) do self.events:publish(c[1], c[2]) end
+  return #list > 0
+end
+
+function App:_dispatch(req, res, found)
   if self.draining then
     return _reply(errors.fail(503, "shutting_down", "the server is shutting down"))
   end
   local path = req.path or "/"
-  -- every route outside the router (/v1, /metrics) needs the admin token
-  if not self:_authorized(req) then
+  local route, params, allowed = found[1], found[2], found[3]
+  -- every /api/ route needs the admin token (or a session cookie), except the sign-in ones
+  local auth, sid = self:_auth(req)
+  if not auth and not (route and route.public) then
     return _reply(401, { error = { code = "unauthorized",
-      message = "this route needs the admin token: Authorization: Bearer <OBLETH_ADMIN_TOKEN>" } },
+      message = "this route needs the admin token: Authorization: Bearer <OBLETH_ADMIN_TOKEN>, "
+        .. "or the dashboard's session (sign in on /signin)" } },
       { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
   end
-  local route, params, allowed = M.route(self.routes, req.method, path)
+  if auth == "session" and req.method ~= "GET" and req.method ~= "HEAD" then
+    local ok, why = self:_csrf_ok(req)
+    if not ok then return _reply(errors.fail(403, "csrf", why)) end
+  end
   if not route then
     if allowed then
       return _reply(405, { error = { code = "method_not_allowed",
@@ -262,34 +354,44 @@ function App:_dispatch(req)
     end
     body = v
   end
-  local ctx = { req = req, params = params, query = req.query or {}, json = body, app = self, route = route }
+  local ctx = { req = req, res = res, params = params, query = req.query or {}, json = body, app = self,
+    route = route, auth = auth, session_id = sid }
   local ok, status, rbody, headers = xpcall(route.handler, debug.traceback, ctx)
   if not ok then
     self.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
+  if route.stream and res and res:sent() then return { status = 200, streamed = true } end
   if type(status) ~= "number" then
     self.log.error("api_handler_error", { method = req.method, path = path, error = "handler returned no status" })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
-  return _reply(status, rbody, headers)
+  local wrote = status >= 200 and status < 300 and req.method ~= "GET" and req.method ~= "HEAD"
+    and self:_publish(route, ctx, rbody)
+  local out = _reply(status, rbody, headers)
+  out.wrote = wrote or nil
+  return out
 end
 
 --- Handle one request (the http.server handler).
 ---@param req table
+---@param res table|nil the response object (for streaming routes)
 ---@return table {status, headers, body}
-function App:handle(req)
+function App:handle(req, res)
   local t0 = self.clock()
-  self.inflight = self.inflight + 1
-  local ok, res = pcall(self._dispatch, self, req)
-  self.inflight = self.inflight - 1
+  local found = table.pack(M.route(self.routes, req.method, req.path or "/"))
+  -- an event stream lasts as long as its client: it does not hold up a shutdown
+  local counted = not (found[1] and found[1].stream)
+  if counted then self.inflight = self.inflight + 1 end
+  local ok, out = pcall(self._dispatch, self, req, res, found)
+  if counted then self.inflight = self.inflight - 1 end
   if not ok then
-    self.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(res) })
-    res = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
+    self.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
+    out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
-  self.log.info("http_request", { method = req.method, path = req.path, status = res.status,
+  self.log.info("http_request", { method = req.method, path = req.path, status = out.status,
     ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })
-  return res
+  return out
 end
 
 --- A function for http.server{handler = ...}: `/v1/...` and `/metrics` go to the
@@ -330,14 +432,27 @@ function App:handler()
           require("obleth.router").error_body(msg, "invalid_request_error", nil, "bad_path"))
         return
       end
-      return _reply(errors.fail(400, "bad_path", msg))
+      local out = _reply(errors.fail(400, "bad_path", msg))
+      -- outside /api/ this is the dashboard's ground: its headers too
+      if p:sub(1, 5) ~= "/api/" then
+        for k, v in pairs(require("obleth.web").HEADERS) do out.headers[k] = v end
+      end
+      return out
     end
     if to_router then return router:serve(req, res) end
-    local out = self:handle(req)
-    -- every store write comes through a write request: the router reads afresh (not after
-    -- a 401: a request without the admin token wrote nothing, and must not be a way to
-    -- keep the router's cache and its fast path cold)
-    if req.method ~= "GET" and req.method ~= "HEAD" and out.status ~= 401 then router:invalidate() end
+    if p ~= "/api" and p:sub(1, 5) ~= "/api/" then
+      local t0 = self.clock()
+      local out = self.draining and require("obleth.web").text(503, "the server is shutting down")
+        or self.web:serve(req)
+      self.log.info("http_request", { method = req.method, path = p, status = out.status,
+        ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })
+      return out
+    end
+    local out = self:handle(req, res)
+    -- every store write comes through a write request: the router reads afresh after one
+    -- that changed something (not after a refused one, nor a sign-in: a request that wrote
+    -- nothing must not be a way to keep the router's cache cold)
+    if out.wrote then router:invalidate() end
     return out
   end
 end

@@ -371,7 +371,7 @@ local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "veri
 --- How the Slurm JWT is had: the saved token, minted from the site's HS256 key file, or a command's output.
 M.TOKEN_SOURCES = { static = true, key_file = true, command = true }
 local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
-  "qos", "hf_token", "port_range", "environment", "hf_token_set" })
+  "qos", "hf_token", "port_range", "environment", "hf_token_set", "user_groups", "enforce_part_limits" })
 local API_VERSIONS = _set({ "auto", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44" })
 
 local function _secret(v, field)
@@ -484,6 +484,22 @@ function M.settings(input)
         return { a, b }
       end },
       { "environment", _env },
+      -- the Slurm user's groups as slurmctld sees them (AllowGroups); null: this host's group database
+      { "user_groups", function(v, f)
+        if _null(v) then return nil end
+        local l, e = _lines(v, f, 256)
+        if e then return nil, e end
+        for i, g in ipairs(l) do
+          if not g:match(NAME64) or #g > 64 then return _err(("%s[%d]"):format(f, i - 1), "%q is not a group name", g) end
+        end
+        return l
+      end },
+      -- slurmctld's EnforcePartLimits (slurmrestd does not report it); null: unknown
+      { "enforce_part_limits", function(v, f)
+        if _null(v) then return nil end
+        if v ~= "NO" and v ~= "ANY" and v ~= "ALL" then return _err(f, "must be NO, ANY, ALL or null") end
+        return v
+      end },
     }
     for _, s in ipairs(steps) do
       ok, err = _field(din, d, s[1], s[2], "defaults." .. s[1])
@@ -540,6 +556,16 @@ local REPLICA_FIELDS = {
   launch_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
   restart_requested = _bool,
   generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
+}
+
+--- A replica's job as Slurm last showed it (docs/managed-spec.md): `slurm` in a report.
+local SLURM_FIELDS = {
+  state = function(v, f) return _str(v, f, { max = 64 }) end,
+  reason = function(v, f) return _str(v, f, { max = 1024, multiline = true }) end,
+  start_time = function(v, f) return _num(v, f, 0, 1e11) end,
+  end_time = function(v, f) return _num(v, f, 0, 1e11) end,
+  time_limit = function(v, f) return _int(v, f, 0, 1e9) end,
+  estimated = _bool,
 }
 
 local END_FIELDS = {
@@ -642,6 +668,9 @@ function M.report(input)
       local checks = setmetatable({ ["end"] = function(v, ff)
         if _null(v) then return NULL end
         return _record(v, ff, END_FIELDS)
+      end, slurm = function(v, ff)
+        if _null(v) then return NULL end
+        return _record(v, ff, SLURM_FIELDS)
       end }, { __index = REPLICA_FIELDS })
       local rec, e = _record(r, f, checks, { "nonce" })
       if not rec then return nil, e end

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Router benchmark: wrk against the smoke engine directly, through obleth serve's
 # router, and through nginx as a plain reverse proxy (keepalive upstream) to the
-# same engine. "obleth_lua" is obleth serve --no-fast-path on the same database:
-# every request in the Lua router (what the fast path saves). "evhttp" is a bare C
+# same engine. "evhttp" is a bare C
 # proxy on the same libevent evhttp server and client obleth uses
 # (spec/bench/router/evhttp_proxy.c, built here): the floor of obleth's HTTP layer,
 # with none of obleth's own work.
 # Loopback only; every process it starts is stopped on exit.
 #
-# Two runs per target:
+# Three runs per target:
 #   load     DURATION s (10), THREADS (2), CONNECTIONS (32): throughput and latency under load
 #   latency  LAT_DURATION s (5), 1 thread, 1 connection: what one request costs end to end
-# Added latency = p50 through the proxy - p50 direct (same run kind); the ratio is
-# obleth's added latency over nginx's (<= 1 means obleth adds no more than nginx).
+#   rate     RATE_DURATION s (10), 2 threads, about RATE (2000) requests/s: each of
+#            RATE_CONNECTIONS (22) connections waits 0 to 2 * RATE_DELAY_MS (10) ms, at
+#            random, between an answer and its next request (22 / 10.5 ms ~ 2100/s at
+#            0.5 ms a request): a fixed load below saturation, where p99 is what a client
+#            sees at a busy site
+# Added latency = p50 (p99) through the proxy - p50 (p99) direct (same run kind); the
+# ratio is obleth's added latency over nginx's (<= 1 means obleth adds no more than nginx).
 # cpu_us/req: CPU time (user + system, /proc/PID/stat) the answering process used
 # during the run, per request (for "direct", the engine's own).
 #
@@ -27,6 +31,10 @@ DURATION=${DURATION:-10}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-32}
 LAT_DURATION=${LAT_DURATION:-5}
+RATE=${RATE:-2000}
+RATE_DELAY_MS=${RATE_DELAY_MS:-10}
+RATE_CONNECTIONS=${RATE_CONNECTIONS:-$(( (RATE * (RATE_DELAY_MS + 1) + 999) / 1000 ))}
+RATE_DURATION=${RATE_DURATION:-10}
 
 need() { command -v "$1" >/dev/null 2>&1 || [ -x "$1" ]; }
 if ! need wrk || ! { need nginx || need /usr/sbin/nginx; }; then
@@ -85,13 +93,6 @@ api -X POST "http://127.0.0.1:$serve_port/api/v1/models/$mid/endpoints" \
 key=$(api -X POST "http://127.0.0.1:$serve_port/api/v1/keys" -d '{"name":"bench"}' |
   sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
 [ -n "$key" ] || { echo "router bench: could not create a client key" >&2; exit 1; }
-# the same, on the same database, without the fast path: every request in the Lua router
-lua_port=$(free_port)
-OBLETH_ADMIN_TOKEN=$admin "$OBLETH" serve --no-fast-path --listen "127.0.0.1:$lua_port" --db "$tmp/obleth.db" \
-  >/dev/null 2>"$tmp/serve-lua.log" &
-pids+=($!)
-lua_pid=$!
-wait_http "http://127.0.0.1:$lua_port/metrics"
 
 # nginx: a plain reverse proxy with a keepalive upstream
 nginx_port=$(free_port)
@@ -137,8 +138,8 @@ wait_http "http://127.0.0.1:$nginx_port/health"
 
 # a correct answer through each before measuring
 wait_http "http://127.0.0.1:$evhttp_port/health"
-for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http://127.0.0.1:$lua_port" \
-  "http://127.0.0.1:$nginx_port" "http://127.0.0.1:$evhttp_port"; do
+for base in "http://127.0.0.1:$engine_port" "http://127.0.0.1:$serve_port" "http://127.0.0.1:$nginx_port" \
+  "http://127.0.0.1:$evhttp_port"; do
   out=$(curl -sf -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
     -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" "$base/v1/chat/completions")
   case $out in *'"chat.completion"'*) ;; *) echo "router bench: bad answer from $base: $out" >&2; exit 1 ;; esac
@@ -148,13 +149,14 @@ declare -A RPS P50 P99 ERR CPU
 # CPU time (user + system) a process used, in clock ticks
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
-run() { # kind name url threads connections seconds
-  local kind=$1 name=$2 url=$3 t=$4 c=$5 d=$6 line
+run() { # kind name url threads connections seconds [delay_ms]
+  local kind=$1 name=$2 url=$3 t=$4 c=$5 d=$6 delay=${7:-} line
   # warm up (connections, caches), then measure
-  BENCH_MODEL=$MODEL BENCH_KEY=$key wrk -t1 -c"$c" -d1s -s spec/bench/router/wrk.lua "$url" >/dev/null
+  BENCH_MODEL=$MODEL BENCH_KEY=$key BENCH_DELAY_MS=$delay wrk -t1 -c"$c" -d1s -s spec/bench/router/wrk.lua \
+    "$url" >/dev/null
   local t0
   t0=$(ticks "${PID[$name]}")
-  line=$(BENCH_MODEL=$MODEL BENCH_KEY=$key wrk -t"$t" -c"$c" -d"${d}s" --timeout 10s \
+  line=$(BENCH_MODEL=$MODEL BENCH_KEY=$key BENCH_DELAY_MS=$delay wrk -t"$t" -c"$c" -d"${d}s" --timeout 10s \
     -s spec/bench/router/wrk.lua "$url" | grep '^RESULT')
   # CPU per request of the process that answers (for a proxy, without the engine's)
   CPU[$kind.$name]=$(awk -v d="$(( $(ticks "${PID[$name]}") - t0 ))" -v hz="$HZ" \
@@ -165,38 +167,45 @@ run() { # kind name url threads connections seconds
   ERR[$kind.$name]=$(sed -n 's/.*errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1+\2/p' <<<"$line")
 }
 
-targets=(direct obleth obleth_lua nginx evhttp)
+targets=(direct obleth nginx evhttp)
 nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
-declare -A PID=([direct]=$engine_pid [obleth]=$serve_pid [obleth_lua]=$lua_pid [nginx]=$nginx_worker
-  [evhttp]=$evhttp_pid)
+declare -A PID=([direct]=$engine_pid [obleth]=$serve_pid [nginx]=$nginx_worker [evhttp]=$evhttp_pid)
 declare -A URL=([direct]="http://127.0.0.1:$engine_port" [obleth]="http://127.0.0.1:$serve_port"
-  [obleth_lua]="http://127.0.0.1:$lua_port" [nginx]="http://127.0.0.1:$nginx_port"
-  [evhttp]="http://127.0.0.1:$evhttp_port")
+  [nginx]="http://127.0.0.1:$nginx_port" [evhttp]="http://127.0.0.1:$evhttp_port")
 for name in "${targets[@]}"; do run load "$name" "${URL[$name]}" "$THREADS" "$CONNECTIONS" "$DURATION"; done
 for name in "${targets[@]}"; do run latency "$name" "${URL[$name]}" 1 1 "$LAT_DURATION"; done
+for name in "${targets[@]}"; do
+  run rate "$name" "${URL[$name]}" 2 "$RATE_CONNECTIONS" "$RATE_DURATION" "$RATE_DELAY_MS"
+done
 
 echo "router benchmark: POST /v1/chat/completions (smoke engine), $(nproc) CPUs, loopback"
-for kind in load latency; do
-  if [ "$kind" = load ]; then
-    echo; echo "load: ${DURATION}s, $THREADS threads, $CONNECTIONS connections"
-  else
-    echo; echo "latency: ${LAT_DURATION}s, 1 thread, 1 connection"
-  fi
-  printf '  %-10s %10s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 cpu_us/req errors
+for kind in load latency rate; do
+  case $kind in
+    load) echo; echo "load: ${DURATION}s, $THREADS threads, $CONNECTIONS connections" ;;
+    latency) echo; echo "latency: ${LAT_DURATION}s, 1 thread, 1 connection" ;;
+    rate) echo; echo "rate: ${RATE_DURATION}s, 2 threads, $RATE_CONNECTIONS connections, 0-$((2 * RATE_DELAY_MS)) ms between requests on each (about $RATE requests/s)" ;;
+  esac
+  printf '  %-10s %10s %10s %10s %10s %10s %10s %8s\n' target req/s p50_us p99_us added_p50 added_p99 cpu_us/req errors
   for name in "${targets[@]}"; do
     added=$(( ${P50[$kind.$name]} - ${P50[$kind.direct]} ))
-    [ "$name" = direct ] && added=-
-    printf '  %-10s %10s %10s %10s %10s %10s %8s\n' "$name" "${RPS[$kind.$name]}" "${P50[$kind.$name]}" \
-      "${P99[$kind.$name]}" "$added" "${CPU[$kind.$name]}" "${ERR[$kind.$name]}"
+    added99=$(( ${P99[$kind.$name]} - ${P99[$kind.direct]} ))
+    [ "$name" = direct ] && added=- && added99=-
+    printf '  %-10s %10s %10s %10s %10s %10s %10s %8s\n' "$name" "${RPS[$kind.$name]}" "${P50[$kind.$name]}" \
+      "${P99[$kind.$name]}" "$added" "$added99" "${CPU[$kind.$name]}" "${ERR[$kind.$name]}"
   done
+  if [ "$kind" = rate ]; then
+    awk -v o="$(( ${P99[rate.obleth]} - ${P99[rate.direct]} ))" \
+      -v n="$(( ${P99[rate.nginx]} - ${P99[rate.direct]} ))" -v r="${RPS[rate.obleth]}" 'BEGIN {
+      printf "  rate: obleth adds %d us at p99 at %.0f requests/s (aim < 1000 us); nginx %d us\n", o, r, n }'
+    continue
+  fi
   a_ob=$(( ${P50[$kind.obleth]} - ${P50[$kind.direct]} ))
   a_ng=$(( ${P50[$kind.nginx]} - ${P50[$kind.direct]} ))
   a_ev=$(( ${P50[$kind.evhttp]} - ${P50[$kind.direct]} ))
-  a_lu=$(( ${P50[$kind.obleth_lua]} - ${P50[$kind.direct]} ))
-  awk -v o="$a_ob" -v n="$a_ng" -v e="$a_ev" -v l="$a_lu" -v k="$kind" 'BEGIN {
+  awk -v o="$a_ob" -v n="$a_ng" -v e="$a_ev" -v k="$kind" 'BEGIN {
     if (n <= 0) printf "  %s: obleth adds %d us at p50; nginx adds %d us (no ratio)\n", k, o, n;
-    else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim <= 1); bare evhttp %d us: ratio %.2f; without the fast path %d us: ratio %.2f\n",
-      k, o, n, o / n, e, e / n, l, l / n }'
+    else printf "  %s: obleth adds %d us at p50, nginx %d us: ratio %.2f (aim at one connection <= 3); bare evhttp %d us: ratio %.2f\n",
+      k, o, n, o / n, e, e / n }'
 done
 
 # System calls per request, one connection (strace -c on each proxy's process for

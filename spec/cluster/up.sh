@@ -39,8 +39,19 @@ daemon_pids_alive() {
 
 any_harness_process() { [ -n "$(marked_pids "")" ]; }
 
+# What the running cluster was started from: its templates and this script (partitions, accounts,
+# QoS, groups). A change to any of them restarts the cluster on the next up.sh instead of running
+# the specs against the old definition.
+definition_hash() {
+  cat "$CLUSTER_SPEC_DIR"/templates/* "$CLUSTER_SPEC_DIR/up.sh" "$CLUSTER_SPEC_DIR/lib.sh" | sha256sum | cut -c1-16
+}
+
 healthy() {
   daemon_pids_alive || return 1
+  if [ "$(cat "$STATE/definition" 2>/dev/null)" != "$(definition_hash)" ]; then
+    log "the harness definition (spec/cluster/templates, up.sh) changed since the cluster started"
+    return 1
+  fi
   local tok
   tok="$(scontrol token username="$TEST_USER" lifespan=60 2>/dev/null)" || return 1
   rest_api_version "${tok#SLURM_JWT=}" >/dev/null
@@ -57,6 +68,8 @@ ensure_users() {
     useradd --system --create-home --home-dir "/home/$TEST_USER" --shell /bin/bash \
       --comment "obleth test cluster job user" "$TEST_USER"
   fi
+  # AllowGroups of partition staff: a group the job user is not in
+  getent group obleth-staff >/dev/null || groupadd --system obleth-staff
   local home
   home="$(getent passwd "$TEST_USER" | cut -d: -f6)"
   [ -d "$home" ] || install -d -o "$TEST_USER" -g "$(id -gn "$TEST_USER")" -m 755 "$home"
@@ -176,6 +189,12 @@ wait_for() { # description limit-seconds command...
   local what="$1" limit="$2" start=$SECONDS
   shift 2
   until "$@" >/dev/null 2>&1; do
+    if [ -n "${WATCH_WHAT:-}" ] && watched_daemon_gone; then
+      # the daemon we wait for is gone: say so now, with its own words, instead of waiting out the limit
+      tail_logs "${WATCH_LOGS[@]}"
+      WATCH_WHAT=""
+      die "$what exited during start-up (its log is above); waited $((SECONDS - start))s"
+    fi
     if [ $((SECONDS - start)) -ge "$limit" ]; then
       # shellcheck disable=SC2046
       tail_logs $(all_logs)
@@ -183,6 +202,33 @@ wait_for() { # description limit-seconds command...
     fi
     sleep 0.5
   done
+  WATCH_WHAT=""
+}
+
+# The next wait_for also watches a daemon and fails at once when it exits:
+#   watch_daemon comm:NAME LOG...   a daemon that forks (daemon_env): a live process named NAME
+#                                   that carries this harness's marker
+#   watch_daemon pid:PID LOG...     a process started with spawn (its pid survives the exec)
+WATCH_WHAT=""
+WATCH_LOGS=()
+watch_daemon() {
+  WATCH_WHAT="$1"
+  shift
+  WATCH_LOGS=("$@")
+}
+watched_daemon_gone() {
+  local p
+  case "$WATCH_WHAT" in
+    pid:*) # not pid_is_ours: the marker appears only once env has exec'd the daemon
+      local pid="${WATCH_WHAT#pid:}"
+      ! [ -d "/proc/$pid" ] || [ "$(proc_state "$pid")" = Z ] ;;
+    comm:*)
+      for p in $(pgrep -x "${WATCH_WHAT#comm:}" 2>/dev/null); do
+        pid_is_ours "$p" && return 1
+      done
+      return 0 ;;
+    *) return 1 ;;
+  esac
 }
 
 munge_ok() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
@@ -196,6 +242,7 @@ start_munge() {
     --pid-file="$MUNGED_PID" --seed-file="$MUNGE/munged.seed" --log-file="$MUNGE/munged.log" \
     </dev/null >>"$MUNGE/munged.out" 2>&1 ||
     { tail_logs "$MUNGE/munged.out" "$MUNGE/munged.log"; die "munged failed to start"; }
+  watch_daemon comm:munged "$MUNGE/munged.out" "$MUNGE/munged.log"
   wait_for "munged" "$TIMEOUT" munge_ok
 }
 
@@ -211,6 +258,7 @@ start_mariadb() {
   log "starting mariadbd (127.0.0.1:$DB_PORT)"
   # Started as root, switches to the mysql user (user=mysql in my.cnf).
   spawn "$MYSQL/mariadbd.out" mariadbd --defaults-file="$ETC/my.cnf"
+  watch_daemon "pid:$SPAWNED_PID" "$MYSQL/mariadbd.out" "$MYSQL/mariadbd.err"
   wait_for "MariaDB" "$TIMEOUT" mariadb-admin --defaults-file="$ETC/my.cnf" -uroot ping
   local pass
   pass="$(cat "$ETC/db.pass")"
@@ -227,6 +275,7 @@ start_slurmdbd() {
   log "starting slurmdbd (127.0.0.1:$DBD_PORT)"
   daemon_env slurmdbd </dev/null >>"$LOG/slurmdbd.out" 2>&1 ||
     { tail_logs "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"; die "slurmdbd failed to start"; }
+  watch_daemon comm:slurmdbd "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"
   wait_for "slurmdbd" "$TIMEOUT" sacctmgr -n -P list cluster
 }
 
@@ -241,6 +290,7 @@ setup_accounting() {
   sacct_has obleth cluster format=cluster || sacctmgr -i add cluster obleth >/dev/null
   sacct_has normal qos format=name || sacctmgr -i add qos normal >/dev/null
   sacct_has long qos format=name || sacctmgr -i add qos long >/dev/null
+  sacct_has inference qos format=name || sacctmgr -i add qos inference >/dev/null
   sacct_has 2-00:00:00 qos name=long format=maxwall ||
     sacctmgr -i modify qos long set MaxWall=2-00:00:00 >/dev/null
   local a
@@ -250,17 +300,18 @@ setup_accounting() {
     sacct_has "$a" assoc user="$TEST_USER" account="$a" cluster=obleth format=account ||
       sacctmgr -i add user "$TEST_USER" account="$a" cluster=obleth >/dev/null
   done
-  sacct_has "long,normal" assoc user="$TEST_USER" account=research format=qos &&
-    sacct_has "long,normal" assoc user="$TEST_USER" account=teaching format=qos ||
-    sacctmgr -i modify user "$TEST_USER" set qos=normal,long defaultqos=normal >/dev/null || true
+  sacct_has "inference,long,normal" assoc user="$TEST_USER" account=research format=qos &&
+    sacct_has "inference,long,normal" assoc user="$TEST_USER" account=teaching format=qos &&
+    sacct_has "normal" assoc user="$TEST_USER" account=research format=defaultqos ||
+    sacctmgr -i modify user "$TEST_USER" set qos=normal,long,inference defaultqos=normal >/dev/null || true
   sacct_has research user name="$TEST_USER" format=defaultaccount ||
     sacctmgr -i modify user "$TEST_USER" set defaultaccount=research >/dev/null || true
   # Verify instead of trusting exit codes (sacctmgr returns 1 for "nothing
   # modified").
   sacct_has research user name="$TEST_USER" format=defaultaccount || die "default account of $TEST_USER is not research"
   for a in research teaching; do
-    sacct_has "$a|long,normal" assoc user="$TEST_USER" account="$a" format=account,qos ||
-      die "association $TEST_USER/$a with QoS normal,long missing"
+    sacct_has "$a|inference,long,normal|normal" assoc user="$TEST_USER" account="$a" format=account,qos,defaultqos ||
+      die "association $TEST_USER/$a with QoS normal,long,inference (default normal) missing"
   done
 }
 
@@ -269,6 +320,7 @@ start_slurmctld() {
   # -i: ignore unreadable state files (e.g. after a SIGKILLed run).
   daemon_env slurmctld -i </dev/null >>"$LOG/slurmctld.out" 2>&1 ||
     { tail_logs "$LOG/slurmctld.out" "$LOG/slurmctld.log"; die "slurmctld failed to start"; }
+  watch_daemon comm:slurmctld "$LOG/slurmctld.out" "$LOG/slurmctld.log"
   wait_for "slurmctld" "$TIMEOUT" scontrol ping
 }
 
@@ -292,14 +344,9 @@ start_slurmrestd() {
   # it use the JWT of each request. It reads slurm.conf only at start.
   spawn "$LOG/slurmrestd.log" SLURM_JWT=daemon slurmrestd -a rest_auth/jwt \
     -u "$REST_USER" -g "$REST_GROUP" "127.0.0.1:$REST_PORT"
-  local pid="$SPAWNED_PID" i
-  for ((i = 0; i < 20; i++)); do
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "slurmrestd" ] && break
-    sleep 0.1
-  done
-  sleep 0.5
-  pid_is_ours "$pid" || { tail_logs "$LOG/slurmrestd.log"; die "slurmrestd exited at once"; }
+  local pid="$SPAWNED_PID"
   echo "$pid" >"$SLURMRESTD_PID"
+  watch_daemon "pid:$pid" "$LOG/slurmrestd.log"
   wait_for "slurmrestd ping on 127.0.0.1:$REST_PORT" "$TIMEOUT" rest_ping_ok
 }
 
@@ -375,6 +422,7 @@ main() {
   start_slurmds
   start_slurmrestd
   wait_nodes_idle
+  definition_hash >"$STATE/definition"
   write_env
   summary
 }

@@ -60,6 +60,42 @@ describe("obleth.loop", function()
   end)
 end)
 
+describe("obleth.loop.notifier", function()
+  it("wakes the waiting task when notified, not inside the notifier's caller", function()
+    local n = loop.notifier()
+    local got, woke_inside
+    loop.spawn(function() got = n:wait(30) end)
+    assert.is_nil(got)
+    n:notify()
+    woke_inside = got
+    local t0 = loop.monotonic()
+    while got == nil and loop.monotonic() - t0 < 5 do loop.sleep(0.001) end
+    assert.is_nil(woke_inside)
+    assert.is_true(got)
+    assert.is_true(loop.monotonic() - t0 < 1)
+  end)
+
+  it("keeps a notify made while nobody waited; repeated notifies count once", function()
+    local n = loop.notifier()
+    n:notify(); n:notify()
+    assert.is_true(n:wait(5))
+    assert.is_false(n:wait(0.01))
+  end)
+
+  it("times out with false, and serves one task at a time", function()
+    local n = loop.notifier()
+    local t0 = loop.monotonic()
+    assert.is_false(n:wait(0.05))
+    assert.is_true(loop.monotonic() - t0 >= 0.045)
+    local first
+    loop.spawn(function() first = n:wait(5) end)
+    assert.has_error(function() n:wait(1) end, "notifier: another task is already waiting")
+    n:notify()
+    while first == nil do loop.sleep(0.001) end
+    assert.is_true(first)
+  end)
+end)
+
 describe("obleth.loop after a long stretch without yielding", function()
   it("a sleep still lasts as long as asked", function()
     local t_busy = os.clock()

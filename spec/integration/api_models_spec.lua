@@ -150,6 +150,18 @@ describe("obleth serve: /api/v1/openapi.json", function()
     for k in pairs(docd) do assert.is_true(registered[k] == true, "documented but not registered: " .. k) end
   end)
 
+  it("every route that may write declares the event topics it publishes (docs/dashboard.md)", function()
+    local topics = require("obleth.events").TOPICS
+    for _, r in ipairs(require("obleth.server").load_routes()) do
+      if r.method ~= "GET" then
+        assert.is_table(r.changes, r.method .. " " .. r.path .. " declares no changes")
+        for _, t in ipairs(r.changes) do assert.is_true(topics[t], r.path .. ": unknown topic " .. t) end
+      else
+        assert.is_nil(r.changes, r.path)
+      end
+    end
+  end)
+
   it("has every route of the seed's Management API table, and each one answers (never no_route / 405)", function()
     local seed = {
       "GET /api/v1/models/{id}/managed", "PUT /api/v1/models/{id}/managed", "DELETE /api/v1/models/{id}/managed",
@@ -163,6 +175,7 @@ describe("obleth serve: /api/v1/openapi.json", function()
     for _, k in ipairs(seed) do assert.is_true(docd[k] == true, "missing: " .. k) end
     for k in pairs(docd) do
       local method, path = k:match("^(%S+) (.*)$")
+      if k == "GET /api/v1/events" then method = "HEAD" end -- a stream: its headers are enough here
       local st, body = srv:request(method, path:gsub("{id}", "999999"), method ~= "GET" and "{}" or nil)
       assert.is_true(st ~= 405, k)
       assert.is_true(not (st == 404 and body and body.error.code == "no_route"), k)

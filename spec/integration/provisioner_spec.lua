@@ -6,6 +6,7 @@ local util = require "spec.support.util"
 local wait_until, sh = util.wait_until, util.sh
 local harness = require "spec.support.harness"
 local provisioner = require "spec.support.provisioner"
+local events = require "spec.support.events"
 
 describe("obleth-provisioner on the harness cluster", function()
   if not harness.URL then
@@ -55,11 +56,13 @@ describe("obleth-provisioner on the harness cluster", function()
   end
 
   local counter = 0
-  local function launch(over, name)
+  -- unchecked: store a spec the cluster checks of PUT would refuse (?check=false), to see what the
+  -- provisioner makes of Slurm's own answer
+  local function launch(over, name, unchecked)
     counter = counter + 1
     local m = ok("POST", "/api/v1/models", { name = name or ("spec-" .. counter) })
     m = m.model or m
-    ok("PUT", "/api/v1/models/" .. m.id .. "/managed", spec(over))
+    ok("PUT", "/api/v1/models/" .. m.id .. "/managed" .. (unchecked and "?check=false" or ""), spec(over))
     return m.id
   end
 
@@ -75,9 +78,45 @@ describe("obleth-provisioner on the harness cluster", function()
   end)
 
   it("submits a new spec's replicas, they become healthy, join the endpoints, and the model turns active", function()
+    -- the dashboard's view: every step is announced on the event stream (GET /api/v1/events)
+    local stream = assert(events.open(srv))
+    local steps, watching = {}, true
+    loop.spawn(function()
+      local seen = 0
+      while watching do
+        for i = seen + 1, #stream.events do
+          local e = stream.events[i]
+          if e.event == "change" and e.data.topic == "replicas" and e.data.model_id == steps.mid then
+            for _, r in ipairs(replicas(steps.mid)) do
+              steps[r.id] = steps[r.id] or {}
+              if steps[r.id][#steps[r.id]] ~= r.state then table.insert(steps[r.id], r.state) end
+            end
+          end
+          seen = i
+        end
+        loop.sleep(0.05)
+      end
+    end)
     local mid = launch({ replicas = 2 })
+    steps.mid = mid
     assert.equal("staged", model(mid).status)
     wait_until(function() return healthy(mid) == 2, healthy(mid) .. " healthy" end, 60, "2 healthy replicas")
+    -- refetching on the events alone saw each replica reach healthy (the stream missed no step)
+    wait_until(function()
+      local n = 0
+      for id, list in pairs(steps) do if id ~= "mid" and list[#list] == "healthy" then n = n + 1 end end
+      return n == 2, n
+    end, 5, "both replicas healthy as seen through the events")
+    watching = false
+    stream.resp:close()
+    -- each replica's job as Slurm shows it: running, its start, and the end its time limit sets
+    for _, r in ipairs(replicas(mid, true)) do
+      assert.equal("RUNNING", r.slurm.state)
+      assert.equal(10, r.slurm.time_limit)
+      assert.is_false(r.slurm.estimated)
+      assert.is_number(r.slurm.start_time)
+      assert.near(r.slurm.start_time + 600, r.slurm.end_time, 2)
+    end
     local m = model(mid)
     assert.equal("active", m.status)
     assert.equal(2, #m.endpoints)
@@ -166,7 +205,7 @@ describe("obleth-provisioner on the harness cluster", function()
 
   it("a refused submit becomes the spec's provision_error, with no resubmission loop", function()
     local before = select(2, prov:log():gsub("event=job_refused", ""))
-    local mid = launch({ replicas = 1, account = "nosuch" })
+    local mid = launch({ replicas = 1, account = "nosuch" }, nil, true)
     local perr = wait_until(function()
       local doc = ok("GET", "/api/v1/models/" .. mid .. "/managed")
       local s = doc.spec or doc
@@ -185,7 +224,7 @@ describe("obleth-provisioner on the harness cluster", function()
   end)
 
   it("shows a job Slurm accepted but will never start as a problem on its replica", function()
-    local mid = launch({ replicas = 1, partition = "debug", account = "teaching", time_limit = 5 })
+    local mid = launch({ replicas = 1, partition = "debug", account = "teaching", time_limit = 5 }, nil, true)
     -- first Slurm's submit warning, then (next pass) the pending reason that means never
     local r = wait_until(function()
       for _, x in ipairs(replicas(mid, true)) do
@@ -194,6 +233,11 @@ describe("obleth-provisioner on the harness cluster", function()
     end, 30, "a never-start problem on the replica")
     assert.equal("submitted", r.state)
     assert.matches("never start", r.problem)
+    -- Slurm's own view for the page: pending, with the same reason
+    assert.equal("PENDING", r.slurm.state)
+    assert.equal(r.pending_reason, r.slurm.reason)
+    assert.is_true(r.slurm.estimated)
+    assert.equal(5, r.slurm.time_limit)
     ok("DELETE", "/api/v1/models/" .. mid .. "/managed")
     wait_until(function() return #slurm_jobs(mid) == 0 end, 30, "no job")
   end)

@@ -16,9 +16,13 @@ describe("obleth repl", function()
     return
   end
 
-  local session = "obleth-repl-spec-" .. require("obleth.sys").getpid()
-  local function screen() return select(2, sh("tmux capture-pane -p -t " .. session)) end
-  local function send(keys) sh("tmux send-keys -t " .. session .. " " .. keys) end
+  -- a tmux server of its own (never the user's or another spec's), its socket in the spec's HOME
+  local home = os.tmpname()
+  os.remove(home)
+  local tmux = "tmux -S " .. util.shq(home .. "/tmux")
+  local session = "repl"
+  local function screen() return select(2, sh(tmux .. " capture-pane -p -t " .. session)) end
+  local function send(keys) sh(tmux .. " send-keys -t " .. session .. " " .. keys) end
   local function wait_for(text, secs)
     local t_end = loop.monotonic() + (secs or 10)
     repeat
@@ -30,13 +34,14 @@ describe("obleth repl", function()
   end
 
   setup(function()
-    local home = os.tmpname()
-    os.remove(home)
     os.execute("mkdir -p " .. util.shq(home))
     local cmd = ("env HOME=%s TERM=xterm %s repl"):format(util.shq(home), util.shq(util.obleth()))
-    assert.equal(0, (sh(("tmux new-session -d -s %s -x 160 -y 50 %s"):format(session, util.shq(cmd)))))
+    assert.equal(0, (sh(("%s new-session -d -s %s -x 160 -y 50 %s"):format(tmux, session, util.shq(cmd)))))
   end)
-  teardown(function() sh("tmux kill-session -t " .. session) end)
+  teardown(function()
+    sh(tmux .. " kill-server")
+    os.execute("rm -rf " .. util.shq(home))
+  end)
 
   it("starts read-only and connected, and slurm.ping() answers", function()
     assert.truthy(wait_for("read-only", 10))
@@ -83,5 +88,23 @@ describe("obleth repl for scripts", function()
     assert.matches("\n?200\n", out)
     assert.matches("slurm.cancel refused", out, 1, true)
     assert.matches("status=1", out, 1, true)
+  end)
+
+  it("rows(list, fields...) prints any list of records as aligned rows, sets and arrays on one line", function()
+    local status, out = util.run_obleth({ "repl", "-e", 'rows(slurm.nodes(), "name", "state.base", "features")' })
+    assert.equal(0, status)
+    assert.matches("^NAME%s+STATE%.BASE%s+FEATURES\n", out)
+    assert.matches("\nn0%s+%u+%s+a100,ib\n", out)
+    assert.matches("\nn3%s+%u+%s+h100\n", out)
+  end)
+
+  it("with --write but no terminal to ask, a write is named and refused unless --yes is given", function()
+    local f = util.tmpfile("slurm.cancel(999999)\n", ".txt")
+    local fh = io.popen(util.shq(util.obleth()) .. " repl --write < " .. util.shq(f) .. " 2>&1; echo status=$?")
+    local out = fh:read("a")
+    fh:close()
+    os.remove(f)
+    assert.matches("write refused: cancel job 999999 (not found in Slurm): no terminal to ask", out, 1, true)
+    assert.matches('kind = "declined"', out, 1, true)
   end)
 end)

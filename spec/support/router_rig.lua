@@ -1,9 +1,9 @@
 -- What the in-process router specs share: smoke engines on real ports, a port
 -- nothing listens on, and requests to the router with a client key.
 --   local rig = require("spec.support.router_rig").new()
---   local store, app, srv = rig:start{admin_token = "...", router = {...}, fast = true}
+--   local store, app, srv = rig:start{admin_token = "...", router = {...}}
 --     obleth serve's application over a SQLite store in memory on a real port, with a
---     client key (rig.key); fast: give the server the router's fast-path table
+--     client key (rig.key)
 --   local e, url, srv = rig:engine("label", {model = "m", ...})  -- obleth.smoke_engine options
 --   rig.dead_url()
 --   rig.base, rig.key = "http://127.0.0.1:port", "obk_..."     -- set once the router is up
@@ -54,9 +54,7 @@ end
 function Rig:start(opts)
   local store = assert(require("obleth.store").open(":memory:"))
   local app = require("obleth.server").new { store = store, admin_token = opts.admin_token, router = opts.router }
-  local handler = app:handler()
-  local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = handler,
-    fast = opts.fast and app.router.fast or nil })
+  local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
   self.base = "http://127.0.0.1:" .. srv:port()
   local g = require("obleth.api.keys").generate()
   assert(store:create_api_key { name = "spec", prefix = g.prefix, hash = g.hash })

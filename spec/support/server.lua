@@ -24,7 +24,8 @@ local Srv = {}
 Srv.__index = Srv
 
 --- Start a server; raises when it does not come up within 10 s.
----@param opts {db: string|nil, token: string|nil, env: table|nil, args: string[]|nil}|nil
+---@param opts {db: string|nil, token: string|nil, env: table|nil, args: string[]|nil,
+---  exe: string|nil}|nil  exe: another obleth binary (e.g. an installed copy)
 function M.start(opts)
   opts = opts or {}
   local token = opts.token or sys.random_hex(24)
@@ -36,7 +37,7 @@ function M.start(opts)
   for k, v in pairs(env) do
     if v ~= false then assigns[#assigns + 1] = k .. "=" .. util.shq(v) end
   end
-  local argv = { util.shq(util.obleth()), "serve", "--listen", "127.0.0.1:0", "--db", util.shq(db) }
+  local argv = { util.shq(opts.exe or util.obleth()), "serve", "--listen", "127.0.0.1:0", "--db", util.shq(db) }
   for _, a in ipairs(opts.args or {}) do argv[#argv + 1] = util.shq(a) end
   local script = ("echo $$; %s exec %s 2>%s"):format(table.concat(assigns, " "), table.concat(argv, " "),
     util.shq(errf))

@@ -57,6 +57,22 @@ describe("provisioner plan: reconcile", function()
     assert.equal(0, #st.cancels)
   end)
 
+  it("records each replica's job as Slurm shows it: a pending job's reason and estimated start", function()
+    local r = { nonce = "0000000000000003", model_id = 1, slot = 1, state = "submitted", job_id = 43, port = 20000 }
+    local st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { r } } }),
+      { job(1, 1, r.nonce, "PENDING", { id = 43, reason = "Resources", start_time = NOW + 600,
+        end_time = NOW + 4200, time_limit = 60, estimated = true }) })
+    assert.same({ state = "PENDING", reason = "Resources", start_time = NOW + 600, end_time = NOW + 4200,
+      time_limit = 60, estimated = true }, st.rows[1].slurm)
+    assert.equal("submitted", st.rows[1].state)
+    -- running: Slurm's start and end (the time limit's); UNLIMITED leaves time_limit out
+    st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { r } } }),
+      { job(1, 1, r.nonce, "RUNNING", { id = 43, node_list = { "n1" }, start_time = NOW - 60,
+        end_time = NOW + 3540, time_limit = math.huge }) })
+    assert.same({ state = "RUNNING", start_time = NOW - 60, end_time = NOW + 3540, estimated = false },
+      st.rows[1].slurm)
+  end)
+
   it("never reuses a port another model's live replica holds", function()
     local other = { nonce = "00000000000000aa", model_id = 2, slot = 1, state = "healthy", port = 20000, job_id = 7 }
     local st = run(snap({

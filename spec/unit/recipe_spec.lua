@@ -272,7 +272,7 @@ describe("obleth.recipe", function()
       assert.equal("long", v.qos); assert.equal("user", p.qos)
       assert.equal(120, v.time_limit); assert.equal("recipe", p.time_limit)
       assert.equal(2, v.gpus_per_node); assert.equal("recipe", p.gpus_per_node)
-      assert.equal(1, v.nodes); assert.equal("recipe", p.nodes)
+      assert.equal(1, v.nodes); assert.equal("builtin", p.nodes) -- obleth's fallback, not the recipe's
       assert.equal("/logs/%x-%j.out", v.stdout); assert.equal("cluster_default", p.stdout)
       assert.equal("/m/x", v.inputs.model); assert.equal("user", p["inputs.model"])
       assert.equal(1, v.inputs.tp); assert.equal("recipe", p["inputs.tp"])

@@ -3,12 +3,10 @@
 -- Needs the obleth runtime (sockets, event loop); under plain lua5.4 it is pending.
 local has_host = pcall(require, "obleth.http")
 
--- Every case runs over three paths: res:proxy (http:// endpoints), the HTTP client
--- (https:// endpoints, or transport = "client"), and the fast path (host/http_fast.c:
--- the server answers in C what the Lua router taught it, through res:proxy's exchange).
-local function suite(over)
-local transport = over == "fast" and "proxy" or over
-describe("router in-process (" .. over .. ")", function()
+-- Every case runs over both ways of passing a request on: res:proxy (http://
+-- endpoints) and the HTTP client (https:// endpoints, or transport = "client").
+local function suite(transport)
+describe("router in-process (" .. transport .. ")", function()
   if not has_host then
     it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
     return
@@ -19,7 +17,7 @@ describe("router in-process (" .. over .. ")", function()
   local cjson = require "cjson"
 
   local ADMIN = "admin-token-for-router-spec-0123"
-  local store
+  local store, app
   local rig = require("spec.support.router_rig").new()
   local function engine(label, opts) return rig:engine(label, opts) end
   local dead_url = rig.dead_url
@@ -42,7 +40,7 @@ describe("router in-process (" .. over .. ")", function()
   end
 
   setup(function()
-    store = rig:start { admin_token = ADMIN, router = { transport = transport }, fast = over == "fast" }
+    store, app = rig:start { admin_token = ADMIN, router = { transport = transport } }
   end)
 
   teardown(function() rig:close() end)
@@ -216,6 +214,10 @@ describe("router in-process (" .. over .. ")", function()
     local r = req("POST", "/v1/chat/completions", { model = "cancel", stream = true,
       messages = { { role = "user", content = "long answer please" } } }, nil, { stream = true })
     assert.truthy(r:read())
+    -- a stream held open is in flight (and obleth serve waits for it at shutdown)
+    assert.equal(1, app.inflight)
+    local during = req("GET", "/metrics", nil, { Authorization = false }).body
+    assert.matches('obleth_router_in_flight_requests{model="cancel"} 1', during, 1, true)
     r:close()
     local t_end = loop.monotonic() + 3
     while e:stats().streams_aborted == 0 and loop.monotonic() < t_end do loop.sleep(0.05) end
@@ -223,6 +225,66 @@ describe("router in-process (" .. over .. ")", function()
     local text = req("GET", "/metrics", nil, { Authorization = false }).body
     assert.matches('obleth_router_requests_total{model="cancel",status="499"} 1', text, 1, true)
     assert.matches('obleth_router_in_flight_requests{model="cancel"} 0', text, 1, true)
+  end)
+
+  it("answers 503 shutting_down while the server drains", function()
+    local _, u = engine("drain", { model = "drain" })
+    model("drain", { u })
+    assert.equal(200, chat("drain").status)
+    app.draining = true
+    local ok, r = pcall(chat, "drain")
+    app.draining = false
+    assert(ok, r)
+    assert.equal(503, r.status)
+    assert.equal("1", r.headers["retry-after"])
+    assert.equal("shutting_down", decode(r).error.code)
+  end)
+
+  it("counts each request once in the metrics: requests and latency", function()
+    local _, u = engine("cnt-1", { model = "cnt" })
+    model("cnt", { u })
+    for _ = 1, 5 do assert.equal(200, chat("cnt").status) end
+    for _ = 1, 2 do -- a scrape does not change the counts
+      local t = req("GET", "/metrics", nil, { Authorization = false }).body
+      assert.matches('obleth_router_requests_total{model="cnt",status="200"} 5\n', t, 1, true)
+      assert.matches('obleth_router_upstream_latency_seconds_count{model="cnt"} 5\n', t, 1, true)
+      assert.matches('obleth_router_upstream_latency_seconds_bucket{model="cnt",le="+Inf"} 5\n', t, 1, true)
+    end
+  end)
+
+  it("sees a store write made behind its back once its cache is older than CACHE_TTL", function()
+    local _, u1 = engine("ttl-1", { model = "ttl" })
+    local _, u2 = engine("ttl-2", { model = "ttl" })
+    local m = model("ttl", { u1 })
+    assert.equal("ttl-1", chat("ttl").headers["x-obleth-replica"])
+    assert(store:remove_endpoint(m.id, u1))
+    assert(store:add_endpoint(m.id, u2))
+    loop.sleep(require("obleth.router").CACHE_TTL + 0.1)
+    assert.equal("ttl-2", chat("ttl").headers["x-obleth-replica"])
+  end)
+
+  it("keeps its cache after a write request refused with 401 (no way to keep it cold)", function()
+    local _, u = engine("cold-1", { model = "cold" })
+    model("cold", { u })
+    assert.equal(200, chat("cold").status)
+    local reads, route_model = 0, store.route_model
+    store.route_model = function(...) reads = reads + 1; return route_model(...) end
+    local ok, err = pcall(function()
+      assert.equal(401, req("POST", "/api/v1/models", { name = "x" }, { Authorization = "Bearer wrong" }).status)
+      assert.equal(200, chat("cold").status)
+    end)
+    store.route_model = nil -- the method again
+    assert(ok, err)
+    assert.equal(0, reads)
+  end)
+
+  it("answers for an endpoint whose host is longer than a DNS name without a 500", function()
+    local _, live = engine("long-live", { model = "long-host" })
+    model("long-host", { "http://" .. ("a"):rep(300) .. ":8000", live })
+    for _ = 1, 4 do
+      local r = chat("long-host")
+      assert.is_true(r.status == 200 or r.status == 502, r.status .. " " .. r.body)
+    end
   end)
 
   it("takes endpoint changes at once, and lets a request in flight to a leaving endpoint finish", function()
@@ -355,4 +417,38 @@ end
 
 suite("proxy")
 suite("client")
-suite("fast")
+
+-- The line each request leaves in obleth serve's log (docs/router.md, Metrics).
+describe("the router's request line (obleth serve)", function()
+  if not has_host then
+    it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
+    return
+  end
+  it("names method, model, milliseconds, path, status and upstream, and never the client key", function()
+    local http = require "obleth.http"
+    local server = require "spec.support.server"
+    local eng = require("obleth.smoke_engine").new { model = "lm", replica = "lm-1" }
+    local es = assert(http.server { host = "127.0.0.1", port = 0, handler = eng:handler() })
+    local srv = server.start()
+    local _, m = srv:request("POST", "/api/v1/models", { name = "lm" })
+    local st = srv:request("POST", ("/api/v1/models/%d/endpoints"):format(m.id), { url = "http://127.0.0.1:" .. es:port() })
+    assert.equal(200, st)
+    local _, made = srv:request("POST", "/api/v1/keys", { name = "l" })
+    local auth = { Authorization = "Bearer " .. made.key }
+    local body = { model = "lm", messages = { { role = "user", content = "hi" } } }
+    assert.equal(200, (srv:request("POST", "/v1/chat/completions", body, auth)))
+    assert.equal(200, (srv:request("POST", "/v1/chat/completions", body, auth)))
+    local _, _, err = srv:stop()
+    srv:cleanup()
+    es:close()
+    local lines = {}
+    for line in err:gmatch("[^\n]+") do
+      if line:find("event=http_request method=POST model=lm", 1, true) then lines[#lines + 1] = line end
+    end
+    assert.equal(2, #lines, err)
+    local pat = "^ts=%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ level=info event=http_request method=POST model=lm "
+      .. "ms=%d+%.%d+ path=/v1/chat/completions status=200 upstream=http://127%.0%.0%.1:%d+$"
+    for _, line in ipairs(lines) do assert.matches(pat, line) end
+    assert.is_nil(err:find(made.key, 1, true)) -- no client key in the log
+  end)
+end)

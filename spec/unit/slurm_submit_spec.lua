@@ -38,7 +38,7 @@ describe("obleth.slurm.submit", function()
       assert.equal(full.script, b.script)
       assert.same({
         name = "obleth-m1-r1", comment = "obleth:replica=r1", partition = "gpu", account = "research",
-        qos = "normal", time_limit = 10, nodes = { 1, 1 }, gpus_per_node = "a100:2",
+        qos = "normal", time_limit = 10, nodes = "1", gpus_per_node = "a100:2",
         minimum_cpus_per_node = 4, memory_per_node = 16000, constraints = "a100&ib",
         exclude_nodes = "n[1-2]", environment = { HF_HOME = "/srv/hf", PATH = submit.DEFAULT_PATH },
         standard_output = "/srv/out-%j", standard_error = "/srv/err-%j",
@@ -87,10 +87,10 @@ describe("obleth.slurm.submit", function()
       assert.same({ set = true, infinite = false, number = 0 }, b.job.memory_per_node)
     end)
 
-    it("sends a node range as [min, max]", function()
+    it("sends a node range as a \"min-max\" string (v0.0.38 ignores a [min, max] array)", function()
       local b = assert(submit.body({ script = "x", nodes = { min = 1, max = 3 }, working_directory = "/w" },
         "v0.0.42"))
-      assert.same({ 1, 3 }, b.job.nodes)
+      assert.equal("1-3", b.job.nodes)
     end)
 
     it("requires a working directory from v0.0.39", function()

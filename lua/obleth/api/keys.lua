@@ -90,13 +90,14 @@ M.schemas = {
 M.routes = {
   { "GET", "/api/v1/keys", list, tag = "router",
     summary = "Client API keys for /v1/ (id, name, prefix, created_at, revoked_at; never the key)" },
-  { "POST", "/api/v1/keys", create, body = "ApiKeyInput", tag = "router",
+  { "POST", "/api/v1/keys", create, body = "ApiKeyInput", tag = "router", changes = { "keys" },
     summary = "Create a client API key; the answer's `key` is shown this once (only its hash is stored)" },
-  { "DELETE", "/api/v1/keys/{id}", revoke, tag = "router",
+  { "DELETE", "/api/v1/keys/{id}", revoke, tag = "router", changes = { "keys" },
     summary = "Revoke a client API key (it stops working at once; listed with revoked_at)" },
   { "GET", "/api/v1/settings/router", get_settings, tag = "router",
     summary = "The router's settings: keyless (whether /v1/ needs a client key)" },
   { "PUT", "/api/v1/settings/router", put_settings, body = "RouterSettings", tag = "router",
+    changes = { "keys" },
     summary = "Set keyless: true to let /v1/ through without a client key (behind the site's own gateway)" },
 }
 

@@ -172,14 +172,61 @@ local function _same_key(a, b)
   return tostring(a) == tostring(b)
 end
 
+--- The Slurm user and its groups, for partitions with AllowGroups: the
+--- Cluster defaults' `user_groups` when the site sets them, else this host's
+--- group database (NSS: getgrouplist, as slurmctld does on its own host).
+--- A host lookup is reused M.FACTS_TTL seconds when `cache` is given (NSS may ask LDAP).
+---@param s table app:slurm_settings()
+---@param cache table|nil app.cache
+---@param now number|nil app.clock()
+---@return {name: string, groups: table<string, boolean>|nil, groups_from: string|nil, groups_error: string|nil}
+function M.slurm_user(s, cache, now)
+  local u = { name = s.user }
+  local listed = s.defaults and s.defaults.user_groups
+  if type(listed) == "table" then
+    u.groups, u.groups_from = {}, "cluster_default"
+    for _, g in ipairs(listed) do u.groups[g] = true end
+    return u
+  end
+  local ok, sys = pcall(require, "obleth.sys")
+  if not ok or not sys.user_groups or not s.user then
+    u.groups_error = "this host cannot look up the Slurm user's groups"
+    return u
+  end
+  local c = cache and cache.slurm_user_groups
+  local list, err
+  if c and c.user == s.user and now and now - c.at < M.FACTS_TTL then
+    list, err = c.list, c.err
+  else
+    list, err = sys.user_groups(s.user)
+    if cache and now then cache.slurm_user_groups = { user = s.user, at = now, list = list, err = err } end
+  end
+  if not list then
+    u.groups_error = err
+    return u
+  end
+  u.groups, u.groups_from = {}, "host"
+  for _, g in ipairs(list) do u.groups[g] = true end
+  return u
+end
+
 --- The cluster facts the checks need, normalized (cached M.FACTS_TTL seconds).
----@return table|nil {partitions, nodes, associations, qos, api_version}, string|nil why not
+---@return table|nil {partitions, nodes, associations, qos, api_version, user, enforce_part_limits},
+---  string|nil why not
 function M.facts(app)
   local s = app:slurm_settings()
   if not s.url and not s.socket then return nil, "no slurmrestd connection is set up" end
   local c = app.cache.launch_facts
   local now = app.clock()
-  if c and _same_key(c.key, s.updated_at) and now - c.at < M.FACTS_TTL then return c.facts end
+  -- the Slurm user's groups and EnforcePartLimits follow the settings at once (not cached)
+  local function with_site(f)
+    local out = {}
+    for k, v in pairs(f) do out[k] = v end
+    out.user = M.slurm_user(s, app.cache, now)
+    out.enforce_part_limits = s.defaults and s.defaults.enforce_part_limits
+    return out
+  end
+  if c and _same_key(c.key, s.updated_at) and now - c.at < M.FACTS_TTL then return with_site(c.facts) end
   local conn, err = app:slurm_connect()
   if not conn then return nil, "slurmrestd: " .. tostring(err and err.message) end
   local f = { api_version = conn:version() }
@@ -196,7 +243,7 @@ function M.facts(app)
     f[call[1]] = v
   end
   app.cache.launch_facts = { key = s.updated_at, at = now, facts = f }
-  return f
+  return with_site(f)
 end
 
 ---------------------------------------------------------------------------
@@ -211,6 +258,31 @@ local function _policy(app, warnings)
     warnings[#warnings + 1] = ("policy %s: %s (the previous version is in use)"):format(name, tostring(e.message))
   end
   return policy.get
+end
+
+--- The cluster checks of a managed spec about to be stored (PUT
+--- /api/v1/models/{id}/managed): the same obleth.launch.cluster_errors the
+--- preview and the launch run, on the values the provisioner would submit.
+---@param app table
+---@param spec table validated managed spec
+---@return {field: string, message: string, code: string}[] errors (empty when fine)
+---@return string|nil why the checks could not run (no connection, Slurm unreachable)
+function M.check_spec(app, spec)
+  local facts, why = M.facts(app)
+  if not facts then return {}, why end
+  local warnings = {}
+  local errs = launch.spec_errors(_policy(app, warnings), spec, app:slurm_settings().defaults, facts)
+  return errs
+end
+
+--- A 422 answer for per-field errors: {error: {code: "invalid", field, message}, errors: [...]}.
+function M.unprocessable(errs, extra)
+  local first = errs[1] or {}
+  local body = { error = { code = "invalid", field = first.field or NULL,
+    message = (#errs == 1 and "%s" or "%s (and %d more)"):format(tostring(first.message), #errs - 1) },
+    errors = json.array(errs) }
+  for k, v in pairs(extra or {}) do body[k] = v end
+  return 422, body
 end
 
 --- Read the body's recipe / hf / values; returns the pieces or a failure.
@@ -280,11 +352,22 @@ function M.answer(pv, c)
     settings[k] = { value = s.value == nil and NULL or s.value, provenance = s.provenance or NULL }
   end
   local learned = pv.learned
+  local fields = {}
+  for i, f in ipairs(pv.fields) do
+    fields[i] = { field = f.field, value = f.value == nil and NULL or f.value, provenance = f.provenance or NULL,
+      error = f.error or NULL }
+  end
+  local user = pv.slurm_user
+  if user then
+    user = { name = user.name or NULL, groups = user.groups and json.array(user.groups) or NULL,
+      groups_from = user.groups_from or NULL, groups_error = user.groups_error or NULL }
+  end
   return _arrays({
     ok = pv.ok,
     recipe = { id = c.recipe.id, name = c.recipe.name or NULL, source = c.source, engine = c.recipe.engine or NULL },
     hf = c.picked or NULL,
-    settings = settings, fields = pv.fields, errors = pv.errors,
+    settings = settings, fields = fields, errors = pv.errors,
+    slurm_user = user or NULL, enforce_part_limits = pv.enforce_part_limits or NULL,
     partitions = pv.partitions, partitions_offered = pv.partitions_offered,
     accounts_offered = pv.accounts_offered, qos_offered = pv.qos_offered,
     suggestions = pv.suggestions,
@@ -307,15 +390,6 @@ end
 ---------------------------------------------------------------------------
 -- launch
 ---------------------------------------------------------------------------
-
-local function _unprocessable(errs, extra)
-  local first = errs[1] or {}
-  local body = { error = { code = "invalid", field = first.field or NULL,
-    message = (#errs == 1 and "%s" or "%s (and %d more)"):format(tostring(first.message), #errs - 1) },
-    errors = json.array(errs) }
-  for k, v in pairs(extra or {}) do body[k] = v end
-  return 422, body
-end
 
 -- The save_recipe object: {id, name?} or nil; or a failure.
 local function _save_target(app, s)
@@ -352,7 +426,7 @@ local function do_launch(ctx)
   if sf then return sf.status, sf.body end
   local pv, c = M.prepare(app, b, values)
   if not pv then return c.status, c.body, c.headers end
-  if not pv.ok then return _unprocessable(pv.errors, { preview = M.answer(pv, c) }) end
+  if not pv.ok then return M.unprocessable(pv.errors, { preview = M.answer(pv, c) }) end
 
   local saved_text
   if save then
@@ -366,7 +440,7 @@ local function do_launch(ctx)
     if not ok then
       local out = {}
       for _, e in ipairs(errs) do out[#out + 1] = { field = "save_recipe", message = (e.field or "") .. ": " .. e.message } end
-      return _unprocessable(out)
+      return M.unprocessable(out)
     end
     saved_text = json.encode(doc)
   end
@@ -402,6 +476,7 @@ local function do_launch(ctx)
     if e.code == "conflict" and e.field == "id" then e.field = "save_recipe.id" end
     return errors.store(e)
   end
+  ctx.model_id = res.model_id
   local model = store:get_model(res.model_id)
   local spec = store:get_spec(res.model_id)
   local rec
@@ -510,6 +585,14 @@ local function check_yaml(ctx)
       return 200, { ok = true, settings = settings, warnings = json.array(pv.warnings) }
     end
   end
+  -- in line order (then column): the structure's diagnostics and the checks' come from two passes
+  table.sort(diags, function(x, y)
+    local la, lb = x.line or math.huge, y.line or math.huge
+    if la ~= lb then return la < lb end
+    local ca, cb = x.column or 0, y.column or 0
+    if ca ~= cb then return ca < cb end
+    return tostring(x.field) < tostring(y.field)
+  end)
   for _, d in ipairs(diags) do
     d.line, d.column, d.field = d.line or NULL, d.column or NULL, d.field or NULL
   end
@@ -517,12 +600,13 @@ local function check_yaml(ctx)
 end
 
 M.routes = {
-  { "POST", "/api/v1/deployments/preview", preview, tag = "deployments", body = "LaunchRequest",
+  { "POST", "/api/v1/deployments/preview", preview, tag = "deployments", body = "LaunchRequest", changes = {},
     summary = "Every setting of a launch with its value and provenance, per-field errors, partition fit, "
       .. "offered accounts, suggestions, the job script and the exact slurmrestd request" },
-  { "POST", "/api/v1/deployments/check-yaml", check_yaml, tag = "deployments", body = "LaunchYaml",
+  { "POST", "/api/v1/deployments/check-yaml", check_yaml, tag = "deployments", body = "LaunchYaml", changes = {},
     summary = "Check the launch settings as YAML (Edit as YAML): per-line diagnostics or the parsed settings" },
   { "POST", "/api/v1/deployments/launch", do_launch, tag = "deployments", body = "LaunchRequest",
+    changes = { "models", "managed", "launches", "recipes" },
     summary = "Launch: create the model (staged), its managed spec and a launch record (and optionally a "
       .. "saved recipe) in one transaction; 422 with per-field errors when a setting is refused" },
   { "GET", "/api/v1/deployments/suggestions", suggestions, tag = "deployments", query = { "recipe_id" },

@@ -24,13 +24,33 @@ local function get(ctx)
   return 200, spec
 end
 
+-- PUT checks each field (obleth.validate), then what Slurm would refuse or never run on this
+-- cluster — account, QoS, time limit, the user's groups, partition fit — with the launch flow's own
+-- checks (obleth.api.launch.check_spec → obleth.launch.cluster_errors): 422 with per-field errors
+-- and nothing stored, so running replicas are untouched. ?check=false stores without the cluster
+-- checks (the provisioner then reports a refusal as provision_error). A paused spec (enabled: false)
+-- submits nothing, so it is stored without them: Pause works on a spec the cluster refuses, and
+-- Resume (enabled: true) is checked.
 local function put(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
+  for k in pairs(ctx.query) do
+    if k ~= "check" then return errors.fail(400, "invalid", ("unknown query parameter %q (check)"):format(k), k) end
+  end
+  local check = ctx.query.check
+  if check ~= nil and check ~= "true" and check ~= "false" then
+    return errors.fail(400, "invalid", "check: must be true or false", "check")
+  end
   local b, st, eb = errors.need_object(ctx)
   if not b then return st, eb end
   local spec, err = validate.managed_spec(b)
   if not spec then return errors.invalid(err) end
+  if check ~= "false" and spec.enabled ~= false then
+    local launch_api = require "obleth.api.launch"
+    local errs, why = launch_api.check_spec(ctx.app, spec)
+    if #errs > 0 then return launch_api.unprocessable(errs) end
+    if why then ctx.app.log.warn("managed_spec_unchecked", { model_id = id, reason = why }) end
+  end
   local out, created = ctx.app.store:put_spec(id, spec)
   if not out then return errors.store(created) end
   return created and 201 or 200, out
@@ -64,11 +84,13 @@ end
 M.routes = {
   { "GET", "/api/v1/managed", list, summary = "Every managed spec" },
   { "GET", "/api/v1/models/{id}/managed", get, summary = "A model's Slurm spec" },
-  { "PUT", "/api/v1/models/{id}/managed", put,
-    summary = "Create or replace a model's Slurm spec (generation is bumped when it changes)", body = "ManagedSpec" },
-  { "DELETE", "/api/v1/models/{id}/managed", delete,
+  { "PUT", "/api/v1/models/{id}/managed", put, query = { "check" }, changes = { "managed", "models" },
+    summary = "Create or replace a model's Slurm spec (generation is bumped when it changes); 422 with per-field "
+      .. "errors when the cluster would refuse or never run it (?check=false skips the cluster checks)",
+    body = "ManagedSpec" },
+  { "DELETE", "/api/v1/models/{id}/managed", delete, changes = { "managed", "models" },
     summary = "Delete a model's spec: nothing more is launched and its jobs are cancelled" },
-  { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss,
+  { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss, changes = { "managed" },
     summary = "Dismiss the last refused-job message" },
 }
 

@@ -22,6 +22,7 @@ local function create(ctx)
   if not m then return errors.invalid(err) end
   local model, serr = ctx.app.store:create_model(m)
   if not model then return errors.store(serr) end
+  ctx.model_id = model.id
   return 201, model, { Location = "/api/v1/models/" .. model.id }
 end
 
@@ -83,16 +84,19 @@ end
 
 M.routes = {
   { "GET", "/api/v1/models", list, summary = "Every model, with status and endpoints" },
-  { "POST", "/api/v1/models", create, summary = "Create a model (staged) under a unique API model name",
+  { "POST", "/api/v1/models", create, changes = { "models" },
+    summary = "Create a model (staged) under a unique API model name",
     body = "ModelInput" },
   { "GET", "/api/v1/models/{id}", get, summary = "One model" },
-  { "PATCH", "/api/v1/models/{id}", update, summary = "Rename a model or change its description",
+  { "PATCH", "/api/v1/models/{id}", update, changes = { "models" },
+    summary = "Rename a model or change its description",
     body = "ModelInput" },
-  { "DELETE", "/api/v1/models/{id}", delete,
+  { "DELETE", "/api/v1/models/{id}", delete, changes = { "models" },
     summary = "Delete a model (refused while it has a managed spec or live replicas)" },
-  { "POST", "/api/v1/models/{id}/endpoints", add_endpoint, summary = "Add an endpoint (the model becomes active)",
+  { "POST", "/api/v1/models/{id}/endpoints", add_endpoint, changes = { "models" },
+    summary = "Add an endpoint (the model becomes active)",
     body = "EndpointInput" },
-  { "DELETE", "/api/v1/models/{id}/endpoints", remove_endpoint,
+  { "DELETE", "/api/v1/models/{id}/endpoints", remove_endpoint, changes = { "models" },
     summary = "Remove the endpoint ?url= (staged when none is left)", query = { "url" } },
 }
 

@@ -56,7 +56,11 @@ M.schemas = {
       modules = arr(str()), partition = nullable(str()), account = nullable(str()), qos = nullable(str()),
       hf_token = nullable({ type = "string", description = "masked in answers; the mask keeps the stored one" }),
       port_range = { type = "array", items = int(1024, 65535), minItems = 2, maxItems = 2 },
-      environment = { type = "object", additionalProperties = str() } } } } } } },
+      environment = { type = "object", additionalProperties = str() },
+      user_groups = nullable({ type = "array", items = str(),
+        description = "the Slurm user's groups for AllowGroups; null: this host's group database" }),
+      enforce_part_limits = nullable({ type = "string", enum = { "NO", "ANY", "ALL" },
+        description = "slurmctld's EnforcePartLimits; null: unknown" }) } } } } } },
   ProvisionerReport = { type = "object", required = { "pass" }, additionalProperties = false, properties = {
     pass = { type = "object", properties = { started_at = { type = "number" }, duration = { type = "number" },
       error = nullable(str()), policy_error = nullable({ type = "object", properties = { file = str(),

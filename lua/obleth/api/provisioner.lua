@@ -79,6 +79,15 @@ local function submits(ctx)
     end
     return _lease_refused(serr)
   end
+  -- the recorded replicas, per model, for the event streams
+  local seen, changes = {}, {}
+  for _, r in ipairs(req.replicas) do
+    if not seen[r.model_id] then
+      seen[r.model_id] = true
+      changes[#changes + 1] = { "replicas", r.model_id }
+    end
+  end
+  ctx.changes = changes
   return 200, res
 end
 
@@ -100,6 +109,16 @@ local function report(ctx)
   if #res.ignored > 0 then
     ctx.app.log.warn("provisioner_report_ignored", { count = #res.ignored })
   end
+  -- what the pass changed, for the event streams: the check-in always, the rest per model
+  local changes = { { "provisioner" } }
+  for _, topic in ipairs({ "replicas", "models", "managed", "launches" }) do
+    local ids = {}
+    for id in pairs(res.changes[topic]) do ids[#ids + 1] = id end
+    table.sort(ids)
+    for _, id in ipairs(ids) do changes[#changes + 1] = { topic, id } end
+  end
+  ctx.changes = changes
+  res.changes = nil
   return 200, res
 end
 
@@ -116,15 +135,15 @@ M.schemas = {
 M.routes = {
   { "GET", "/api/v1/provisioner/snapshot", snapshot,
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
-  { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport",
+  { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },
-  { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease",
+  { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
     summary = "Acquire or renew the provisioner lease (one provisioner at a time); "
       .. "409 lease_held names the holder" },
-  { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" },
+  { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
-  { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits",
+  { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
 }
 

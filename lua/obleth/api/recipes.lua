@@ -119,10 +119,13 @@ end
 
 M.routes = {
   { "GET", "/api/v1/recipes", list, summary = "Library and saved recipes" },
-  { "POST", "/api/v1/recipes", create, body = "Recipe", summary = "Save a recipe (the body is the recipe)" },
+  { "POST", "/api/v1/recipes", create, body = "Recipe", changes = { "recipes" },
+    summary = "Save a recipe (the body is the recipe)" },
   { "GET", "/api/v1/recipes/{id}", get, summary = "One recipe (library or saved)" },
-  { "PUT", "/api/v1/recipes/{id}", put, body = "Recipe", summary = "Create or replace a saved recipe" },
-  { "DELETE", "/api/v1/recipes/{id}", delete, summary = "Delete a saved recipe (library ones are read-only)" },
+  { "PUT", "/api/v1/recipes/{id}", put, body = "Recipe", changes = { "recipes" },
+    summary = "Create or replace a saved recipe" },
+  { "DELETE", "/api/v1/recipes/{id}", delete, changes = { "recipes" },
+    summary = "Delete a saved recipe (library ones are read-only)" },
 }
 
 return M

@@ -52,9 +52,10 @@ M.routes = {
   { "GET", "/api/v1/replicas", list_all, summary = "Every replica (?state=live leaves out ended ones)",
     query = { "state" } },
   { "GET", "/api/v1/models/{id}/replicas", list_model, summary = "A model's replicas", query = { "state" } },
-  { "POST", "/api/v1/replicas/{id}/restart", restart,
+  { "POST", "/api/v1/replicas/{id}/restart", restart, changes = { "replicas" },
     summary = "Cancel a replica's job; a new one is submitted (on the provisioner's next pass)" },
-  { "POST", "/api/v1/models/{id}/replicas/clear-lost", clear_lost, summary = "Clear ended jobs (Try once more)" },
+  { "POST", "/api/v1/models/{id}/replicas/clear-lost", clear_lost, changes = { "replicas" },
+    summary = "Clear ended jobs (Try once more)" },
 }
 
 return M

@@ -30,6 +30,7 @@ function M.public(app)
       modules = d.modules, partition = n(d.partition), account = n(d.account), qos = n(d.qos),
       hf_token = d.hf_token and validate.MASK or NULL, hf_token_set = d.hf_token ~= nil,
       port_range = d.port_range, environment = d.environment,
+      user_groups = d.user_groups and json.array(d.user_groups) or NULL, enforce_part_limits = n(d.enforce_part_limits),
     },
     provisioner = prov,
     updated_at = n(s.updated_at),
@@ -202,6 +203,7 @@ local function _partition(p)
     max_nodes = _limit(p.max_nodes), total_cpus = n(p.total_cpus), total_nodes = n(p.total_nodes),
     allowed_accounts = _sorted(p.allowed_accounts), denied_accounts = _sorted(p.denied_accounts),
     allowed_qos = _sorted(p.allowed_qos), denied_qos = _sorted(p.denied_qos),
+    allowed_groups = _sorted(p.allowed_groups),
   }
 end
 
@@ -296,10 +298,10 @@ end
 M.routes = {
   { "GET", "/api/v1/settings/slurm", get,
     summary = "The connection and cluster defaults (JWT and Hugging Face token masked), provisioner check-in" },
-  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { "confirm" },
+  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { "confirm" }, changes = { "settings" },
     summary = "Replace the connection and cluster defaults; the mask keeps a stored secret; "
       .. "turning Slurm off while replicas run needs ?confirm=true" },
-  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection",
+  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection", changes = {},
     summary = "Ping slurmrestd with the saved (or posted) connection; API version, release, JWT expiry" },
   { "GET", "/api/v1/slurm/resources", resources,
     summary = "Partitions with the accounts and QoS they allow and deny, nodes and their state, "

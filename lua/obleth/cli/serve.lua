@@ -9,23 +9,30 @@ local args = require "obleth.args"
 local M = {}
 
 M.usage = [[
-usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES] [--no-fast-path]
+usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
+                    [--web-dir DIR] [--public-url URL]
 
-The Management API. Every /api/ route needs Authorization: Bearer <admin token>;
+The Management API, the OpenAI-compatible router and the dashboard (open / in a
+browser and sign in with the admin token). Every /api/ route needs
+Authorization: Bearer <admin token> (or the dashboard's session cookie);
 the token comes from the environment (never a flag: it would show in ps):
 
   OBLETH_ADMIN_TOKEN       the admin token (at least 16 characters)
   OBLETH_ADMIN_TOKEN_FILE  or a file holding it
   OBLETH_LISTEN            default for --listen (127.0.0.1:8080)
   OBLETH_DB                default for --db (./obleth.db)
+  OBLETH_WEB_DIR           default for --web-dir (build/web in a source tree,
+                           else PREFIX/share/obleth/web)
+  OBLETH_PUBLIC_URL        default for --public-url
 ]]
 
 local spec = {
   listen = { kind = "string", arg = "HOST:PORT", help = "address to listen on (default 127.0.0.1:8080)" },
   db = { kind = "string", arg = "PATH", help = "SQLite database file (created when missing)" },
   body_limit = { kind = "integer", arg = "BYTES", help = "largest request body (default 1048576)" },
-  no_fast_path = { kind = "boolean",
-    help = "answer every /v1/ request in the Lua router, without the fast path (docs/router.md)" },
+  web_dir = { kind = "string", arg = "DIR", help = "the built dashboard (index.html, assets/)" },
+  public_url = { kind = "string", arg = "URL",
+    help = "the URL people open the dashboard at, when a proxy in front changes it (https: Secure cookies)" },
   help = { kind = "boolean", short = "h", help = "this help" },
 }
 
@@ -78,6 +85,12 @@ function M.main(argv)
   if not token then return _die(terr, 2) end
   local body_limit = o.body_limit or 1048576
   if body_limit < 1024 then return _die("--body-limit must be at least 1024", 2) end
+  local public_url = o.public_url or os.getenv("OBLETH_PUBLIC_URL")
+  if public_url == "" then public_url = nil end
+  local server = require "obleth.server"
+  if public_url and not server.origin_of(public_url) then
+    return _die(("--public-url %q: expected http(s)://HOST[:PORT]"):format(public_url), 2)
+  end
   local state_dir = os.getenv("STATE_DIRECTORY")
   local dbpath = o.db or os.getenv("OBLETH_DB") or ((state_dir and state_dir:match("^[^:]+") or ".") .. "/obleth.db")
 
@@ -89,17 +102,25 @@ function M.main(argv)
 
   local store, serr = require("obleth.store").open(dbpath, { log = log })
   if not store then return _die(serr, 1) end
-  local app = require("obleth.server").new { store = store, admin_token = token, log = log }
+  local web_dir = o.web_dir or os.getenv("OBLETH_WEB_DIR")
+  if web_dir == "" then web_dir = nil end
+  web_dir = web_dir or require("obleth.web").default_dir()
+  local app = server.new { store = store, admin_token = token, log = log, web_dir = web_dir,
+    public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")) }
   local handler = app:handler()
-  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit,
-    fast = not o.no_fast_path and app.router.fast or nil }
+  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit }
   if not srv then
     store:close()
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes, fast_path = not o.no_fast_path })
+    routes = #app.routes, web_dir = web_dir })
+  local wst = sys.stat(web_dir .. "/index.html")
+  if not wst then
+    log.warn("dashboard_not_built", { web_dir = web_dir,
+      hint = "run make in the source tree, or set --web-dir / OBLETH_WEB_DIR" })
+  end
   io.stdout:write(("obleth serve listening on %s\n"):format(url))
   io.stdout:flush()
   pcall(sys.sd_notify, "READY=1")
@@ -114,10 +135,10 @@ function M.main(argv)
       -- connections still open get 503 shutting_down)
       srv:stop_listening()
       app:drain()
-      log.info("serve_stopping", { signal = name, inflight = app:busy() })
+      log.info("serve_stopping", { signal = name, inflight = app.inflight })
       loop.spawn(function()
         local t0 = loop.monotonic()
-        while app:busy() > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        while app.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
         loop.stop(0)
       end)
     end)

@@ -179,17 +179,162 @@ local function new(defaults)
     return set
   end
 
+  --- The feature names a constraint expression mentions.
+  ---@param expr string|nil
+  ---@return string[]|nil names (sorted, no duplicates), nil when the expression does not parse
+  function M.constraint_features(expr)
+    if expr == nil or expr == "" then return {} end
+    local toks = tokenize(expr)
+    if not toks then return nil end
+    local seen, out = {}, {}
+    for _, t in ipairs(toks) do
+      if type(t) == "table" and not seen[t.name] then seen[t.name] = true; out[#out + 1] = t.name end
+    end
+    table.sort(out)
+    return out
+  end
+
+  local function plural(n, one, many) return n == 1 and one or (many or one .. "s") end
+
+  local function gpu_types(nodes)
+    local types, names = {}, {}
+    for _, n in ipairs(nodes) do
+      local g = n.gres and n.gres.gpu
+      for t, c in pairs(g and g.by_type or {}) do
+        if c > 0 and (types[t] or 0) < c then
+          if not types[t] then names[#names + 1] = t end
+          types[t] = c
+        end
+      end
+    end
+    table.sort(names)
+    local out = {}
+    for i, t in ipairs(names) do out[i] = ("%s (up to %d per node)"):format(t, types[t]) end
+    return out
+  end
+
+  -- Slurm refuses at submit a job that fits no node of its partition
+  -- ("Requested node configuration is not available", "Invalid feature
+  -- specification"), whatever the nodes' states. Which setting breaks it:
+  -- the partition's nodes are filtered setting by setting, in form order
+  -- (GPUs per node, GPU type, CPUs, memory, constraint, avoided nodes); the
+  -- first setting after which fewer nodes remain than wanted is the one.
+  -- When none remains the error is on that setting; when some remain but
+  -- fewer than `nodes`, it is on `nodes` (on `exclude` for avoided nodes).
+  local function config_errors(partition, members, req, excluded)
+    local errors = {}
+    local want = req.nodes or 1
+    local pname = partition.name
+    local function add(field, code, msg) errors[#errors + 1] = { field = field, code = code, message = msg } end
+    if partition.max_nodes and want > partition.max_nodes then
+      add("nodes", "PartitionNodeLimit", ("%d nodes wanted; partition %s allows at most %d per job")
+        :format(want, pname, partition.max_nodes))
+      return errors
+    end
+    if #members < want then
+      add("nodes", "nodes", ("%d nodes wanted; partition %s has %d"):format(want, pname, #members))
+      return errors
+    end
+    local left = members
+    local function stage(field, keep, none_msg, code)
+      local out = {}
+      for _, n in ipairs(left) do if keep(n) then out[#out + 1] = n end end
+      if #out >= want then left = out; return true end
+      if #out == 0 or field == "exclude" then
+        add(field, code or "node_config", none_msg(out))
+      else
+        add("nodes", "node_config", ("%d nodes wanted; %d %s of partition %s %s"):format(want, #out,
+          plural(#out, "node"), pname, none_msg(out, true)))
+      end
+      return false
+    end
+    local g = req.gpus_per_node or 0
+    if g > 0 then
+      local most = 0
+      for _, n in ipairs(left) do most = math.max(most, gpus_of(n.gres, nil)) end
+      if not stage("gpus_per_node", function(n) return gpus_of(n.gres, nil) >= g end, function(_, some)
+        if some then return ("has %d GPUs"):format(g) end
+        if most == 0 then return ("partition %s has no GPUs"):format(pname) end
+        return ("no node of partition %s has %d GPUs (at most %d)"):format(pname, g, most)
+      end) then return errors end
+      if req.gpu_type then
+        local types = gpu_types(left)
+        if not stage("gpu_type", function(n) return gpus_of(n.gres, req.gpu_type) >= g end, function(_, some)
+          if some then return ("has %d %s GPUs"):format(g, req.gpu_type) end
+          return ("no node of partition %s has %d GPUs of type %s (types here: %s)"):format(pname, g,
+            req.gpu_type, #types > 0 and table.concat(types, ", ") or "none")
+        end) then return errors end
+      end
+    end
+    local c = req.cpus_per_node or 1
+    local most_cpus = 0
+    for _, n in ipairs(left) do most_cpus = math.max(most_cpus, n.cpus or 0) end
+    if not stage("cpus_per_node", function(n) return (n.cpus or 0) >= c end, function(_, some)
+      if some then return ("has %d CPUs"):format(c) end
+      return ("no node of partition %s has %d CPUs (at most %d)"):format(pname, c, most_cpus)
+    end) then return errors end
+    local mem = req.memory_per_node or 0
+    if mem > 0 then
+      local most_mem = 0
+      for _, n in ipairs(left) do most_mem = math.max(most_mem, n.memory or 0) end
+      if not stage("memory_per_node", function(n) return n.memory == nil or n.memory >= mem end, function(_, some)
+        if some then return ("has %d MiB of memory"):format(mem) end
+        return ("no node of partition %s has %d MiB of memory (at most %d MiB)"):format(pname, mem, most_mem)
+      end) then return errors end
+    end
+    if req.constraint and req.constraint ~= "" then
+      local pred, cerr = M.constraint(req.constraint)
+      if not pred then
+        add("constraint", "invalid_constraint", cerr)
+        return errors
+      end
+      local known = {}
+      for _, n in ipairs(members) do for f in pairs(n.features or {}) do known[f] = true end end
+      local unknown = {}
+      for _, f in ipairs(M.constraint_features(req.constraint) or {}) do
+        if not known[f] then unknown[#unknown + 1] = f end
+      end
+      if #unknown > 0 then
+        local here = {}
+        for f in pairs(known) do here[#here + 1] = f end
+        table.sort(here)
+        add("constraint", "invalid_feature", ("no node of partition %s has the %s %s (features here: %s)")
+          :format(pname, plural(#unknown, "feature"), table.concat(unknown, ", "),
+          #here > 0 and table.concat(here, ", ") or "none"))
+        return errors
+      end
+      if not stage("constraint", function(n) return pred(n.features or {}) end, function(_, some)
+        if some then return ("match %s"):format(req.constraint) end
+        return ("no node of partition %s matches %s"):format(pname, req.constraint)
+      end) then return errors end
+    end
+    if next(excluded) then
+      stage("exclude", function(n) return not excluded[n.name] end, function(out)
+        if #out == 0 then
+          return ("every node of partition %s that fits is avoided"):format(pname)
+        end
+        return ("%d nodes wanted; avoiding these leaves %d %s of partition %s that %s"):format(want, #out,
+          plural(#out, "node"), pname, plural(#out, "fits", "fit"))
+      end)
+    end
+    return errors
+  end
+
   --- Whether one replica fits a partition.
   ---@param partition table normalized partition
   ---@param nodes table<string, table>|table[] normalized nodes (array, or by name)
   ---@param req {nodes: integer|nil, gpus_per_node: integer|nil, gpu_type: string|nil,
   ---  cpus_per_node: integer|nil, memory_per_node: integer|nil, constraint: string|nil,
   ---  exclude: string|string[]|nil, time_limit: integer|nil} MiB, minutes; memory 0 = whole node
-  ---@return {partition: string, fits: boolean, reasons: string[], fitting_nodes: integer,
+  ---@return {partition: string, fits: boolean, reasons: string[], errors: table[], fitting_nodes: integer,
   ---  idle_fitting_nodes: integer, free_fitting_nodes: integer, configured_fitting_nodes: integer,
   ---  nodes: {fitting: string[], idle: string[]}}
   ---  configured = shape fits whatever the state; fitting = and the node can take jobs (not down,
-  ---  drained, failing); idle = and idle now; free = and enough free CPUs/memory/GPUs now
+  ---  drained, failing); idle = and idle now; free = and enough free CPUs/memory/GPUs now.
+  ---  errors: {field, code, message} for what Slurm refuses or never runs whatever the nodes' states
+  ---  (no node's configuration fits, too many nodes, time limit above MaxTime, partition DRAIN /
+  ---  INACTIVE), one per field, on the setting that breaks it; reasons: every reason in words,
+  ---  also those that pass (nodes down or drained, partition DOWN)
   function M.partition(partition, nodes, req)
     local by_name = {}
     for k, n in pairs(nodes or {}) do by_name[type(k) == "string" and k or n.name] = n end
@@ -223,6 +368,11 @@ local function new(defaults)
         end
       end
     end
+    local members = {}
+    for _, name in ipairs(partition.node_list or {}) do
+      if by_name[name] then members[#members + 1] = by_name[name] end
+    end
+    local errors = config_errors(partition, members, req, excluded)
     if partition.max_nodes and want > partition.max_nodes then
       reasons[#reasons + 1] = ("%d nodes wanted, partition %s allows at most %d per job")
         :format(want, partition.name, partition.max_nodes)
@@ -230,6 +380,11 @@ local function new(defaults)
     if req.time_limit and partition.max_time and req.time_limit > partition.max_time then
       reasons[#reasons + 1] = ("time limit %d min is above the partition's MaxTime %d min")
         :format(req.time_limit, partition.max_time)
+      errors[#errors + 1] = { field = "time_limit", code = "PartitionTimeLimit", message = reasons[#reasons] }
+    end
+    if partition.state == "DRAIN" or partition.state == "INACTIVE" then
+      errors[#errors + 1] = { field = "partition", code = "partition_" .. partition.state:lower(),
+        message = ("partition %s is %s: Slurm takes no new jobs there"):format(partition.name, partition.state) }
     end
     if partition.state and partition.state ~= "UP" then
       reasons[#reasons + 1] = ("partition %s is %s"):format(partition.name, partition.state)
@@ -245,7 +400,7 @@ local function new(defaults)
       reasons[#reasons + 1] = msg
     end
     return {
-      partition = partition.name, fits = #reasons == 0, reasons = reasons,
+      partition = partition.name, fits = #reasons == 0, reasons = reasons, errors = errors,
       fitting_nodes = #fitting, idle_fitting_nodes = #idle, free_fitting_nodes = free,
       configured_fitting_nodes = configured, nodes = { fitting = fitting, idle = idle },
     }

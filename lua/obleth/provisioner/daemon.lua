@@ -20,7 +20,7 @@ local M = {}
 
 local REPLICA_FIELDS = { "model_id", "slot", "nonce", "state", "job_id", "node", "port", "endpoint",
   "submitted_at", "started_at", "healthy_at", "ended_at", "check_failures", "problem", "pending_reason",
-  "successor_of", "launch_id", "end", "generation" }
+  "successor_of", "launch_id", "end", "generation", "slurm" }
 local CLEARABLE = { node = true, endpoint = true, problem = true, pending_reason = true, successor_of = true }
 
 local function bindir()
@@ -214,6 +214,55 @@ local function check_all(due)
   return results
 end
 
+--- The rest of the live facts a pass decides from, besides the snapshot and
+--- the one job listing: for each recorded job the listing no longer shows,
+--- one accounting lookup (conn:job). Reads only.
+---@param conn table an obleth.slurm connection
+---@param snap table the Management API snapshot
+---@param jobs table[] conn:jobs()
+---@return table|nil job_by_id job id → job, or nil when the snapshot has no installation id
+---@return string|nil err why nothing may be decided (nothing is submitted or cancelled then)
+function M.lookup_jobs(conn, snap, jobs)
+  if not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
+    return nil, "the Management API gave no installation id (snapshot.instance): nothing is submitted or cancelled"
+  end
+  local listed = {}
+  for _, j in ipairs(jobs) do listed[j.id] = true end
+  local job_by_id = {}
+  for _, m in ipairs(snap.models or {}) do
+    for _, r in ipairs(m.replicas or {}) do
+      if r.job_id and not listed[r.job_id] and r.state ~= "lost" then
+        local j = conn:job(r.job_id)
+        if j then job_by_id[r.job_id] = j end
+      end
+    end
+  end
+  return job_by_id
+end
+
+--- The lost and rollover rules a pass applies: the policy set's current
+--- versions (reloaded first: edits in the override directory apply on the
+--- next pass; a broken edit keeps the previous version), or the built-in
+--- ones without a set.
+---@param policy table|nil an obleth.policy set
+---@return function|nil lost, function|nil rollover (nil: plan's built-in rule)
+---@return string|nil err "policy (previous version kept): NAME: message; ..." when a file failed
+function M.rules(policy)
+  if not policy then return nil, nil, nil end
+  policy.reload()
+  local perr
+  local perrs = policy.errors()
+  if perrs and next(perrs) then
+    local msgs = {}
+    for name, e in pairs(perrs) do
+      msgs[#msgs + 1] = ("%s: %s"):format(name, type(e) == "table" and e.message or tostring(e))
+    end
+    table.sort(msgs)
+    perr = "policy (previous version kept): " .. table.concat(msgs, "; ")
+  end
+  return policy.get("lost").check, policy.get("rollover").plan, perr
+end
+
 --- One pass. Returns the report it sent (or would have sent), or nil, err. err.kind "lease_held"
 --- (another provisioner holds the lease: nothing was done), "lease_lost" (refused as stale),
 --- "slurm" (slurmrestd could not be reached), "pass" (the pass ran with an error), or the
@@ -272,29 +321,15 @@ function M:pass()
   end
 
   report.pass.token = self.tokens:status(settings)
-  if jobs and not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
-    pass_error = "the Management API gave no installation id (snapshot.instance): nothing is submitted or cancelled"
-    jobs = nil
+  if jobs then
+    local ierr
+    job_by_id, ierr = M.lookup_jobs(conn, snap, jobs)
+    if not job_by_id then pass_error, jobs = ierr, nil end
   end
   if jobs then
-    -- rows whose job the listing no longer shows: ask once (accounting)
-    local listed = {}
-    for _, j in ipairs(jobs) do listed[j.id] = true end
-    job_by_id = {}
-    for _, m in ipairs(snap.models or {}) do
-      for _, r in ipairs(m.replicas or {}) do
-        if r.job_id and not listed[r.job_id] and r.state ~= "lost" then
-          local j = conn:job(r.job_id)
-          if j then job_by_id[r.job_id] = j end
-        end
-      end
-    end
-    local lost_rule, rollover_rule
-    if self.policy then
-      -- edits in the override directory apply on the next pass (reloaded above); a broken
-      -- edit keeps the previous version and is reported as pass.policy_error, not as a failure
-      lost_rule, rollover_rule = self.policy.get("lost").check, self.policy.get("rollover").plan
-    end
+    -- a broken policy edit keeps the previous version and is reported as pass.policy_error
+    -- (self:_policy_error() above), not as a failed pass
+    local lost_rule, rollover_rule = M.rules(self.policy)
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,

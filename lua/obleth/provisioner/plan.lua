@@ -38,6 +38,19 @@ local function first_node(job)
   return nil
 end
 
+--- A replica's job as Slurm shows it now, for the deployment page (the replica's `slurm`,
+--- docs/managed-spec.md): base state, reason, start and end times (for a pending job Slurm's
+--- estimates: `estimated` is true, and the start may be unknown), time limit in minutes
+--- (absent for UNLIMITED).
+---@param job table a normalized job record (obleth.slurm)
+---@return table
+function M.slurm_view(job)
+  local tl = job.time_limit
+  if tl == math.huge then tl = nil end
+  return { state = job.state and job.state.base or nil, reason = job.reason, start_time = job.start_time,
+    end_time = job.end_time, time_limit = tl, estimated = job.estimated == true }
+end
+
 --- Pick a port for a new replica: inside [lo, hi], not used by any live
 --- replica (of any model), so two replicas placed on one node never clash.
 ---@param range integer[] {lo, hi}
@@ -60,7 +73,8 @@ end
 ---  rand: fun(lo: integer, hi: integer): integer, lost: function|nil, rollover: function|nil}
 ---@return table state {rows = array of replica rows (every row touched or live),
 ---  submits = array of {row, model, spec}, cancels = array of {row, job_id, why},
----  outcomes = array, ack = {restart = {}, clear_lost = {}}, models = array}
+---  outcomes = array, ack = {restart = {}, clear_lost = {}}, models = array of {id, name, spec, rows,
+---  decisions = array of {slot, rule = "lost"|"rollover", decision, action, row|nil}, flags}}
 function M.reconcile(input)
   local now, snap = input.now, input.snapshot
   local lost_rule = input.lost or M.default_lost
@@ -152,6 +166,8 @@ function M.reconcile(input)
   -- 1. follow each row's job
   for _, mm in ipairs(out.models) do
     mm.ended_now = {}
+    -- what each slot's rule decided (lost/backoff, rollover), for a dry run to show
+    mm.decisions = {}
     for _, row in ipairs(mm.rows) do
       if row.state == "pending" and not row.job_id and by_nonce[row.nonce] then
         -- recorded before its submit (POST /provisioner/submits), and the job exists: the
@@ -172,6 +188,7 @@ function M.reconcile(input)
         end
         if not job and input.job_by_id then job = input.job_by_id[row.job_id] end
         local base = job and job.state and job.state.base
+        if job then row.slurm = M.slurm_view(job) end
         if not job then
           if input.jobs then
             -- listed nothing and the accounting lookup found nothing either
@@ -329,17 +346,23 @@ function M.reconcile(input)
             ends = counted
             local d = lost_rule(ends)
             local just_ended = ends[1] and ends[1].row
+            local decided = { slot = slot, rule = "lost", decision = d }
+            mm.decisions[#mm.decisions + 1] = decided
             if d.lost and just_ended then
               just_ended.state = "lost"
               just_ended.problem = ("ended %d times in a row without becoming healthy"):format(d.failures or 0)
               touch(just_ended)
+              decided.action, decided.row = "mark lost", just_ended
             elseif d.lost then
               -- already counted as lost before (e.g. after a restart): wait for "Try once more"
               mm.waiting_lost = true
+              decided.action = "wait for Try once more"
             elseif d.backoff_until and d.backoff_until > now then
               mm.backoff_until = math.max(mm.backoff_until or 0, d.backoff_until)
+              decided.action = "wait (backoff)"
             elseif blocked then
               mm.blocked = true
+              decided.action = "wait (provision error)"
             else
               local port = M.pick_port(defaults.port_range or { 20000, 20999 }, used_ports, input.rand)
               if port then
@@ -349,8 +372,10 @@ function M.reconcile(input)
                 mm.rows[#mm.rows + 1] = row
                 touch(row)
                 out.submits[#out.submits + 1] = { row = row, model = mm, spec = spec }
+                decided.action, decided.row = "submit", row
               else
                 mm.no_port = true
+                decided.action = "wait (no free port)"
               end
             end
           elseif primary.state == "pending" and not primary.job_id then
@@ -362,6 +387,8 @@ function M.reconcile(input)
           elseif primary.state == "healthy" and not successor and not blocked then
             local d = rollover_rule({ now = now, time_limit = spec.time_limit, started_at = primary.started_at,
               healthy_at = primary.healthy_at, rollover_margin = spec.rollover_margin })
+            mm.decisions[#mm.decisions + 1] = { slot = slot, rule = "rollover", decision = d, row = primary,
+              action = d.start_successor and "start successor" or "keep" }
             if d.start_successor then
               local port = M.pick_port(defaults.port_range or { 20000, 20999 }, used_ports, input.rand)
               if port then

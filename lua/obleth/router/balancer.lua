@@ -15,11 +15,8 @@
 --   b:acquire(url) ... b:release(url)
 --   b:failed(url, now)
 --
--- Under the obleth host the router uses the same rule from its fast-path table
--- (host/http_fast.c: `ft:pick`, `acquire`, `release`, `failed`, `load`, same
--- arguments), so that requests answered in C and in Lua share one set of counts;
--- spec/host/http_fast_spec.lua checks the two pick alike over random sequences.
--- This module is the rule's statement, and the router's balancer without the host.
+-- It is the router's only balancer (lua/obleth/router.lua): one event loop, so
+-- one set of counts for every request.
 local M = {}
 
 --- Seconds an endpoint whose connection failed is avoided.

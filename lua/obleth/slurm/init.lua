@@ -184,10 +184,20 @@ function Conn:cancel(id, signal)
     message = errs[1] and (errs[1].message or errs[1].description) or ("HTTP " .. status) }
 end
 
+--- Every partition: name, node_list, max_time (minutes), max_nodes, allowed/denied accounts and QoS.
+---@return table[]|nil partitions, table|nil err
 function Conn:partitions() return self:_get("/slurm/{v}/partitions", normalize.partitions, "partitions") end
+--- Every node: name, state, idle, cpus / alloc_cpus, memory / alloc_memory (MiB), gres, gres_free, features.
+---@return table[]|nil nodes, table|nil err
 function Conn:nodes() return self:_get("/slurm/{v}/nodes", normalize.nodes, "nodes") end
+--- The controller's statistics (sdiag).
 function Conn:diag() return self:_get("/slurm/{v}/diag", normalize.diag, "diag") end
+--- Every account in the accounting database.
 function Conn:accounts() return self:_get("/slurmdb/{v}/accounts", normalize.accounts, "accounts") end
+--- The clusters the accounting database knows: name, nodes (hostlist), controller {host, port}.
+---@return table[]|nil clusters, table|nil err
+function Conn:clusters() return self:_get("/slurmdb/{v}/clusters", normalize.clusters, "clusters") end
+--- Every QoS: name, max_wall (minutes), ...
 function Conn:qos() return self:_get("/slurmdb/{v}/qos", normalize.qos, "qos") end
 
 --- Associations, optionally only a user's.

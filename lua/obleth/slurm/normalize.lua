@@ -527,8 +527,8 @@ end
 --   v0.0.39+, whose data_parser skips partition flags), state ("UP", ...; nil
 --   on v0.0.39, which does not report it), max_time (minutes, math.huge when
 --   unlimited), default_time (minutes|nil), max_nodes (math.huge when
---   unlimited), allowed_accounts, denied_accounts, allowed_qos, denied_qos
---   (sets; nil = no restriction), total_cpus, total_nodes}
+--   unlimited), allowed_accounts, denied_accounts, allowed_qos, denied_qos,
+--   allowed_groups (AllowGroups) (sets; nil = no restriction), total_cpus, total_nodes}
 ---@param p table
 ---@param version string
 ---@return table
@@ -549,6 +549,7 @@ function M.partition_record(p, version)
       denied_accounts = _acl(p.denied_accounts),
       allowed_qos = _acl(p.allowed_qos),
       denied_qos = _acl(p.denied_qos),
+      allowed_groups = _acl(p.allowed_groups),
       total_cpus = M.count(p.total_cpus),
       total_nodes = M.count(p.total_nodes),
     }
@@ -560,6 +561,7 @@ function M.partition_record(p, version)
     local def = type(_v(p.defaults)) == "table" and p.defaults or {}
     local part = type(_v(p.partition)) == "table" and p.partition or {}
     local cpus = type(_v(p.cpus)) == "table" and p.cpus or {}
+    local groups = type(_v(p.groups)) == "table" and p.groups or {}
     local state = _v(part.state)
     if type(state) == "table" then state = state[1] end
     out = {
@@ -574,6 +576,7 @@ function M.partition_record(p, version)
       denied_accounts = _acl(acc.deny),
       allowed_qos = _acl(qos.allowed),
       denied_qos = _acl(qos.deny),
+      allowed_groups = _acl(groups.allowed),
       total_cpus = M.count(cpus.total),
       total_nodes = M.count(nodes.total),
     }
@@ -606,6 +609,18 @@ function M.accounts(doc, version)
   for _, a in ipairs(_list(doc, "accounts")) do
     out[#out + 1] = { name = _str(a.name), description = _str(a.description),
       organization = _str(a.organization) }
+  end
+  return out
+end
+
+--- Clusters of `GET /slurmdb/vX/clusters`: {name, nodes (hostlist string), controller = {host, port}|nil}.
+function M.clusters(doc, version)
+  _vnum(version)
+  local out = {}
+  for _, c in ipairs(_list(doc, "clusters")) do
+    local ctl = type(_v(c.controller)) == "table" and c.controller or nil
+    out[#out + 1] = { name = _str(c.name), nodes = _str(c.nodes),
+      controller = ctl and { host = _str(ctl.host), port = M.count(ctl.port) } or nil }
   end
   return out
 end

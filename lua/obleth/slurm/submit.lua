@@ -58,7 +58,7 @@ for _, v in ipairs(VERSIONS) do
     qos = { property = "job.qos", shape = "string" },
     time_limit = { property = "job.time_limit",
       shape = nv and "NV {set=true, infinite=false, number=minutes}" or "integer minutes" },
-    nodes = { property = "job.nodes", shape = "array [min, max]" },
+    nodes = { property = "job.nodes", shape = "count range string \"min-max\"" },
     gpus_per_node = old and { property = "job.gpus_per_node", shape = 'string "N" or "type:N"' }
       or { property = "job.tres_per_node", shape = 'string "gres/gpu:N" or "gres/gpu:type:N"' },
     gpu_type = old and { property = "job.gpus_per_node", shape = "type prefix of gpus_per_node" }
@@ -137,7 +137,10 @@ function M.body(desc, version)
     if not _is_int(lo) or not _is_int(hi) or lo < 1 or hi < lo then
       return nil, _err("invalid", "nodes", "nodes must be a count or {min, max} with 1 <= min <= max")
     end
-    job.nodes = { math.tointeger(lo), math.tointeger(hi) }
+    -- a string, "N" or "min-max", on every version: slurmrestd v0.0.38 (22.05) takes the
+    -- [min, max] array without a word and runs the job on one node
+    lo, hi = math.tointeger(lo), math.tointeger(hi)
+    job.nodes = lo == hi and tostring(lo) or ("%d-%d"):format(lo, hi)
   end
   if desc.gpu_type ~= nil and (desc.gpus_per_node == nil or desc.gpus_per_node == 0) then
     return nil, _err("invalid", "gpu_type", "gpu_type needs gpus_per_node")

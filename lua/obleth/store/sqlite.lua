@@ -129,10 +129,15 @@ M.migrations = {
       revoked_at INTEGER
     );
   ]],
-  -- 4: the provisioner lease (one provisioner at a time, fenced by generation;
+  -- 4: each replica's job as Slurm last showed it (state, reason, start/end times, time
+  -- limit; for a pending job the start is Slurm's estimate), JSON, for the deployment page
+  [4] = [[
+    ALTER TABLE replicas ADD COLUMN slurm TEXT;
+  ]],
+  -- 5: the provisioner lease (one provisioner at a time, fenced by generation;
   -- docs/managed-spec.md "Provisioner lease"), and the policy error the
   -- provisioner reports (a broken policy edit is not a failed pass)
-  [4] = [[
+  [5] = [[
     CREATE TABLE provisioner_lease (
       id INTEGER PRIMARY KEY CHECK (id = 1),
       holder TEXT NOT NULL,
@@ -526,7 +531,7 @@ local function _replica_out(r)
     healthy_at = n(r.healthy_at), ended_at = n(r.ended_at), check_failures = r.check_failures,
     problem = n(r.problem), pending_reason = n(r.pending_reason), successor_of = n(r.successor_of),
     launch_id = n(r.launch_id), ["end"] = e, restart_requested = r.restart_requested == 1,
-    updated_at = r.updated_at,
+    slurm = r.slurm and _dec(r.slurm) or NULL, updated_at = r.updated_at,
   }
 end
 
@@ -774,8 +779,21 @@ function Store:_launch_exists(id)
   return id ~= nil and id ~= NULL and self:_one("SELECT 1 AS x FROM launches WHERE id = ?", id) ~= nil
 end
 
+-- Whether the fields of `new` (a decoded object, or NULL) differ from the JSON text `old`.
+local function _json_differs(old, new)
+  if new == NULL then return old ~= nil end
+  if old == nil then return true end
+  local o = _dec(old)
+  for k, v in pairs(new) do if o[k] ~= v then return true end end
+  for k in pairs(o) do if new[k] == nil then return true end end
+  return false
+end
+
+-- Insert or update one reported replica; returns its model id and whether anything of it changed
+-- (nil when it was ignored).
 function Store:_upsert_replica(r, now, ignored)
-  local cur = self:_one("SELECT id, model_id FROM replicas WHERE nonce = ?", r.nonce)
+  local cur = self:_one("SELECT * FROM replicas WHERE nonce = ?", r.nonce)
+  local changed = cur == nil
   if r.launch_id and r.launch_id ~= NULL and not self:_launch_exists(r.launch_id) then r.launch_id = NULL end
   if not cur then
     if not r.model_id or r.model_id == NULL then
@@ -783,7 +801,7 @@ function Store:_upsert_replica(r, now, ignored)
     end
     if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", r.model_id) then
       ignored[#ignored + 1] = { nonce = r.nonce, model_id = r.model_id, reason = "no such model" }
-      return
+      return nil
     end
     if not r.slot or r.slot == NULL or not r.state or r.state == NULL then
       _abort("invalid", ("replica %s is new: slot and state are required"):format(r.nonce), "replicas")
@@ -809,33 +827,48 @@ function Store:_upsert_replica(r, now, ignored)
       sets[#sets + 1] = c .. " = ?"
       n = n + 1 -- a JSON null clears the column: args may hold nil, so count explicitly
       args[n] = _sqlv(r[c])
+      if not changed and cur[c] ~= args[n] then changed = true end
     end
   end
   local e = r["end"]
   if e == NULL then
-    for _, col in pairs(END_COLS) do sets[#sets + 1] = col .. " = NULL" end
+    for _, col in pairs(END_COLS) do
+      sets[#sets + 1] = col .. " = NULL"
+      if not changed and cur[col] ~= nil then changed = true end
+    end
   elseif type(e) == "table" then
     for k, col in pairs(END_COLS) do
       if e[k] ~= nil then
         sets[#sets + 1] = col .. " = ?"
         n = n + 1
         args[n] = _sqlv(e[k])
+        if not changed and cur[col] ~= args[n] then changed = true end
       end
     end
+  end
+  local sl = r.slurm
+  if sl ~= nil then
+    if not changed and _json_differs(cur.slurm, sl) then changed = true end
+    sets[#sets + 1] = "slurm = ?"
+    n = n + 1
+    args[n] = sl ~= NULL and json.encode(sl) or nil
   end
   sets[#sets + 1] = "updated_at = ?"
   args[n + 1] = now
   args[n + 2] = cur.id
   self:_x("UPDATE replicas SET " .. table.concat(sets, ", ") .. " WHERE id = ?", table.unpack(args, 1, n + 2))
+  return cur.model_id, changed
 end
 
 --- Apply one pass's report in one transaction (see docs/managed-spec.md).
 ---@param rep table validated by obleth.validate.report
 ---@param now number
----@return table|nil {ok = true, ignored = [...]}, table|nil err
+---@return table|nil {ok = true, ignored = [...], changes = {replicas = {[model_id] = true}, models = ...,
+---  managed = ..., launches = ...}} (what the report changed, for the event streams), table|nil err
 function Store:apply_report(rep, now)
   return self:transaction(function()
     local ignored = json.array()
+    local changes = { replicas = {}, models = {}, managed = {}, launches = {} }
     if rep.lease_generation then
       self:_fence(rep.lease_generation, now, false)
     else
@@ -865,7 +898,10 @@ function Store:apply_report(rep, now)
       self:_x([[UPDATE provisioner_status SET checked_in_at = ?, last_pass_started_at = ?, last_pass_duration = ?,
         failed_passes = 0, passes = passes + 1 WHERE id = 1]], now, _sqlv(p.started_at), _sqlv(p.duration))
     end
-    for _, r in ipairs(rep.replicas) do self:_upsert_replica(r, now, ignored) end
+    for _, r in ipairs(rep.replicas) do
+      local mid, changed = self:_upsert_replica(r, now, ignored)
+      if changed then changes.replicas[mid] = true end
+    end
     for _, o in ipairs(rep.outcomes) do
       if not self:_one("SELECT 1 AS x FROM models WHERE id = ?", o.model_id) then
         ignored[#ignored + 1] = { outcome_job_id = _sqlv(o.job_id), model_id = o.model_id, reason = "no such model" }
@@ -881,10 +917,14 @@ function Store:apply_report(rep, now)
           o.model_id, rep_row and rep_row.id, rep_row and rep_row.launch_id, _sqlv(o.nonce), slot,
           _sqlv(o.job_id), o.state, _sqlv(o.reason), _sqlv(o.exit_code), _sqlv(o.signal), _sqlv(o.node),
           healthy and 1 or 0, _sqlv(o.started_at), _sqlv(o.ended_at), now)
+        changes.launches[o.model_id] = true
       end
     end
     for id, urls in pairs(rep.endpoints) do
       if self:_one("SELECT 1 AS x FROM models WHERE id = ?", id) then
+        local before = self:_endpoints(id)
+        if #before ~= #urls then changes.models[id] = true end
+        for i, u in ipairs(urls) do if before[i] ~= u then changes.models[id] = true end end
         self:_set_endpoints(id, urls)
       else
         ignored[#ignored + 1] = { endpoints_model_id = id, reason = "no such model" }
@@ -893,6 +933,8 @@ function Store:apply_report(rep, now)
     for id, pe in pairs(rep.provision_errors) do
       if self:_one("SELECT 1 AS x FROM managed_specs WHERE model_id = ?", id) then
         local text
+        local old = self:_one("SELECT provision_error FROM managed_specs WHERE model_id = ?", id).provision_error
+        if pe ~= NULL or old ~= nil then changes.managed[id] = true end
         if pe ~= NULL then
           local t = {}
           for k, v in pairs(pe) do t[k] = v end
@@ -910,7 +952,7 @@ function Store:apply_report(rep, now)
     for _, id in ipairs(rep.acknowledged.clear_lost) do
       self:_x("DELETE FROM clear_lost_requests WHERE model_id = ?", id)
     end
-    return { ok = true, ignored = ignored }
+    return { ok = true, ignored = ignored, changes = changes }
   end)
 end
 

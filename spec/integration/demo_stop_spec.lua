@@ -1,0 +1,93 @@
+-- `make demo` stops everything it started when its script gets SIGTERM — not only on Ctrl-C at a
+-- terminal. The script runs in a tmux pane (a terminal on stdin, so it stays up after the replicas
+-- are healthy, as it does for a person), against the harness cluster that the integration tier
+-- already started (so the demo leaves the cluster up).
+local slurm = require "obleth.slurm"
+local tag = require "obleth.provisioner.tag"
+local http = require "obleth.http"
+local util = require "spec.support.util"
+local harness = require "spec.support.harness"
+
+-- pids of live processes whose environment holds `marker` (the demo exports OBLETH_DEMO_STATE to
+-- obleth serve and obleth-provisioner)
+local function processes_with(marker)
+  local pids = {}
+  local ls = assert(io.popen("ls /proc"))
+  for pid in ls:lines() do
+    if pid:match("^%d+$") then
+      local env = "\0" .. util.slurp("/proc/" .. pid .. "/environ") .. "\0"
+      local st = util.slurp("/proc/" .. pid .. "/stat")
+      if env:find("\0" .. marker .. "\0", 1, true) and st ~= "" and not st:match("%) Z ") then
+        pids[#pids + 1] = pid
+      end
+    end
+  end
+  ls:close()
+  return pids
+end
+
+local function free_port()
+  local probe = assert(http.server { host = "127.0.0.1", port = 0, handler = function() return 200 end })
+  local port = probe:port()
+  probe:close()
+  return port
+end
+
+describe("make demo", function()
+  it("stops its jobs and its obleth processes within 15 s of SIGTERM sent to the script", function()
+    assert.equal(0, (util.sh("command -v tmux")), "tmux is needed (scripts/deps.sh all installs it)")
+    local root = util.root()
+    local state = os.tmpname()
+    os.remove(state)
+    local sock = "obleth-demo-spec-" .. require("obleth.sys").getpid()
+    local conn = assert(slurm.connect { url = harness.URL, user = harness.USER, token = harness.TOKEN })
+    local function demo_jobs(instance)
+      local out = {}
+      for _, j in ipairs(assert(conn:jobs())) do
+        local t = tag.parse(j)
+        if t and t.instance == instance and harness.LIVE[j.state.base] then out[#out + 1] = j.id end
+      end
+      return out
+    end
+    local instance
+    finally(function()
+      util.sh("tmux -L " .. sock .. " kill-server")
+      if instance then for _, id in ipairs(demo_jobs(instance)) do conn:cancel(id) end end
+      for _, pid in ipairs(processes_with("OBLETH_DEMO_STATE=" .. state)) do util.sh("kill -KILL " .. pid) end
+      util.sh("rm -rf " .. util.shq(state))
+    end)
+
+    local out = state .. "/out.log"
+    util.sh("mkdir -p " .. util.shq(state))
+    local cmd = ("cd %s && exec env OBLETH_DEMO_STATE=%s OBLETH_DEMO_PORT=%d scripts/demo.sh >%s 2>&1")
+      :format(util.shq(root), util.shq(state), free_port(), util.shq(out))
+    local code, msg = util.sh(("tmux -L %s new-session -d -x 160 -y 40 %s"):format(sock, util.shq(cmd)))
+    assert.equal(0, code, msg)
+    local _, pane = util.sh("tmux -L " .. sock .. " display-message -p -t 0 '#{pane_pid}'")
+    local pid = assert(tonumber(pane:match("%d+")), "no pane pid: " .. pane)
+
+    util.wait_until(function()
+      local text = util.slurp(out) or ""
+      return text:find("demo: running", 1, true), text:sub(-400)
+    end, 300, "the demo to say it is running")
+    instance = util.slurp(state .. "/instance"):match("%x+")
+    assert.truthy(instance, "the demo wrote no installation id")
+    assert.equal(2, #demo_jobs(instance), "the demo's two replicas hold jobs")
+    assert.is_true(#processes_with("OBLETH_DEMO_STATE=" .. state) >= 2, "obleth serve and the provisioner run")
+
+    local loop = require "obleth.loop"
+    local t0 = loop.monotonic()
+    util.sh("kill -TERM " .. pid)
+    util.wait_until(function()
+      local jobs, procs = demo_jobs(instance), processes_with("OBLETH_DEMO_STATE=" .. state)
+      return #jobs == 0 and #procs == 0, ("jobs %s, processes %s"):format(table.concat(jobs, ","),
+        table.concat(procs, ","))
+    end, 15, "no demo job and no demo process")
+    local took = loop.monotonic() - t0
+    assert.is_true(took <= 15, ("took %.1f s"):format(took))
+    util.wait_until(function()
+      local text = util.slurp(out) or ""
+      return text:find("demo: stopped", 1, true), text:sub(-400)
+    end, 15, "the demo to say it stopped")
+  end)
+end)

@@ -1,0 +1,84 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { fromSettings, toBody, toTestBody, MASK } from './settings-form.js';
+import { shq, curlLine, baseUrl } from './curl.js';
+import { match, safeNext } from './routes.js';
+
+const saved = {
+  enabled: true, url: 'http://slurm:6820', socket: null, user: 'obleth', token: MASK, token_set: true,
+  verify: true, ca_file: null, api_version: 'auto', timeout: 10,
+  defaults: { model_cache_dir: '/scratch/models', image_dir: null, log_dir: '/logs', modules: ['cuda/12', 'gcc'],
+    partition: 'gpu', account: 'research', qos: null, hf_token: null, hf_token_set: false,
+    port_range: [20000, 20999], environment: { HF_HOME: '/scratch/hf', A: 'x=y' } },
+};
+
+test('saving the sheet unchanged sends the secrets as the mask, so the server keeps them', () => {
+  const { body } = toBody(fromSettings(saved));
+  assert.equal(body.token, MASK);
+  assert.equal(body.defaults.hf_token, MASK);
+  assert.equal(body.url, 'http://slurm:6820');
+  assert.equal(body.socket, null);
+  assert.deepEqual(body.defaults.modules, ['cuda/12', 'gcc']);
+  assert.deepEqual(body.defaults.port_range, [20000, 20999]);
+  assert.deepEqual(body.defaults.environment, { HF_HOME: '/scratch/hf', A: 'x=y' });
+  assert.equal(body.defaults.image_dir, null);
+});
+
+test('a typed secret is sent as typed; "clear" sends null; an empty field keeps it', () => {
+  const f = fromSettings(saved);
+  f.token = { value: 'eyJ.new', clear: false, set: true };
+  f.defaults.hf_token = { value: '', clear: true, set: true };
+  const { body } = toBody(f);
+  assert.equal(body.token, 'eyJ.new');
+  assert.equal(body.defaults.hf_token, null);
+});
+
+test('an environment line without = and half a port range are refused at their field', () => {
+  const f = fromSettings(saved);
+  f.defaults.environment = 'OK=1\nbroken';
+  f.defaults.port_to = '';
+  const { errors } = toBody(f);
+  assert.deepEqual(errors.map((e) => e.field), ['defaults.environment', 'defaults.port_range']);
+  assert.match(errors[0].message, /line 2/);
+});
+
+test('the connection test sends what is typed, and the token only when it changed', () => {
+  const f = fromSettings(saved);
+  assert.deepEqual(toTestBody(f), { url: 'http://slurm:6820', user: 'obleth', verify: true, api_version: 'auto' });
+  f.token = { value: 'jwt', clear: false, set: true };
+  assert.equal(toTestBody(f).token, 'jwt');
+});
+
+test('the curl line quotes for the shell and leaves the key out when keyless', () => {
+  assert.equal(shq("it's"), `'it'\\''s'`);
+  assert.equal(baseUrl('http://h:8080/'), 'http://h:8080/v1');
+  const line = curlLine('http://h:8080', 'smoke');
+  assert.equal(line, `curl -s 'http://h:8080/v1/chat/completions' -H "Authorization: Bearer $OBLETH_API_KEY" ` +
+    `-H 'Content-Type: application/json' -d '{"model":"smoke","messages":[{"role":"user","content":"Say hello"}]}'`);
+  assert.ok(!curlLine('http://h', "a'b", true).includes('Authorization'));
+  assert.ok(curlLine('http://h', "a'b", true).includes(`"model":"a'\\''b"`));
+});
+
+test('routes match the paths the server answers with the app', () => {
+  assert.deepEqual(match('/'), { name: 'deployments', params: {} });
+  assert.deepEqual(match('/deployments'), { name: 'deployments', params: {} });
+  assert.deepEqual(match('/deployments/new'), { name: 'new-deployment', params: {} });
+  assert.deepEqual(match('/deployments/12'), { name: 'deployment', params: { modelId: '12' } });
+  assert.deepEqual(match('/keys'), { name: 'keys', params: {} });
+  assert.equal(match('/signin').name, 'signin');
+  assert.equal(match('/nope/x').name, 'not-found');
+});
+
+test('after sign-in the page returns only to a path on this site', () => {
+  assert.equal(safeNext('/deployments/3'), '/deployments/3');
+  assert.equal(safeNext('//evil.example/'), '/deployments');
+  assert.equal(safeNext('https://evil.example/'), '/deployments');
+  assert.equal(safeNext('/signin'), '/deployments');
+  assert.equal(safeNext(null), '/deployments');
+});
+
+test('a first setup starts enabled; a saved connection keeps what was saved', () => {
+  assert.equal(fromSettings({ enabled: false, url: null, socket: null, defaults: {} }).enabled, true);
+  assert.equal(fromSettings({ ...saved, enabled: false }).enabled, false);
+  assert.equal(fromSettings(saved).enabled, true);
+});

@@ -1,0 +1,84 @@
+// A replica's progress and timing as the deployment page shows them. The
+// provisioner decides the state; this only lays the states out as steps.
+import { duration } from './format.js';
+
+/** The steps a replica walks through while it comes up, in order. */
+export const STEPS = [
+  { key: 'pending', label: 'Waiting to submit' },
+  { key: 'submitted', label: 'Queued in Slurm' },
+  { key: 'starting', label: 'Starting' },
+  { key: 'healthy', label: 'Healthy' },
+];
+
+const OFF_PATH = {
+  unhealthy: 'Unhealthy: failing health checks, out of the endpoints',
+  ending: 'Ending: cancel asked or draining',
+  ended: 'Ended',
+  lost: 'Lost: ended too often in a row, not replaced until “Try once more”',
+};
+
+/** Steps with their status (done / current / todo), and what is off the path, if anything. */
+export function progress(r) {
+  const idx = STEPS.findIndex((s) => s.key === r.state);
+  let reached = idx;
+  if (idx < 0) { // off the path: the furthest step it had reached
+    reached = r.healthy_at != null ? 3 : r.started_at != null ? 2 : r.job_id != null ? 1 : 0;
+  }
+  const steps = STEPS.map((s, i) => ({ ...s,
+    status: i < reached || (i === reached && idx < 0) ? 'done' : i === reached ? 'current' : 'todo' }));
+  if (r.state === 'healthy') steps[3].status = 'done';
+  return { steps, off: idx < 0 ? { state: r.state, label: OFF_PATH[r.state] || r.state } : null };
+}
+
+/** One line saying where the replica is, for screen readers and the live region. */
+export function stepText(r) {
+  const p = progress(r);
+  if (p.off) return p.off.label;
+  const cur = p.steps.find((s) => s.status === 'current') || p.steps[p.steps.length - 1];
+  let t = cur.label;
+  if (r.state === 'submitted' && r.pending_reason) t += ` (pending: ${r.pending_reason})`;
+  return t;
+}
+
+/** Seconds before the job's time limit, or null when unknown. timeLimit in minutes. */
+export function secondsLeft(r, timeLimit, now) {
+  if (['ended', 'lost', 'pending'].includes(r.state)) return null;
+  const s = r.slurm || {};
+  if (s.end_time != null && !s.estimated) return s.end_time - now;
+  const limit = s.time_limit ?? timeLimit;
+  if (r.started_at != null && limit != null && Number.isFinite(limit)) return r.started_at + limit * 60 - now;
+  return null;
+}
+
+/** Time left in words ("1 h 20 min", "over the limit"), or "—". */
+export function timeLeftText(r, timeLimit, now) {
+  const left = secondsLeft(r, timeLimit, now);
+  if (left == null) return '—';
+  return left <= 0 ? 'at the limit' : duration(left);
+}
+
+/** Counts for the models list: healthy / wanted. */
+export function healthyCount(replicas) {
+  return replicas.filter((r) => r.state === 'healthy').length;
+}
+
+/** Replicas worth a row: live ones, and ended / lost ones of each slot that has no live replica. */
+export function visibleReplicas(replicas) {
+  const live = replicas.filter((r) => r.state !== 'ended');
+  const liveSlots = new Set(live.map((r) => r.slot));
+  const lastEnded = new Map();
+  for (const r of replicas) {
+    if (r.state !== 'ended' || liveSlots.has(r.slot)) continue;
+    const cur = lastEnded.get(r.slot);
+    if (!cur || (r.ended_at ?? 0) > (cur.ended_at ?? 0)) lastEnded.set(r.slot, r);
+  }
+  return [...live, ...lastEnded.values()].sort((a, b) => a.slot - b.slot || b.id - a.id);
+}
+
+/** Slurm end states an operator did not ask for (the job failed), shown as trouble. */
+const FAILED_ENDS = new Set(['FAILED', 'TIMEOUT', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BOOT_FAIL', 'DEADLINE', 'PREEMPTED']);
+
+/** The badge style of a job outcome: "bad" for a failure, "muted" for a cancel or a normal end. */
+export function outcomeLevel(state) {
+  return FAILED_ENDS.has(String(state || '').split(' ')[0]) ? 'bad' : 'muted';
+}

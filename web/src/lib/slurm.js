@@ -1,0 +1,68 @@
+// What the Slurm card and sheet say about the connection, the JWT and the
+// provisioner. The server measures; these only choose the words.
+import { relative, duration, count } from './format.js';
+
+/** Seconds before expiry from which the JWT is shown as a warning. */
+export const JWT_NEAR = 6 * 3600;
+
+/** The JWT's expiry in words: {level: "ok"|"warn"|"expired"|"unknown", text}. */
+export function jwtStatus(expiresAt, now, tokenSet = true) {
+  if (!tokenSet) return { level: 'unknown', text: 'no JWT saved' };
+  if (expiresAt == null) return { level: 'unknown', text: 'the JWT has no expiry (exp claim)' };
+  const left = expiresAt - now;
+  if (left <= 0) return { level: 'expired', text: `expired ${relative(expiresAt, now)}` };
+  if (left < JWT_NEAR) return { level: 'warn', text: `expires ${relative(expiresAt, now)} — renew it soon` };
+  return { level: 'ok', text: `expires ${relative(expiresAt, now)}` };
+}
+
+const KIND_WORDS = {
+  unreachable: 'slurmrestd could not be reached at this address (nothing answered, or the connection was refused).',
+  timeout: 'slurmrestd did not answer in time.',
+  auth: 'slurmrestd refused the credentials: check the user name and the JWT.',
+  tls: 'The TLS connection failed: check the certificate (CA file) or the https URL.',
+  bad_response: 'Something answered, but not like slurmrestd (wrong URL or port?).',
+  not_configured: 'No slurmrestd URL or socket is saved or given.',
+  unsupported: 'This slurmrestd speaks no API version obleth knows (v0.0.38 to v0.0.44).',
+};
+
+/** A test or connection error ({kind, message}) in plain words, with the server's detail kept. */
+export function errorWords(err) {
+  if (!err) return null;
+  let kind = err.kind || 'error';
+  // libcurl says TLS problems as "unreachable" with an SSL message: name them for what they are
+  if (kind === 'unreachable' && /ssl|tls|certificate/i.test(err.message || '')) kind = 'tls';
+  return { kind, text: KIND_WORDS[kind] || 'The test failed.', detail: err.message || '' };
+}
+
+/** The provisioner's check-in and its passes: {level: "ok"|"warn"|"error"|"unknown", text, error?}. */
+export function provisionerStatus(p, now) {
+  if (!p || p.checked_in_at == null) {
+    return { level: 'unknown', text: 'The provisioner has not checked in yet.' };
+  }
+  const seen = `checked in ${relative(p.checked_in_at, now)}`;
+  if (p.failed_passes > 0) {
+    return { level: 'error', text: `Provisioner ${seen}; ${count('pass', p.failed_passes, 'passes')} failing in a row.`,
+      error: p.last_error || null };
+  }
+  const stale = now - p.checked_in_at > 120;
+  return { level: stale ? 'warn' : 'ok', text: stale ? `Provisioner last ${seen} — is it running?` : `Provisioner ${seen}.` };
+}
+
+/** The provisioner lease when the server reports one ({holder, host, pid, expires_at}). */
+export function leaseWords(lease, now) {
+  if (!lease) return null;
+  const who = [lease.holder, lease.host && `on ${lease.host}`, lease.pid != null && `pid ${lease.pid}`]
+    .filter(Boolean).join(' ');
+  return `${who || 'a provisioner'}; lease ${lease.expires_at != null ? `ends ${relative(lease.expires_at, now)}` : 'held'}`;
+}
+
+const TOKEN_SOURCES = { static: 'a saved JWT', key_file: 'signed here with the site key (renewed before expiry)',
+  command: 'printed by a command (renewed before expiry)' };
+
+/** Where the JWT comes from, when the server says. */
+export function tokenSourceWords(src) {
+  if (!src) return null;
+  return TOKEN_SOURCES[src] || src;
+}
+
+export { duration };

@@ -1,0 +1,46 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords, JWT_NEAR } from './slurm.js';
+
+const now = 1_800_000_000;
+
+test('a JWT far from expiry is fine, near expiry warns, past expiry says expired', () => {
+  assert.deepEqual(jwtStatus(now + 86400, now), { level: 'ok', text: 'expires in 24 h' });
+  assert.equal(jwtStatus(now + JWT_NEAR - 60, now).level, 'warn');
+  assert.match(jwtStatus(now + 3600, now).text, /in 1 h — renew it soon/);
+  assert.deepEqual(jwtStatus(now - 120, now), { level: 'expired', text: 'expired 2 min ago' });
+  assert.equal(jwtStatus(null, now).level, 'unknown');
+  assert.equal(jwtStatus(null, now, false).text, 'no JWT saved');
+});
+
+test('connection errors are said in plain words and keep the detail', () => {
+  const e = errorWords({ kind: 'auth', message: 'HTTP 401' });
+  assert.equal(e.kind, 'auth');
+  assert.match(e.text, /refused the credentials/);
+  assert.equal(e.detail, 'HTTP 401');
+  assert.equal(errorWords({ kind: 'unreachable', message: 'SSL certificate problem' }).kind, 'tls');
+  assert.match(errorWords({ kind: 'unreachable', message: 'Connection refused' }).text, /could not be reached/);
+  assert.match(errorWords({ kind: 'timeout' }).text, /in time/);
+  assert.equal(errorWords(null), null);
+});
+
+test('the provisioner status says when it checked in and how many passes fail in a row', () => {
+  assert.equal(provisionerStatus(null, now).level, 'unknown');
+  assert.deepEqual(provisionerStatus({ checked_in_at: now - 3, failed_passes: 0 }, now),
+    { level: 'ok', text: 'Provisioner checked in just now.' });
+  const f = provisionerStatus({ checked_in_at: now - 60, failed_passes: 3, last_error: 'slurm: timeout' }, now);
+  assert.equal(f.level, 'error');
+  assert.equal(f.text, 'Provisioner checked in 1 min ago; 3 passes failing in a row.');
+  assert.equal(f.error, 'slurm: timeout');
+  assert.equal(provisionerStatus({ checked_in_at: now - 1, failed_passes: 1 }, now).text,
+    'Provisioner checked in just now; 1 pass failing in a row.');
+  assert.equal(provisionerStatus({ checked_in_at: now - 600, failed_passes: 0 }, now).level, 'warn');
+});
+
+test('lease and token source are described when the server reports them', () => {
+  assert.equal(leaseWords({ holder: 'prov-1', host: 'adm1', pid: 42, expires_at: now + 30 }, now),
+    'prov-1 on adm1 pid 42; lease ends in 30 s');
+  assert.equal(leaseWords(null, now), null);
+  assert.equal(tokenSourceWords('static'), 'a saved JWT');
+  assert.equal(tokenSourceWords(undefined), null);
+});

@@ -1,0 +1,32 @@
+// The dashboard's entry: routes the current path to its page.
+import { render } from 'preact';
+import { useEffect, useRef } from 'preact/hooks';
+import { html } from './html.js';
+import { useLocation } from './router.js';
+import { match } from './lib/routes.js';
+import { SignIn } from './pages/signin.js';
+import { Deployments } from './pages/deployments.js';
+import { Deployment } from './pages/deployment.js';
+import { NewDeployment } from './pages/new-deployment.js';
+import { Keys } from './pages/keys.js';
+import { NotFound } from './pages/not-found.js';
+
+const PAGES = { signin: SignIn, deployments: Deployments, deployment: Deployment,
+  'new-deployment': NewDeployment, keys: Keys, 'not-found': NotFound };
+
+function App() {
+  const loc = useLocation();
+  const route = match(loc.path);
+  const Page = PAGES[route.name];
+  // a new page (not the first load): focus its main region so keyboard and screen-reader users
+  // start there, unless the page already put focus somewhere (sign-in's token field)
+  const first = useRef(true);
+  useEffect(() => {
+    if (first.current) { first.current = false; return; }
+    const main = document.getElementById('main');
+    if (main && (document.activeElement === document.body || !document.activeElement)) main.focus();
+  }, [loc.path]);
+  return html`<${Page} key=${route.name + (route.params.modelId || '')} params=${route.params} loc=${loc} />`;
+}
+
+render(html`<${App} />`, document.getElementById('app'));
