@@ -14,7 +14,8 @@ OBJS  = $(SRCS:host/%.c=build/obj/%.o)
 AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load fuzz fuzz-build
+.PHONY: web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load \
+	fuzz fuzz-build deploy-check helm-check soak
 
 all: build/obleth build/obleth-provisioner build/web/index.html
 
@@ -38,6 +39,9 @@ help:
 	@echo "make fresh-check   'make demo' on a fresh minimal Debian 12 root (debootstrap + chroot), as a new user"
 	@echo "make check-load    'make check' three times in a row with every CPU held by a busy loop"
 	@echo "make fuzz       libFuzzer + ASan/UBSan on every parser (FUZZ_RUNS=1000000 per target; needs clang)"
+	@echo "make deploy-check  deploy/docker end to end: dockerd, image without a registry, Compose on the cluster"
+	@echo "make helm-check    deploy/helm/obleth: helm lint --strict, helm template, the rendered manifests"
+	@echo "make soak       the lease, outage and JWT renewal specs for ten minutes each (OBLETH_SOAK_SECONDS)"
 	@echo "make install PREFIX=/usr/local"
 	@echo "make web-test   the dashboard's browser tests (headless Chromium, harness cluster) and node --test specs"
 
@@ -133,6 +137,20 @@ fresh-check:
 
 check-load: build/.deps-all-ok all asan
 	@spec/load.sh 3
+
+deploy-check: all
+	@scripts/deploy-check.sh
+
+helm-check: all
+	@scripts/helm-check.sh
+
+# the in-suite lease, outage and renewal specs at their issue's length (10 minutes each)
+SOAK_SECONDS ?= 600
+soak: all
+	@spec/cluster/up.sh >build/cluster-up.log 2>&1 || { tail -20 build/cluster-up.log; exit 1; }
+	@set -a; . build/cluster/env; set +a; OBLETH_SOAK_SECONDS=$(SOAK_SECONDS) build/obleth lua /usr/bin/busted \
+	  -o spec/support/obleth_output.lua --lpath='./?.lua' spec/integration/provisioner_lease_spec.lua \
+	  spec/integration/provisioner_daemon_spec.lua spec/integration/slurm_token_renewal_spec.lua
 
 clean:
 	rm -rf build/web build/web-screens build/obj build/asan build/fuzz build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

@@ -36,7 +36,7 @@ describe("Slurm settings secrets", function()
     saved_on(1) -- nothing listens there
     seen = {}
     local st = srv:request("POST", "/api/v1/settings/slurm/test", { url = "http://127.0.0.1:" .. capture:port() })
-    assert.equal(200, st)
+    assert.equal(200, st, srv:log())
     assert.is_true(#seen > 0, "the test route did not reach the posted URL")
     for _, r in ipairs(seen) do
       assert.is_nil(r.token)

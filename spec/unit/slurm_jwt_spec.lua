@@ -53,3 +53,30 @@ describe("obleth.slurm.jwt", function()
     assert.equal("invalid_token", err.kind)
   end)
 end)
+
+describe("obleth.slurm.jwt.mint", function()
+  -- RFC 4231 test case 2: HMAC-SHA256("Jefe", "what do ya want for nothing?")
+  local RFC4231 = "5bdcc146bf60754a6a042426089575c75a003f089d2739839dec58b964ec3843"
+
+  it("signs header.payload with HS256 over the key, claims exp, iat and sun", function()
+    local seen
+    local token = jwt.mint { key = "Jefe", user = "obleth", lifespan = 120, now = 1000,
+      hmac_sha256_hex = function(k, data) seen = { k, data }; return RFC4231 end }
+    local h, p, sig = token:match("^([^.]+)%.([^.]+)%.([^.]+)$")
+    assert.equal("Jefe", seen[1])
+    assert.equal(h .. "." .. p, seen[2])
+    assert.same({ alg = "HS256", typ = "JWT" }, require("cjson").decode(jwt.base64url_decode(h)))
+    local claims = jwt.claims(token)
+    assert.same({ exp = 1120, iat = 1000, sun = "obleth" }, claims)
+    -- the signature is the MAC's 32 bytes, base64url without padding
+    local mac = RFC4231:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)
+    assert.equal(b64url(mac), sig)
+    assert.is_nil(sig:find("[=+/]"))
+  end)
+
+  it("refuses a user name that could not be Slurm's", function()
+    assert.has_error(function()
+      jwt.mint { key = "k", user = "a b", lifespan = 1, now = 1, hmac_sha256_hex = function() return "" end }
+    end)
+  end)
+end)

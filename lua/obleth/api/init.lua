@@ -175,6 +175,8 @@ function App:slurm_settings()
     enabled = s.enabled == true, url = nn(s.url), socket = nn(s.socket), user = nn(s.user), token = nn(s.token),
     verify = s.verify ~= false, ca_file = nn(s.ca_file), api_version = nn(s.api_version) or "auto",
     timeout = nn(s.timeout) or 10, updated_at = s.updated_at,
+    token_source = nn(s.token_source) or "static", token_key_file = nn(s.token_key_file),
+    token_command = nn(s.token_command), token_lifespan = nn(s.token_lifespan),
     defaults = {
       model_cache_dir = nn(d.model_cache_dir), image_dir = nn(d.image_dir), log_dir = nn(d.log_dir),
       modules = json.array(d.modules or {}), partition = nn(d.partition), account = nn(d.account),
@@ -219,9 +221,22 @@ function App:slurm_connect(over)
   if not s.url and not s.socket then
     return nil, { kind = "not_configured", message = "no slurmrestd connection is set up (PUT /api/v1/settings/slurm)" }
   end
+  -- a renewable token (token_source key_file / command) is had on this host, like the provisioner's
+  local token = s.token
+  if s.token_source ~= "static" and (over == nil or over.token == nil) then -- over.token false: none
+    local terr
+    token, terr = self:slurm_tokens():token(s)
+    if not token then return nil, { kind = "auth", message = terr.message, field = terr.field } end
+  end
   local slurm = require "obleth.slurm"
-  return slurm.connect { url = s.url, socket = s.socket, user = s.user, token = s.token or nil, version = s.api_version,
+  return slurm.connect { url = s.url, socket = s.socket, user = s.user, token = token or nil, version = s.api_version,
     timeout = s.timeout, verify = s.verify, ca_file = s.ca_file }
+end
+
+--- This process's Slurm token source (obleth.slurm.token_source), made on first use.
+function App:slurm_tokens()
+  if not self._tokens then self._tokens = require("obleth.slurm.token_source").new { log = self.log } end
+  return self._tokens
 end
 
 local function _reply(status, body, headers)

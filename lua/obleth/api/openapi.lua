@@ -43,6 +43,10 @@ M.schemas = {
   SlurmConnection = { type = "object", properties = {
     url = nullable(str()), socket = nullable(str()), user = nullable(str()),
     token = nullable({ type = "string", description = "the JWT; \"********\" (the mask) keeps the stored one" }),
+    token_source = { type = "string", enum = { "static", "key_file", "command" },
+      description = "static: the saved token; key_file: minted from the site's HS256 key; command: printed by a command" },
+    token_key_file = nullable(str()), token_command = nullable(str()),
+    token_lifespan = nullable(int(30, 86400)),
     verify = { type = "boolean" }, ca_file = nullable(str()), api_version = str(),
     timeout = { type = "number" } } },
   SlurmSettings = { allOf = { { ["$ref"] = "#/components/schemas/SlurmConnection" }, { type = "object", properties = {
@@ -59,7 +63,12 @@ M.schemas = {
         description = "slurmctld's EnforcePartLimits; null: unknown" }) } } } } } },
   ProvisionerReport = { type = "object", required = { "pass" }, additionalProperties = false, properties = {
     pass = { type = "object", properties = { started_at = { type = "number" }, duration = { type = "number" },
-      error = nullable(str()) } },
+      error = nullable(str()), policy_error = nullable({ type = "object", properties = { file = str(),
+        line = { type = "integer" }, message = str(), since = { type = "number" } } }),
+      token = nullable({ type = "object", description = "the provisioner's Slurm JWT (never the token itself)",
+        properties = { source = str(), expires_at = { type = "number" }, renewed_at = { type = "number" },
+          error = str() } }) } },
+    lease_generation = { type = "integer", description = "the sender's lease; a stale one is refused (409)" },
     replicas = arr({ type = "object", required = { "nonce" } }),
     outcomes = arr({ type = "object", required = { "model_id", "state" } }),
     endpoints = { type = "object", additionalProperties = arr(str()) },

@@ -12,8 +12,11 @@ local function snapshot(ctx)
   doc.settings = {
     enabled = s.enabled, url = s.url, socket = s.socket, user = s.user, token = s.token, verify = s.verify,
     ca_file = s.ca_file, api_version = s.api_version, timeout = s.timeout, defaults = s.defaults,
+    token_source = s.token_source, token_key_file = s.token_key_file, token_command = s.token_command,
+    token_lifespan = s.token_lifespan,
   }
-  for _, k in ipairs({ "url", "socket", "user", "token", "ca_file" }) do
+  for _, k in ipairs({ "url", "socket", "user", "token", "ca_file", "token_key_file", "token_command",
+    "token_lifespan" }) do
     if doc.settings[k] == nil then doc.settings[k] = require("cjson").null end
   end
   for _, k in ipairs({ "model_cache_dir", "image_dir", "log_dir", "partition", "account", "qos", "hf_token" }) do
@@ -22,13 +25,84 @@ local function snapshot(ctx)
   return 200, doc, { ["Cache-Control"] = "no-store, private" }
 end
 
+-- The lease as answers show it (no ttl or renewal bookkeeping).
+function M.lease_doc(l)
+  if not l then return require("cjson").null end
+  return { holder = l.holder, host = l.host, pid = l.pid, generation = l.generation,
+    acquired_at = l.acquired_at, expires_at = l.expires_at }
+end
+
+-- A store refusal of the lease: 409 with who holds it.
+local function _lease_refused(serr)
+  if serr.code == "lease_held" or serr.code == "lease_lost" then
+    return errors.fail(409, serr.code, serr.message, serr.field, { lease = M.lease_doc(serr.lease) })
+  end
+  return errors.store(serr)
+end
+
+local function lease(ctx)
+  local b, st, eb = errors.need_object(ctx)
+  if not b then return st, eb end
+  local req, err = validate.lease_request(b)
+  if not req then return errors.invalid(err) end
+  local res, serr = ctx.app.store:acquire_lease(req, ctx.app.now())
+  if not res then return _lease_refused(serr) end
+  if res.acquired then
+    local prev = res.previous
+    ctx.app.log.info("provisioner_lease_acquired", { holder = req.holder, host = req.host, pid = req.pid,
+      generation = res.lease.generation, previous_holder = prev and prev.holder or nil,
+      previous_host = prev and prev.host or nil, previous_pid = prev and prev.pid or nil })
+  end
+  return 200, { lease = M.lease_doc(res.lease), acquired = res.acquired, ttl = res.lease.ttl }
+end
+
+local function release(ctx)
+  local g = ctx.query.generation
+  g = g and g:match("^%d+$") and math.tointeger(tonumber(g))
+  if not g then return errors.fail(400, "invalid", "generation: the lease generation to release is required",
+    "generation") end
+  local released, serr = ctx.app.store:release_lease(g, ctx.app.now())
+  if released == nil then return errors.store(serr) end
+  if released then ctx.app.log.info("provisioner_lease_released", { generation = g }) end
+  return 200, { released = released }
+end
+
+local function submits(ctx)
+  local b, st, eb = errors.need_object(ctx)
+  if not b then return st, eb end
+  local req, err = validate.submits(b)
+  if not req then return errors.invalid(err) end
+  local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now())
+  if not res then
+    if serr.code == "lease_lost" then
+      ctx.app.log.warn("provisioner_submit_refused", { generation = req.lease_generation, message = serr.message })
+    end
+    return _lease_refused(serr)
+  end
+  -- the recorded replicas, per model, for the event streams
+  local seen, changes = {}, {}
+  for _, r in ipairs(req.replicas) do
+    if not seen[r.model_id] then
+      seen[r.model_id] = true
+      changes[#changes + 1] = { "replicas", r.model_id }
+    end
+  end
+  ctx.changes = changes
+  return 200, res
+end
+
 local function report(ctx)
   local b, st, eb = errors.need_object(ctx)
   if not b then return st, eb end
   local rep, err = validate.report(b)
   if not rep then return errors.invalid(err) end
   local res, serr = ctx.app.store:apply_report(rep, ctx.app.now())
-  if not res then return errors.store(serr) end
+  if not res then
+    if serr.code == "lease_lost" then
+      ctx.app.log.warn("provisioner_report_refused", { generation = rep.lease_generation, message = serr.message })
+    end
+    return _lease_refused(serr)
+  end
   if rep.pass.error and rep.pass.error ~= require("cjson").null then
     ctx.app.log.warn("provisioner_pass_failed", { error = rep.pass.error })
   end
@@ -48,11 +122,29 @@ local function report(ctx)
   return 200, res
 end
 
+M.schemas = {
+  ProvisionerLease = { type = "object", required = { "holder", "host", "pid", "ttl" }, additionalProperties = false,
+    properties = { holder = { type = "string" }, host = { type = "string" }, pid = { type = "integer" },
+      ttl = { type = "number", minimum = 2, maximum = 3600, description = "seconds the lease lasts unless renewed" },
+      generation = { type = "integer", description = "the generation held (a renewal); omitted to acquire" } } },
+  ProvisionerSubmits = { type = "object", required = { "lease_generation", "replicas" }, additionalProperties = false,
+    properties = { lease_generation = { type = "integer" },
+      replicas = { type = "array", items = { type = "object", required = { "nonce", "model_id", "slot", "state" } } } } },
+}
+
 M.routes = {
   { "GET", "/api/v1/provisioner/snapshot", snapshot,
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
   { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
-    summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors" },
+    summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
+      .. "409 lease_lost when its lease_generation is stale" },
+  { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
+    summary = "Acquire or renew the provisioner lease (one provisioner at a time); "
+      .. "409 lease_held names the holder" },
+  { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" }, changes = { "provisioner" },
+    summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
+  { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
+    summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
 }
 
 return M

@@ -17,11 +17,13 @@ local function n(v) if v == nil then return NULL end return v end
 function M.public(app)
   local s = app:slurm_settings()
   local d = s.defaults
-  local exp
-  if s.token then exp = require("obleth.slurm").token_expiry(s.token) end
+  local prov = app.store:provisioner_status()
+  local tok = M.token_status(app, s, prov)
   return {
     enabled = s.enabled, url = n(s.url), socket = n(s.socket), user = n(s.user),
-    token = s.token and validate.MASK or NULL, token_set = s.token ~= nil, token_expires_at = n(exp),
+    token = s.token and validate.MASK or NULL, token_set = s.token ~= nil, token_expires_at = n(tok.expires_at),
+    token_source = s.token_source, token_key_file = n(s.token_key_file), token_command = n(s.token_command),
+    token_lifespan = n(s.token_lifespan), token_renewed_at = n(tok.renewed_at), token_warning = n(tok.warning),
     verify = s.verify, ca_file = n(s.ca_file), api_version = s.api_version, timeout = s.timeout,
     defaults = {
       model_cache_dir = n(d.model_cache_dir), image_dir = n(d.image_dir), log_dir = n(d.log_dir),
@@ -30,9 +32,38 @@ function M.public(app)
       port_range = d.port_range, environment = d.environment,
       user_groups = d.user_groups and json.array(d.user_groups) or NULL, enforce_part_limits = n(d.enforce_part_limits),
     },
-    provisioner = app.store:provisioner_status(),
+    provisioner = prov,
     updated_at = n(s.updated_at),
   }
+end
+
+--- The Slurm JWT's state as operators see it: {source, expires_at, renewed_at, warning}. A static
+--- token's expiry is read from it; a renewed one's is what the provisioner last reported. The
+--- warning says when a static token expires within a day (or has), or renewal fails.
+---@param s table app:slurm_settings()
+---@param prov table|nil store:provisioner_status()
+function M.token_status(app, s, prov)
+  local ts = require "obleth.slurm.token_source"
+  local out = { source = s.token_source }
+  local now = math.floor(app.now())
+  if s.token_source == "static" then
+    if s.token then
+      out.expires_at = require("obleth.slurm").token_expiry(s.token)
+      local left = out.expires_at and out.expires_at - now
+      if left and left <= 0 then
+        out.warning = "the saved JWT has expired: every call to slurmrestd fails until it is replaced"
+      elseif left and left < ts.WARN_BEFORE then
+        out.warning = ("the saved JWT expires in %d min and is not renewed (token_source static)"):format(left // 60)
+      end
+    end
+  else
+    local pt = prov and prov.token
+    if type(pt) == "table" and pt.source == s.token_source then
+      out.expires_at, out.renewed_at = pt.expires_at, pt.renewed_at
+      if pt.error and pt.error ~= NULL then out.warning = "renewing the JWT fails: " .. tostring(pt.error) end
+    end
+  end
+  return out
 end
 
 local function get(ctx)
@@ -85,25 +116,39 @@ local function test(ctx)
   local saved = app:slurm_settings()
   local opts = {}
   for k, v in pairs(saved) do opts[k] = v end
+  -- the saved credentials go to the saved slurmrestd only, never to a URL posted here: neither the
+  -- saved token nor one this host would mint or fetch for it (only a token posted with the URL)
+  local elsewhere = (over.url or over.socket) and (over.url ~= saved.url or over.socket ~= saved.socket)
   if over.url or over.socket then
-    -- the saved token goes to the saved slurmrestd only, never to a URL posted here
-    if over.url ~= saved.url or over.socket ~= saved.socket then opts.token = nil end
+    if elsewhere then opts.token = nil end
     opts.url, opts.socket = over.url, over.socket
   end
-  for _, k in ipairs({ "user", "verify", "ca_file", "api_version", "timeout" }) do
+  for _, k in ipairs({ "user", "verify", "ca_file", "api_version", "timeout", "token_source", "token_key_file",
+    "token_command", "token_lifespan" }) do
     if over[k] ~= nil then opts[k] = over[k] end
   end
+  if elsewhere then opts.token_source = "static" end
   if over.timeout == nil then opts.timeout = math.min(opts.timeout or 5, 5) end
   -- a posted token is used for this call only: it is not saved, so not registered as a
   -- secret to redact (a short one would blank ordinary words in every later log line)
   if over.token ~= validate.KEEP then opts.token = over.token end
   local out = { reachable = false, ok = false, api_version = NULL, release = NULL, hostname = NULL,
     latency_ms = NULL, target = n(opts.url or opts.socket), token = NULL, error = NULL }
+  if over.token == validate.KEEP and opts.token_source ~= "static" then
+    -- renewed automatically: this host's token source has (or makes) the current one
+    local tok, terr = app:slurm_tokens():token(opts)
+    opts.token = tok
+    if not tok then
+      out.error = { kind = "auth", message = terr.message, field = terr.field }
+      return 200, out
+    end
+  end
   if opts.token then
     local exp = require("obleth.slurm").token_expiry(opts.token)
     if exp then
       local left = exp - math.floor(app.now())
-      out.token = { expires_at = exp, seconds_left = left, expired = left <= 0 }
+      out.token = { expires_at = exp, seconds_left = left, expired = left <= 0, source = opts.token_source,
+        renewed = opts.token_source ~= "static" and over.token == validate.KEEP }
     else
       out.token = { expires_at = NULL, seconds_left = NULL, expired = NULL, message = "the token has no exp claim" }
     end

@@ -17,15 +17,19 @@ function M.main(argv)
   if not o or o.help then
     io.stderr:write(err and ("obleth-provisioner: " .. err .. "\n") or "",
       "usage: obleth-provisioner [--interval SECONDS] [--once]\n", args.help(spec), "\n",
-      "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN (required), OBLETH_PASS_INTERVAL\n")
+      "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN or OBLETH_ADMIN_TOKEN_FILE (required),\n",
+      "  OBLETH_PASS_INTERVAL,\n",
+      "  OBLETH_PROVISIONER_NAME (the lease holder's name), OBLETH_LEASE_TTL (seconds, default 3 intervals,\n",
+      "  at least 15), OBLETH_BACKOFF_MAX (longest wait between passes while Slurm is down, default 60)\n")
     return o and 0 or 2
   end
   local base = os.getenv("OBLETH_ADMIN_BASE_URL")
-  local token = os.getenv("OBLETH_ADMIN_TOKEN")
-  if not base or base == "" or not token or token == "" then
+  -- OBLETH_ADMIN_TOKEN, or OBLETH_ADMIN_TOKEN_FILE (a Compose / Kubernetes secret), read as serve reads it
+  local token = require("obleth.cli.serve").admin_token()
+  if not base or base == "" or not token then
     io.stderr:write("obleth-provisioner: set OBLETH_ADMIN_BASE_URL (e.g. http://127.0.0.1:8080) and ",
-      "OBLETH_ADMIN_TOKEN (the admin token obleth serve was started with); under systemd put them in ",
-      "/etc/obleth/provisioner.env\n")
+      "OBLETH_ADMIN_TOKEN (the admin token obleth serve was started with) or OBLETH_ADMIN_TOKEN_FILE; ",
+      "under systemd put them in /etc/obleth/provisioner.env\n")
     return 2
   end
   log.add_secret(token)
@@ -34,16 +38,26 @@ function M.main(argv)
     io.stderr:write("obleth-provisioner: --interval must be > 0\n")
     return 2
   end
+  local lease_ttl = tonumber(os.getenv("OBLETH_LEASE_TTL") or "")
+  if lease_ttl and (lease_ttl < 2 * interval or lease_ttl > 3600) then
+    io.stderr:write(("obleth-provisioner: OBLETH_LEASE_TTL=%s: the lease must last at least two pass intervals "
+      .. "(%g s) and at most 3600 s\n"):format(os.getenv("OBLETH_LEASE_TTL"), 2 * interval))
+    return 2
+  end
   local ok_policy, policy = pcall(require, "obleth.policy")
   local daemon = require("obleth.provisioner").new {
     api = require("obleth.provisioner.client").new(base, token),
     interval = interval,
     fault = os.getenv("OBLETH_FAULT"),
     drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or ""),
+    holder = os.getenv("OBLETH_PROVISIONER_NAME"),
+    lease_ttl = lease_ttl,
+    backoff_max = tonumber(os.getenv("OBLETH_BACKOFF_MAX") or ""),
     policy = ok_policy and policy or nil,
   }
   if o.once then
     local rep, perr = daemon:pass()
+    if daemon.lease then daemon.api:release(daemon.lease.generation) end
     if not rep then
       io.stderr:write("obleth-provisioner: pass failed: ", tostring(perr and perr.message), "\n")
       return 1

@@ -371,9 +371,13 @@ M.SETTINGS_DEFAULTS = {
   defaults = { modules = {}, port_range = { 20000, 20999 }, environment = {} },
 }
 
-local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at", "updated_at" })
+local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at", "token_renewed_at",
+  "token_warning", "updated_at" })
 local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "verify", "ca_file", "api_version",
-  "timeout", "defaults" })
+  "timeout", "defaults", "token_source", "token_key_file", "token_command", "token_lifespan" })
+
+--- How the Slurm JWT is had: the saved token, minted from the site's HS256 key file, or a command's output.
+M.TOKEN_SOURCES = { static = true, key_file = true, command = true }
 local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
   "qos", "hf_token", "port_range", "environment", "hf_token_set", "user_groups", "enforce_part_limits" })
 local API_VERSIONS = _set({ "auto", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44" })
@@ -410,6 +414,19 @@ local function _connection(input, out)
       return v
     end },
     { "timeout", function(v, f) return _num(v, f, 0.1, 120) end },
+    { "token_source", function(v, f)
+      if _null(v) then return "static" end
+      if type(v) ~= "string" or not M.TOKEN_SOURCES[v] then
+        return _err(f, "must be \"static\", \"key_file\" or \"command\"")
+      end
+      return v
+    end },
+    { "token_key_file", _path },
+    { "token_command", function(v, f) return _ostr(v, f, { max = 4096 }) end },
+    { "token_lifespan", function(v, f)
+      if _null(v) then return nil end
+      return _int(v, f, 30, 86400)
+    end },
   }
   for _, s in ipairs(steps) do
     local ok, err = _field(input, out, s[1], s[2])
@@ -420,6 +437,16 @@ local function _connection(input, out)
   out.token = tok
   if out.url and out.socket then
     return _err("socket", "give either url or socket, not both")
+  end
+  if out.token_source == "key_file" and not out.token_key_file then
+    return _err("token_key_file", "is required with token_source \"key_file\" (the site's HS256 key, as in "
+      .. "AuthAltParameters=jwt_key=...)")
+  end
+  if out.token_source == "key_file" and not out.user then
+    return _err("user", "is required with token_source \"key_file\" (the token is minted for this user)")
+  end
+  if out.token_source == "command" and not out.token_command then
+    return _err("token_command", "is required with token_source \"command\" (it prints a token)")
   end
   return out
 end
@@ -611,7 +638,7 @@ end
 function M.report(input)
   if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
   local ok, err = _unknown(input, _set({ "pass", "replicas", "outcomes", "endpoints", "provision_errors",
-    "acknowledged" }))
+    "acknowledged", "lease_generation" }))
   if not ok then return nil, err end
   local out = { replicas = {}, outcomes = {}, endpoints = {}, provision_errors = {},
     acknowledged = { restart = {}, clear_lost = {} } }
@@ -620,9 +647,33 @@ function M.report(input)
     started_at = function(v, f) return _num(v, f, 0, 1e11) end,
     duration = function(v, f) return _num(v, f, 0, 1e6) end,
     error = function(v, f) return _str(v, f, { max = 8192, multiline = true }) end,
+    policy_error = function(v, f)
+      return _record(v, f, {
+        file = function(x, ff) return _str(x, ff, { max = 4096 }) end,
+        line = function(x, ff) return _int(x, ff, 0, math.maxinteger) end,
+        message = function(x, ff) return _str(x, ff, { max = 8192, multiline = true }) end,
+        since = function(x, ff) return _num(x, ff, 0, 1e11) end,
+      }, { "message" })
+    end,
+    token = function(v, f)
+      return _record(v, f, {
+        source = function(x, ff)
+          if type(x) ~= "string" or not M.TOKEN_SOURCES[x] then return _err(ff, "must be a token source") end
+          return x
+        end,
+        expires_at = function(x, ff) return _num(x, ff, 0, 1e11) end,
+        renewed_at = function(x, ff) return _num(x, ff, 0, 1e11) end,
+        error = function(x, ff) return _str(x, ff, { max = 4096, multiline = true }) end,
+      }, { "source" })
+    end,
   })
   if not pass then return nil, perr end
   out.pass = pass
+  if not _null(input.lease_generation) then
+    local g, ge = _int(input.lease_generation, "lease_generation", 1, math.maxinteger)
+    if not g then return nil, ge end
+    out.lease_generation = g
+  end
   if not _null(input.replicas) then
     if not _is_array(input.replicas) then return _err("replicas", "must be an array") end
     for i, r in ipairs(input.replicas) do
@@ -698,6 +749,45 @@ function M.report(input)
         end
       end
     end
+  end
+  return out
+end
+
+--- Validate a POST /api/v1/provisioner/lease body.
+---@return table|nil {holder, host, pid, ttl (seconds), generation|nil}, table|nil err
+function M.lease_request(input)
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
+  local rec, err = _record(input, "lease", {
+    holder = function(v, f) return _str(v, f, { max = 256 }) end,
+    host = function(v, f) return _str(v, f, { max = 256 }) end,
+    pid = function(v, f) return _int(v, f, 1, 4194304) end,
+    ttl = function(v, f) return _num(v, f, 2, 3600) end,
+    generation = function(v, f) return _int(v, f, 1, math.maxinteger) end,
+  }, { "holder", "host", "pid", "ttl" })
+  if not rec then
+    if err.field then err.field = err.field:gsub("^lease%.", "") end
+    return nil, err
+  end
+  if rec.generation == NULL then rec.generation = nil end
+  return rec
+end
+
+--- Validate a POST /api/v1/provisioner/submits body: the replicas a provisioner is about to submit.
+---@return table|nil {lease_generation, replicas[]}, table|nil err
+function M.submits(input)
+  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
+  local ok, err = _unknown(input, _set({ "lease_generation", "replicas" }))
+  if not ok then return nil, err end
+  local g, ge = _int(input.lease_generation, "lease_generation", 1, math.maxinteger)
+  if not g then return nil, ge end
+  if not _is_array(input.replicas) then return _err("replicas", "must be an array") end
+  local out = { lease_generation = g, replicas = {} }
+  for i, r in ipairs(input.replicas) do
+    local f = ("replicas[%d]"):format(i - 1)
+    local rec, e = _record(r, f, REPLICA_FIELDS, { "nonce", "model_id", "slot", "state" })
+    if not rec then return nil, e end
+    if rec.state ~= "pending" then return _err(f .. ".state", "must be pending (a replica about to be submitted)") end
+    out.replicas[i] = rec
   end
   return out
 end

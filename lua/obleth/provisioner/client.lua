@@ -26,9 +26,10 @@ function Client:_call(method, path, body)
   if not r then return nil, { kind = err.code, message = "Management API: " .. err.message } end
   local ok, doc = pcall(cjson.decode, r.body)
   if r.status ~= 200 then
-    local msg = ok and type(doc) == "table" and doc.error and doc.error.message or r.body:sub(1, 200)
-    return nil, { kind = "http", status = r.status, message = ("Management API %s %s: HTTP %d: %s")
-      :format(method, path, r.status, tostring(msg)) }
+    local e = ok and type(doc) == "table" and type(doc.error) == "table" and doc.error or {}
+    local msg = e.message or r.body:sub(1, 200)
+    return nil, { kind = "http", status = r.status, code = e.code, lease = e.lease and M.plain(e.lease),
+      message = ("Management API %s %s: HTTP %d: %s"):format(method, path, r.status, tostring(msg)) }
   end
   if not ok then return nil, { kind = "bad_response", message = "Management API answered with invalid JSON" } end
   return M.plain(doc)
@@ -37,7 +38,22 @@ end
 --- Everything one pass needs (settings with the JWT, specs, replicas).
 function Client:snapshot() return self:_call("GET", "/api/v1/provisioner/snapshot") end
 
---- Report one pass.
+--- Report one pass (report.lease_generation: the lease held; 409 code "lease_lost" when stale).
 function Client:report(report) return self:_call("POST", "/api/v1/provisioner/report", report) end
+
+--- Acquire or renew the lease: req {holder, host, pid, ttl, generation|nil}.
+--- Returns {lease = {holder, host, pid, generation, expires_at}, acquired, ttl}, or nil, err where
+--- err.code "lease_held" and err.lease name the holder.
+function Client:lease(req) return self:_call("POST", "/api/v1/provisioner/lease", req) end
+
+--- Give the lease up.
+function Client:release(generation)
+  return self:_call("DELETE", "/api/v1/provisioner/lease?generation=" .. math.tointeger(generation))
+end
+
+--- Record the replicas about to be submitted; nil, err (code "lease_lost") when the lease is not live.
+function Client:submits(generation, rows)
+  return self:_call("POST", "/api/v1/provisioner/submits", { lease_generation = generation, replicas = rows })
+end
 
 return M

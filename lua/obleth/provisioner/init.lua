@@ -27,32 +27,146 @@ local function bindir()
   return (sys.paths.exe or ""):match("^(.*)/[^/]*$")
 end
 
+--- Seconds a lease lasts unless renewed: a few pass intervals, at least 15 s.
+---@param interval number seconds between passes
+function M.lease_ttl(interval) return math.min(3600, math.max(15, 3 * interval)) end
+
 --- A daemon instance.
 ---@param opts {api: table, interval: number|nil, jitter: number|nil, policy: table|nil,
----  fault: string|nil, drain_seconds: number|nil}
+---  fault: string|nil, drain_seconds: number|nil, holder: string|nil, lease_ttl: number|nil,
+---  backoff_max: number|nil}
+---  holder: the name this process gives the lease (default "obleth-provisioner"; host and PID are added);
+---  lease_ttl: seconds (default M.lease_ttl(interval)); backoff_max: the longest wait, in seconds,
+---  between passes while slurmrestd or the Management API is unreachable (default 60)
 function M.new(opts)
+  local interval = opts.interval or 5
   local self = {
-    api = opts.api, interval = opts.interval or 5, jitter = opts.jitter or 0.1, fault = opts.fault,
+    api = opts.api, interval = interval, jitter = opts.jitter or 0.1, fault = opts.fault,
     policy = opts.policy, drain_seconds = opts.drain_seconds,
     conn = nil, conn_key = nil, memory = {}, last_checked = {}, node_addr = {}, node_addr_at = 0,
     stopping = false, in_pass = false, failures = 0,
+    identity = { holder = opts.holder or "obleth-provisioner", host = sys.hostname(), pid = sys.getpid() },
+    lease_ttl = opts.lease_ttl or M.lease_ttl(interval), lease = nil,
+    backoff_max = opts.backoff_max or 60, said = {},
+    tokens = opts.tokens or require("obleth.slurm.token_source").new(),
   }
   return setmetatable(self, { __index = M })
+end
+
+-- Log only when `what`'s state changes (the first time too): returns true when it changed.
+function M:_changed(what, state)
+  if self.said[what] == state then return false end
+  self.said[what] = state
+  return true
+end
+
+--- Acquire or renew the lease. Returns true while this process holds it; false, lease when another
+--- provisioner does (logged once per holder); nil, err when the Management API could not answer.
+function M:_hold()
+  local t0 = loop.monotonic()
+  local id = self.identity
+  local res, err = self.api:lease { holder = id.holder, host = id.host, pid = id.pid, ttl = self.lease_ttl,
+    generation = self.lease and self.lease.generation or nil }
+  if res then
+    local l = res.lease
+    -- the local deadline counts from before the request: never later than the server's expiry
+    self.lease = { generation = l.generation, expires_at = l.expires_at, deadline = t0 + (res.ttl or self.lease_ttl) }
+    if res.acquired then
+      log.info("lease_acquired", { generation = l.generation, ttl = res.ttl, expires_at = l.expires_at })
+    end
+    self:_changed("lease", "held:" .. l.generation)
+    return true
+  end
+  if err.code == "lease_held" and err.lease then
+    local l = err.lease
+    if self.lease then log.warn("lease_lost", { generation = self.lease.generation, holder = l.holder }) end
+    self.lease = nil
+    if self:_changed("lease", ("waiting:%s:%s:%s:%s"):format(l.holder, l.host, l.pid, l.generation)) then
+      log.warn("lease_held", { holder = l.holder, host = l.host, pid = l.pid, generation = l.generation,
+        expires_at = l.expires_at, message = "another provisioner holds the lease; waiting for it to expire" })
+    end
+    return false, l
+  end
+  return nil, err
+end
+
+-- True while this process surely holds the lease: more than half its ttl is left by the local
+-- clock, or a renewal says so now. Monotonic time runs on while the process is stopped, so a
+-- paused-then-resumed provisioner asks the Management API before it submits or cancels anything.
+---@return boolean|nil held, table|nil err {kind = "lease_lost"|the API client's kinds, message}
+function M:_fresh()
+  if not self.lease then return nil, { kind = "lease_lost", message = "no lease" } end
+  if loop.monotonic() < self.lease.deadline - self.lease_ttl / 2 then return true end
+  local held, err = self:_hold()
+  if held then return true end
+  if held == false then
+    return nil, { kind = "lease_lost", message = ("the lease is now held by %s on %s (pid %s): nothing more is done")
+      :format(tostring(err.holder), tostring(err.host), tostring(err.pid)) }
+  end
+  return nil, err
+end
+
+-- The server refused something because the lease is gone: forget it (logged once).
+function M:_lost(err)
+  if self.lease then
+    log.warn("lease_lost", { generation = self.lease.generation, message = err and err.message or nil })
+  end
+  self.lease = nil
+  self:_changed("lease", "lost")
+end
+
+-- The policy error to report: the first broken override (by name) as {file, line, message, since},
+-- or cjson.null; logged once per change.
+function M:_policy_error()
+  if not self.policy then return nil end
+  self.policy.reload()
+  local errs = self.policy.errors()
+  local names = {}
+  for name in pairs(errs or {}) do names[#names + 1] = name end
+  table.sort(names)
+  local e = names[1] and errs[names[1]]
+  if not e then
+    if self:_changed("policy", "ok") and self.said.policy_seen then log.info("policy_ok", {}) end
+    self.said.policy_seen = true
+    return cjson.null
+  end
+  local msg = type(e) == "table" and tostring(e.message) or tostring(e)
+  local file = type(e) == "table" and e.path or nil
+  local line = file and tonumber(msg:match(":(%d+):")) or nil
+  local pe = { file = file or names[1], line = line and math.tointeger(line) or nil, message = msg,
+    since = type(e) == "table" and e.at or loop.now() }
+  self.said.policy_seen = true
+  if self:_changed("policy", msg) then
+    log.warn("policy_error", { file = pe.file, line = pe.line, message = msg,
+      note = "the previous version of this policy stays in use" })
+  end
+  return pe
 end
 
 function M:_connection(settings)
   if not settings or not (settings.url or settings.socket) then
     return nil, { kind = "config", message = "no Slurm connection is saved (Settings → Slurm)" }
   end
+  -- the token: the saved one, or this host's renewed one (obleth.slurm.token_source)
+  local token, terr = self.tokens:token(settings)
+  if not token and (settings.token_source or "static") ~= "static" then
+    return nil, { kind = "auth", message = "Slurm JWT: " .. terr.message }
+  end
   local key = table.concat({ tostring(settings.url), tostring(settings.socket), tostring(settings.user),
-    tostring(settings.token), tostring(settings.api_version), tostring(settings.verify), tostring(settings.ca_file) }, "\0")
-  if self.conn and self.conn_key == key then return self.conn end
+    tostring(settings.api_version), tostring(settings.verify), tostring(settings.ca_file), tostring(token == nil) }, "\0")
+  if self.conn and self.conn_key == key then
+    if token ~= self.conn_token then
+      self.conn:set_token(token)
+      self.conn_token = token
+    end
+    return self.conn
+  end
   local conn, err = slurm.connect { url = settings.url, socket = settings.socket, user = settings.user,
-    token = settings.token, version = settings.api_version or "auto", verify = settings.verify ~= false,
+    token = token, version = settings.api_version or "auto", verify = settings.verify ~= false,
     ca_file = settings.ca_file, timeout = 15 }
   if not conn then return nil, err end
   log.info("slurm_connected", { version = conn:version(), url = settings.url or settings.socket })
-  self.conn, self.conn_key = conn, key
+  self.conn, self.conn_key, self.conn_token = conn, key, token
   return conn
 end
 
@@ -149,9 +263,19 @@ function M.rules(policy)
   return policy.get("lost").check, policy.get("rollover").plan, perr
 end
 
---- One pass. Returns the report it sent (or would have sent), or nil, err.
+--- One pass. Returns the report it sent (or would have sent), or nil, err. err.kind "lease_held"
+--- (another provisioner holds the lease: nothing was done), "lease_lost" (refused as stale),
+--- "slurm" (slurmrestd could not be reached), "pass" (the pass ran with an error), or the
+--- Management API client's kinds.
 function M:pass()
   local t0, started = loop.monotonic(), loop.now()
+  local held, herr = self:_hold()
+  if held == false then
+    return nil, { kind = "lease_held", lease = herr, message = ("the provisioner lease is held by %s on %s (pid %s)")
+      :format(tostring(herr.holder), tostring(herr.host), tostring(herr.pid)) }
+  elseif not held then
+    return nil, herr
+  end
   local snap, err = self.api:snapshot()
   if not snap then return nil, err end
   local settings = snap.settings or {}
@@ -167,40 +291,87 @@ function M:pass()
     end
   end
 
-  local report = { pass = { started_at = started }, replicas = {}, outcomes = {}, endpoints = {},
-    provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} } }
-  local pass_error
+  local report = { pass = { started_at = started, policy_error = self:_policy_error() }, replicas = {},
+    outcomes = {}, endpoints = {}, provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} },
+    lease_generation = self.lease.generation }
+  local pass_error, slurm_down
   local conn, cerr = self:_connection(settings)
   local jobs, job_by_id
   if conn then
     local jerr
     jobs, jerr = conn:jobs()
-    if not jobs then pass_error = "listing jobs: " .. tostring(jerr.message) end
+    if not jobs then
+      pass_error = "listing jobs: " .. tostring(jerr.message)
+      slurm_down = jerr.kind == "unreachable" or jerr.kind == "timeout"
+    end
   elseif next(snap.models or {}) then
     pass_error = cerr.message
+    slurm_down = cerr.kind == "unreachable" or cerr.kind == "timeout"
+  end
+  if conn or slurm_down then
+    local at = settings.url or settings.socket
+    if not slurm_down and self:_changed("slurm", "up") and self.slurm_down_since then
+      log.info("slurm_reachable", { url = at, down_for = math.floor(loop.monotonic() - self.slurm_down_since) })
+      self.slurm_down_since = nil
+    elseif slurm_down and self:_changed("slurm", "down") then
+      self.slurm_down_since = loop.monotonic()
+      log.warn("slurm_unreachable", { url = at, error = pass_error,
+        note = "passes back off until slurmrestd answers; replicas are left as they are" })
+    end
   end
 
+  report.pass.token = self.tokens:status(settings)
   if jobs then
     local ierr
     job_by_id, ierr = M.lookup_jobs(conn, snap, jobs)
     if not job_by_id then pass_error, jobs = ierr, nil end
   end
   if jobs then
-    local lost_rule, rollover_rule, perr = M.rules(self.policy)
-    if perr then pass_error = perr end
+    -- a broken policy edit keeps the previous version and is reported as pass.policy_error
+    -- (self:_policy_error() above), not as a failed pass
+    local lost_rule, rollover_rule = M.rules(self.policy)
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,
       lost = lost_rule, rollover = rollover_rule, drain_seconds = self.drain_seconds }
 
+    -- fencing: the replicas about to be submitted are recorded first, under the lease; a stale
+    -- lease is refused there, and a lease this process may have lost (it was paused) stops it here
+    if #state.submits > 0 then
+      local rows = {}
+      for i, s in ipairs(state.submits) do rows[i] = serialize(s.row) end
+      local fresh, ferr = self:_fresh()
+      if not fresh then return nil, ferr end
+      local t1 = loop.monotonic()
+      local rec, rerr = self.api:submits(self.lease.generation, rows)
+      if rec then
+        self.lease.deadline = t1 + self.lease_ttl
+      elseif rerr.code == "lease_lost" then
+        self:_lost(rerr)
+        return nil, { kind = "lease_lost", message = rerr.message }
+      else
+        pass_error = "recording submits: " .. tostring(rerr.message)
+        state.submits = {}
+      end
+    end
+
     for _, c in ipairs(state.cancels) do
+      local fresh, ferr = self:_fresh()
+      if not fresh then return nil, ferr end
       local ok, e = conn:cancel(c.job_id)
       log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
         error = e and e.message or nil })
       if c.row then c.row.cancel_sent = true end
     end
 
+    if #state.submits > 0 and self.fault == "stop_before_submit" then
+      -- fault injection for the specs: pause like SIGSTOP would, between planning and submitting
+      log.warn("fault_injection", { point = "stop_before_submit", generation = self.lease.generation })
+      sys.kill(sys.getpid(), "STOP")
+    end
     for _, s in ipairs(state.submits) do
+      local fresh, ferr = self:_fresh()
+      if not fresh then return nil, ferr end
       s.model.instance = snap.instance
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
       local id, res = conn:submit(desc)
@@ -245,6 +416,8 @@ function M:pass()
     for nonce in pairs(results) do self.last_checked[nonce] = loop.now() end
     local endpoints, hcancels = plan.health(state, results, loop.now())
     for _, c in ipairs(hcancels) do
+      local fresh, ferr = self:_fresh()
+      if not fresh then return nil, ferr end
       local ok = conn:cancel(c.job_id)
       log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false })
       c.row.cancel_sent = true
@@ -270,9 +443,35 @@ function M:pass()
   report.pass.duration = loop.monotonic() - t0
   report.pass.error = pass_error
   local ok, rerr = self.api:report(report)
-  if not ok then return nil, rerr end
-  if pass_error then return nil, { kind = "pass", message = pass_error }, report end
+  if not ok then
+    if rerr.code == "lease_lost" then
+      self:_lost(rerr)
+      return nil, { kind = "lease_lost", message = rerr.message }
+    end
+    return nil, rerr
+  end
+  if pass_error then return nil, { kind = slurm_down and "slurm" or "pass", message = pass_error }, report end
   return report
+end
+
+--- Whether the daemon's loop is alive: between passes, or in a pass that started less than
+--- `max_pass` seconds ago (default 900). The watchdog is fed only then.
+function M:alive(max_pass)
+  return not self.in_pass or loop.monotonic() - (self.pass_started or 0) < (max_pass or 900)
+end
+
+--- Feed the systemd watchdog from a timer while the loop is alive, also while passes fail:
+--- every third of WATCHDOG_USEC when systemd set it for this process. Returns the period or nil.
+function M:watchdog()
+  local usec = tonumber(os.getenv("WATCHDOG_USEC") or "")
+  local wpid = tonumber(os.getenv("WATCHDOG_PID") or "")
+  if not usec or usec <= 0 or (wpid and wpid ~= sys.getpid()) then return nil end
+  local period = usec / 1e6 / 3
+  sys.sd_notify("WATCHDOG=1")
+  self.watchdog_timer = loop.every(period, function()
+    if self:alive() then sys.sd_notify("WATCHDOG=1") end
+  end)
+  return period
 end
 
 --- Run passes until stopped. SIGTERM/SIGINT finish the pass in progress,
@@ -294,29 +493,48 @@ function M:run()
     end
   end)
   sys.sd_notify("READY=1")
-  log.info("provisioner_start", { api = self.api.base, interval = self.interval })
-  local backoff = 1
+  local wd = self:watchdog()
+  log.info("provisioner_start", { api = self.api.base, interval = self.interval, holder = self.identity.holder,
+    host = self.identity.host, pid = self.identity.pid, lease_ttl = self.lease_ttl, watchdog = wd })
+  local backoff = self.interval
   while not self.stopping do
-    self.in_pass = true
+    self.in_pass, self.pass_started = true, loop.monotonic()
     local ok, err = self:pass()
     self.in_pass = false
     local wait = self.interval
     if ok then
-      backoff = 1
+      backoff = self.interval
+      if self.failures > 0 then log.info("pass_ok", { after_failures = self.failures }) end
       self.failures = 0
-      sys.sd_notify("WATCHDOG=1")
+      self:_changed("pass", "ok")
+    elseif err.kind == "lease_held" or err.kind == "lease_lost" then
+      -- waiting for the lease is no failure: try again each interval (it expires a few intervals ahead)
+      backoff = self.interval
     else
       self.failures = self.failures + 1
-      log.warn("pass_failed", { error = err and err.message or tostring(err), failures = self.failures })
-      if err and (err.kind == "unreachable" or err.kind == "timeout" or err.kind == "http") then
-        wait = math.min(60, backoff)
-        backoff = backoff * 2
+      local kind = err.kind
+      if kind == "unreachable" or kind == "timeout" or kind == "http" or kind == "slurm" then
+        -- slurmrestd or the Management API is down: back off, capped
+        backoff = math.min(self.backoff_max, math.max(self.interval, backoff * 2))
+        wait = backoff
+      end
+      -- once per change of state, not once per pass (an outage of slurmrestd is logged as such)
+      if self:_changed("pass", tostring(kind) .. ":" .. tostring(err.message)) and kind ~= "slurm" then
+        log.warn("pass_failed", { error = err.message or tostring(err), kind = kind, failures = self.failures,
+          next_in = math.floor(wait * 10 + 0.5) / 10 })
       end
     end
     wait = wait * (1 + self.jitter * (2 * math.random() - 1))
     local t_end = loop.monotonic() + wait
     while not self.stopping and loop.monotonic() < t_end do loop.sleep(0.1) end
   end
+  if self.lease then
+    local ok, err = self.api:release(self.lease.generation)
+    log.info("lease_released", { generation = self.lease.generation, ok = ok and true or false,
+      error = err and err.message or nil })
+    self.lease = nil
+  end
+  if self.watchdog_timer then self.watchdog_timer:cancel() end
   log.info("provisioner_stop", {})
   return 0
 end

@@ -89,8 +89,13 @@ function M.reconcile(input)
     local t = tag.parse(j)
     if t and t.instance == instance then
       local prev = by_nonce[t.nonce]
-      -- the same nonce twice (a requeue shows one job): keep the newest
-      if not prev or (j.id or 0) > (prev.job.id or 0) then by_nonce[t.nonce] = { job = j, tag = t } end
+      -- the same nonce twice (a requeue shows one job): keep the newest; an older one still
+      -- live (two submits of one recorded replica) is cancelled
+      local older = prev and ((j.id or 0) > (prev.job.id or 0) and prev.job or j)
+      if not prev or older == prev.job then by_nonce[t.nonce] = { job = j, tag = t } end
+      if older and M.LIVE[older.state and older.state.base] then
+        out.cancels[#out.cancels + 1] = { job_id = older.id, why = "second job for one replica" }
+      end
     end
   end
 
@@ -161,9 +166,23 @@ function M.reconcile(input)
     -- what each slot's rule decided (lost/backoff, rollover), for a dry run to show
     mm.decisions = {}
     for _, row in ipairs(mm.rows) do
+      if row.state == "pending" and not row.job_id and by_nonce[row.nonce] then
+        -- recorded before its submit (POST /provisioner/submits), and the job exists: the
+        -- report after the submit never came (a crash); follow the job
+        local job = by_nonce[row.nonce].job
+        row.job_id, row.state, row.submitted_at = job.id, "submitted", row.submitted_at or job.submit_time or now
+        touch(row)
+        out.adopted[#out.adopted + 1] = row
+      end
       if row.state ~= "lost" and row.state ~= "ended" and row.job_id then
         local jt = by_nonce[row.nonce]
         local job = jt and jt.job
+        if job and job.id and job.id ~= row.job_id then
+          -- the replica's nonce is on a newer job (two submits of one recorded replica): follow
+          -- that one; the older is cancelled above
+          row.job_id = job.id
+          touch(row)
+        end
         if not job and input.job_by_id then job = input.job_by_id[row.job_id] end
         local base = job and job.state and job.state.base
         if job then row.slurm = M.slurm_view(job) end
@@ -356,6 +375,12 @@ function M.reconcile(input)
                 decided.action = "wait (no free port)"
               end
             end
+          elseif primary.state == "pending" and not primary.job_id then
+            -- recorded for a submit that never reached Slurm (a crash, a lost lease): submit it
+            -- under its recorded nonce and port
+            if not blocked then out.submits[#out.submits + 1] = { row = primary, model = mm, spec = spec } end
+          elseif successor and successor.state == "pending" and not successor.job_id then
+            if not blocked then out.submits[#out.submits + 1] = { row = successor, model = mm, spec = spec } end
           elseif primary.state == "healthy" and not successor and not blocked then
             local d = rollover_rule({ now = now, time_limit = spec.time_limit, started_at = primary.started_at,
               healthy_at = primary.healthy_at, rollover_margin = spec.rollover_margin })

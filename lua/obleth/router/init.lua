@@ -226,9 +226,12 @@ function M.new(opts)
       local at = store:provisioner_status().checked_in_at
       set({}, type(at) == "number" and math.max(0, now() - at) or 0 / 0)
     end)
+  local pstat -- one store read per scrape, shared by the provisioner's gauges
   reg:gauge("obleth_provisioner_failed_passes", "Provisioner passes failed in a row", nil, function(set)
-    set({}, store:provisioner_status().failed_passes or 0)
+    pstat = store:provisioner_status()
+    set({}, pstat.failed_passes or 0)
   end)
+  self:_provisioner_gauges(reg, function() return pstat or store:provisioner_status() end)
   -- the proxy's connection pool (host/http_proxy.c), read at each scrape
   if http.proxy_stats then
     local pstats -- one read per scrape, shared by the pool's series
@@ -579,6 +582,42 @@ function Router:_status_labels(name, status)
     by[status] = l
   end
   return l
+end
+
+-- The provisioner's pass, lease and policy, and the Slurm JWT's expiry (docs/operations.md).
+function Router:_provisioner_gauges(reg, status)
+  local nan, now, app = 0 / 0, self.now, self.app
+  local function num(v) return type(v) == "number" and v or nan end
+  reg:gauge("obleth_provisioner_last_pass_duration_seconds", "How long the provisioner's last pass took",
+    nil, function(set) set({}, num(status().last_pass_duration)) end)
+  reg:gauge("obleth_provisioner_lease_expires_in_seconds",
+    "Seconds until the provisioner lease expires unless renewed (negative: expired; NaN: never held)", nil,
+    function(set)
+      local l = status().lease
+      set({}, type(l) == "table" and l.expires_at - now() or nan)
+    end)
+  reg:gauge("obleth_provisioner_lease_generation", "The provisioner lease's generation (grows at each hand-over)",
+    nil, function(set)
+      local l = status().lease
+      set({}, type(l) == "table" and l.generation or 0)
+    end)
+  reg:gauge("obleth_provisioner_policy_error", "1 while an edited policy file does not load (the previous one is used)",
+    nil, function(set) set({}, type(status().policy_error) == "table" and 1 or 0) end)
+  if not app.slurm_settings then return end
+  local tok -- one computation per scrape
+  reg:gauge("obleth_slurm_token_expires_in_seconds",
+    "Seconds until the Slurm JWT expires (NaN: unknown), by token_source", { "source" }, function(set)
+      local ok, t = pcall(function()
+        return require("obleth.api.settings").token_status(app, app:slurm_settings(), status())
+      end)
+      tok = ok and t or nil
+      if tok and tok.source then set({ tok.source }, tok.expires_at and tok.expires_at - now() or nan) end
+    end)
+  reg:gauge("obleth_slurm_token_warning",
+    "1 when the Slurm JWT needs an operator: a static token that expires within a day (or has), "
+      .. "or a renewal that fails", { "source" }, function(set)
+      if tok and tok.source then set({ tok.source }, tok.warning and 1 or 0) end
+    end)
 end
 
 --- Answer one /v1/ or /metrics request (an http.server handler): counts it in the

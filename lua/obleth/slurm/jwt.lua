@@ -1,5 +1,6 @@
---- Read the claims of a Slurm JWT (`scontrol token`) without verifying it,
--- to warn before the token expires. No I/O.
+--- Slurm JWTs: read the claims of one (`scontrol token`) without verifying it,
+-- to warn before the token expires; mint one from the site's HS256 key, as
+-- `scontrol token` does. No I/O.
 local cjson = require "cjson"
 
 local M = {}
@@ -30,6 +31,43 @@ function M.base64url_decode(s)
     end
   end
   return table.concat(out)
+end
+
+--- Encode bytes as base64url without padding (RFC 7515).
+---@param s string
+---@return string
+function M.base64url_encode(s)
+  local out = {}
+  for i = 1, #s, 3 do
+    local a, b, c = s:byte(i, i + 2)
+    local n = (a << 16) | ((b or 0) << 8) | (c or 0)
+    local k = (c and 4) or (b and 3) or 2
+    for j = 1, k do
+      local idx = (n >> (6 * (4 - j))) & 63
+      out[#out + 1] = ALPHABET:sub(idx + 1, idx + 1)
+    end
+  end
+  return (table.concat(out):gsub("[+/]", { ["+"] = "-", ["/"] = "_" }))
+end
+
+--- Mint a Slurm JWT as `scontrol token username=USER lifespan=SECONDS` does: HS256 over the
+--- claims {exp, iat, sun}, signed with the key slurmctld reads from AuthAltParameters=jwt_key.
+---@param opts {key: string, user: string, lifespan: integer, now: integer,
+---  hmac_sha256_hex: fun(key: string, data: string): string|nil}
+---  key: the key file's bytes; lifespan: seconds; now: epoch seconds; hmac_sha256_hex defaults
+---  to obleth.crypto's
+---@return string token
+function M.mint(opts)
+  if type(opts.key) ~= "string" or #opts.key == 0 then error("jwt.mint: key must be a non-empty string", 2) end
+  if type(opts.user) ~= "string" or not opts.user:match("^[%w._-]+$") then error("jwt.mint: bad user name", 2) end
+  local lifespan, now = math.tointeger(opts.lifespan), math.tointeger(opts.now)
+  if not lifespan or lifespan <= 0 or not now then error("jwt.mint: lifespan and now must be integers", 2) end
+  local hmac = opts.hmac_sha256_hex or require("obleth.crypto").hmac_sha256_hex
+  local head = M.base64url_encode('{"alg":"HS256","typ":"JWT"}')
+  local body = M.base64url_encode(cjson.encode({ exp = now + lifespan, iat = now, sun = opts.user }))
+  local signing = head .. "." .. body
+  local mac = hmac(opts.key, signing):gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end)
+  return signing .. "." .. M.base64url_encode(mac)
 end
 
 --- Claims of a JWT (payload, not verified).

@@ -134,6 +134,24 @@ M.migrations = {
   [4] = [[
     ALTER TABLE replicas ADD COLUMN slurm TEXT;
   ]],
+  -- 5: the provisioner lease (one provisioner at a time, fenced by generation;
+  -- docs/managed-spec.md "Provisioner lease"), and the policy error the
+  -- provisioner reports (a broken policy edit is not a failed pass)
+  [5] = [[
+    CREATE TABLE provisioner_lease (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      holder TEXT NOT NULL,
+      host TEXT NOT NULL,
+      pid INTEGER NOT NULL,
+      generation INTEGER NOT NULL,
+      ttl REAL NOT NULL,
+      acquired_at REAL NOT NULL,
+      renewed_at REAL NOT NULL,
+      expires_at REAL NOT NULL
+    );
+    ALTER TABLE provisioner_status ADD COLUMN policy_error TEXT;
+    ALTER TABLE provisioner_status ADD COLUMN token_status TEXT;
+  ]],
 }
 
 local Store = {}
@@ -612,15 +630,102 @@ function Store:put_settings(value, check, name)
   end)
 end
 
---- {checked_in_at, last_pass_started_at, last_pass_duration, failed_passes, last_error, last_error_at, passes}
+--- {checked_in_at, last_pass_started_at, last_pass_duration, failed_passes, last_error, last_error_at, passes,
+---  policy_error = {file, line, message, since}|null, lease = {holder, host, pid, generation, acquired_at,
+---  expires_at}|null, token = {source, expires_at, renewed_at, error}|null (the provisioner's Slurm JWT)}
 function Store:provisioner_status()
   local r = self:_one("SELECT * FROM provisioner_status WHERE id = 1") or {}
   local function n(v) if v == nil then return NULL end return v end
+  local l = self:lease()
   return {
     checked_in_at = n(r.checked_in_at), last_pass_started_at = n(r.last_pass_started_at),
     last_pass_duration = n(r.last_pass_duration), failed_passes = r.failed_passes or 0,
     last_error = n(r.last_error), last_error_at = n(r.last_error_at), passes = r.passes or 0,
+    policy_error = r.policy_error and _dec(r.policy_error) or NULL,
+    token = r.token_status and _dec(r.token_status) or NULL,
+    lease = l and { holder = l.holder, host = l.host, pid = l.pid, generation = l.generation,
+      acquired_at = l.acquired_at, expires_at = l.expires_at } or NULL,
   }
+end
+
+---------------------------------------------------------------------------
+-- the provisioner lease: one provisioner at a time, fenced by generation
+---------------------------------------------------------------------------
+
+--- The lease row {holder, host, pid, generation, ttl, acquired_at, renewed_at, expires_at}, or nil
+--- when no provisioner ever held it. An expired lease keeps its row: the generation only grows.
+function Store:lease()
+  return self:_one("SELECT * FROM provisioner_lease WHERE id = 1")
+end
+
+-- Inside a transaction: refuse (abort "lease_lost") unless `generation` is the current one;
+-- with `live`, the lease must also not have expired. Renews the expiry by the lease's ttl.
+function Store:_fence(generation, now, live)
+  local l = self:lease()
+  if not l or l.generation ~= generation or (live and l.expires_at <= now) then
+    local msg
+    if not l then
+      msg = "no provisioner holds the lease"
+    elseif l.generation ~= generation then
+      msg = ("lease generation %d is stale: %s on %s (pid %d) holds generation %d"):format(generation,
+        l.holder, l.host, l.pid, l.generation)
+    else
+      msg = ("lease generation %d expired at %.0f"):format(generation, l.expires_at)
+    end
+    _abort("lease_lost", msg, "lease_generation", { lease = l })
+  end
+  self:_x("UPDATE provisioner_lease SET renewed_at = ?, expires_at = ? WHERE id = 1", now, now + l.ttl)
+end
+
+--- Acquire or renew the provisioner lease.
+--- Granted when nobody holds it (never held, expired or released), or when `generation` is the current
+--- one (a renewal, also after expiry as long as nobody took over). A new holder gets generation + 1.
+---@param req {holder: string, host: string, pid: integer, ttl: number, generation: integer|nil}
+---@param now number epoch seconds
+---@return table|nil {lease = row, acquired = boolean, previous = row|nil}
+---@return table|nil err {code = "lease_held", message, lease = row} | {code = "storage"}
+function Store:acquire_lease(req, now)
+  return self:transaction(function()
+    local cur = self:lease()
+    if cur and req.generation == cur.generation then
+      self:_x([[UPDATE provisioner_lease SET ttl = ?, renewed_at = ?, expires_at = ? WHERE id = 1]],
+        req.ttl, now, now + req.ttl)
+      return { lease = self:lease(), acquired = false }
+    end
+    if cur and cur.expires_at > now then
+      _abort("lease_held", ("the provisioner lease is held by %s on %s (pid %d) until %.0f"):format(cur.holder,
+        cur.host, cur.pid, cur.expires_at), nil, { lease = cur })
+    end
+    self:_x([[INSERT OR REPLACE INTO provisioner_lease (id, holder, host, pid, generation, ttl, acquired_at,
+      renewed_at, expires_at) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)]], req.holder, req.host, req.pid,
+      (cur and cur.generation or 0) + 1, req.ttl, now, now, now + req.ttl)
+    return { lease = self:lease(), acquired = true, previous = cur }
+  end)
+end
+
+--- Give the lease up (a clean stop), so a waiting provisioner takes over on its next try.
+---@return boolean released false when `generation` is not the current one
+function Store:release_lease(generation, now)
+  return self:transaction(function()
+    local changes = self:_x("UPDATE provisioner_lease SET expires_at = ?, renewed_at = ? WHERE id = 1 AND generation = ?"
+      .. " AND expires_at > ?", now, now, generation, now)
+    return changes > 0
+  end)
+end
+
+--- Record replicas about to be submitted (state `pending`, nonce fixed), before the provisioner asks Slurm:
+--- refused ("lease_lost") unless `generation` holds a live lease, so a provisioner that lost its
+--- lease (paused, then resumed) submits nothing. Renews the lease.
+---@param generation integer
+---@param rows table[] replica rows {nonce, model_id, slot, state = "pending", port, generation, ...}
+---@return table|nil {ok = true, ignored = [...]}, table|nil err
+function Store:record_submits(generation, rows, now)
+  return self:transaction(function()
+    self:_fence(generation, now, true)
+    local ignored = json.array()
+    for _, r in ipairs(rows) do self:_upsert_replica(r, now, ignored) end
+    return { ok = true, ignored = ignored }
+  end)
 end
 
 ---------------------------------------------------------------------------
@@ -773,9 +878,27 @@ function Store:apply_report(rep, now)
   return self:transaction(function()
     local ignored = json.array()
     local changes = { replicas = {}, models = {}, managed = {}, launches = {} }
+    if rep.lease_generation then
+      self:_fence(rep.lease_generation, now, false)
+    else
+      -- a report without a lease (a script, a test) only while no provisioner holds it
+      local l = self:lease()
+      if l and l.expires_at > now then
+        _abort("lease_lost", ("the provisioner lease is held by %s on %s (pid %d): a report must carry its "
+          .. "lease_generation"):format(l.holder, l.host, l.pid), "lease_generation", { lease = l })
+      end
+    end
     local p = rep.pass
     local perr = p.error
     if perr == NULL then perr = nil end
+    if p.token ~= nil then
+      self:_x("UPDATE provisioner_status SET token_status = ? WHERE id = 1",
+        p.token ~= NULL and json.encode(p.token) or nil)
+    end
+    if p.policy_error ~= nil then
+      self:_x("UPDATE provisioner_status SET policy_error = ? WHERE id = 1",
+        p.policy_error ~= NULL and json.encode(p.policy_error) or nil)
+    end
     if perr then
       self:_x([[UPDATE provisioner_status SET checked_in_at = ?, last_pass_started_at = ?, last_pass_duration = ?,
         failed_passes = failed_passes + 1, last_error = ?, last_error_at = ?, passes = passes + 1 WHERE id = 1]],

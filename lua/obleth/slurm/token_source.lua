@@ -1,0 +1,165 @@
+--- Where obleth gets the Slurm JWT it sends to slurmrestd (settings `token_source`):
+--   "static"    the token saved in the settings (`token`); it is never renewed
+--   "key_file"  minted for the settings' `user` from the site's HS256 key (`token_key_file`, the
+--               file slurmctld reads from AuthAltParameters=jwt_key=...), as `scontrol token
+--               username=USER lifespan=token_lifespan` does; the file is read on the host of the
+--               process that needs the token (the provisioner's, and obleth serve's for the test
+--               and the resources it shows)
+--   "command"   the output of `token_command` run by /bin/sh (a line `SLURM_JWT=...` or the bare
+--               token), e.g. a wrapper that runs `scontrol token lifespan=3600` on a login node.
+--               Runs only where OBLETH_ALLOW_TOKEN_COMMAND=1 is set in the daemon's environment, so
+--               the Management API alone cannot make a daemon run commands.
+-- A renewable token is renewed once less than a third of its life (at least 30 s) is left. The
+-- token is registered with the log as a secret and never returned by status().
+local jwt = require "obleth.slurm.jwt"
+
+local M = {}
+
+M.DEFAULT_LIFESPAN = 1800 -- seconds, for minted tokens
+M.COMMAND_TIMEOUT = 30 -- seconds
+M.WARN_BEFORE = 86400 -- seconds: a static token expiring sooner is warned about
+
+--- Seconds before expiry at which a token issued at `iat` expiring at `exp` is renewed: a third
+--- of its life, and at least 30 s (at most half its life, for very short tokens).
+---@param iat number epoch seconds
+---@param exp number epoch seconds
+---@return number
+function M.margin(iat, exp)
+  local life = exp - iat
+  return math.max(math.min(30, life / 2), life / 3)
+end
+
+local function _read(path)
+  local fh, err = io.open(path, "rb")
+  if not fh then return nil, err end
+  local s = fh:read("a")
+  fh:close()
+  if not s or #s == 0 then return nil, path .. ": the file is empty" end
+  return s
+end
+
+local function _run(cmd, timeout)
+  local shq = require("obleth.job.shell").quote
+  local fh = io.popen(("timeout %d /bin/sh -c %s"):format(timeout, shq(cmd)), "r")
+  if not fh then return nil, "cannot start /bin/sh" end
+  local out = fh:read("a")
+  local ok, how, code = fh:close()
+  if not ok then
+    return nil, how == "exit" and code == 124 and ("timed out after %d s"):format(timeout)
+      or ("exited with %s %s"):format(tostring(how), tostring(code))
+  end
+  return out
+end
+
+local Source = {}
+Source.__index = Source
+
+--- A token source (one per process: it caches the current token).
+---@param opts {now: fun(): number|nil, read: fun(path: string): string|nil, string|nil,
+---  run: fun(cmd: string, timeout: integer): string|nil, string|nil, log: table|nil,
+---  allow_command: boolean|nil, hmac: function|nil}|nil  for tests; the defaults read files, run /bin/sh,
+---  use obleth.log and obleth.crypto's HMAC
+function M.new(opts)
+  opts = opts or {}
+  local allow = opts.allow_command
+  if allow == nil then allow = os.getenv("OBLETH_ALLOW_TOKEN_COMMAND") == "1" end
+  return setmetatable({ now = opts.now or os.time, read = opts.read or _read, run = opts.run or _run, hmac = opts.hmac,
+    log = opts.log or require("obleth.log"), allow_command = allow, cache = nil, err = nil }, Source)
+end
+
+local function _key(s)
+  return table.concat({ tostring(s.token_source), tostring(s.token_key_file), tostring(s.token_command),
+    tostring(s.user), tostring(s.token_lifespan) }, "\0")
+end
+
+function Source:_fetch(s, now)
+  local src = s.token_source
+  if src == "key_file" then
+    if not s.user then
+      return nil, { code = "token_source", field = "user", message = "token_source key_file needs the Slurm user" }
+    end
+    local key, rerr = self.read(s.token_key_file)
+    if not key then
+      return nil, { code = "token_source", field = "token_key_file",
+        message = ("cannot read the JWT key on this host: %s"):format(tostring(rerr)) }
+    end
+    return jwt.mint { key = key, user = s.user, lifespan = s.token_lifespan or M.DEFAULT_LIFESPAN,
+      now = math.floor(now), hmac_sha256_hex = self.hmac }
+  elseif src == "command" then
+    if not self.allow_command then
+      return nil, { code = "token_source", field = "token_command", message = "token_command is not run on this "
+        .. "host: set OBLETH_ALLOW_TOKEN_COMMAND=1 in the daemon's environment to allow it" }
+    end
+    local out, cerr = self.run(s.token_command, M.COMMAND_TIMEOUT)
+    if not out then
+      return nil, { code = "token_source", field = "token_command", message = "token_command " .. tostring(cerr) }
+    end
+    local tok
+    for line in out:gmatch("[^\r\n]+") do
+      local t = line:match("^%s*SLURM_JWT=(%S+)%s*$") or line:match("^%s*(%S+%.%S+%.%S+)%s*$")
+      if t then tok = t end
+    end
+    if not tok then
+      return nil, { code = "token_source", field = "token_command", message = "token_command printed no token "
+        .. "(a line SLURM_JWT=... or the bare JWT)" }
+    end
+    return tok
+  end
+  return nil, { code = "token_source", field = "token_source", message = "unknown token_source " .. tostring(src) }
+end
+
+--- The token to send now for settings `s` (a table with token, token_source, token_key_file,
+--- token_command, token_lifespan, user). Static: s.token. Renewable: the cached token until its
+--- renewal time, then a new one; when renewing fails, the previous token while it is still valid.
+---@return string|nil token, table|nil err {code = "token_source", field, message}
+function Source:token(s)
+  local src = s.token_source or "static"
+  if src == "static" then
+    self.cache, self.err = nil, nil
+    return s.token
+  end
+  local now = self.now()
+  local key = _key(s)
+  local c = self.cache
+  if c and c.key ~= key then c = nil end
+  if c and now < c.renew_at then return c.token end
+  local tok, err = self:_fetch(s, now)
+  local exp
+  if tok then
+    self.log.add_secret(tok)
+    local e
+    exp, e = jwt.token_expiry(tok)
+    if not exp then
+      tok, err = nil, { code = "token_source", field = src == "command" and "token_command" or "token_key_file",
+        message = "the new token has no expiry: " .. tostring(e and e.message) }
+    end
+  end
+  if not tok then
+    if not self.err or self.err.message ~= err.message then
+      self.log.warn("slurm_token_renewal_failed", { source = src, error = err.message })
+    end
+    self.err = err
+    if c and now < c.exp then return c.token end
+    return nil, err
+  end
+  if self.err then self.log.info("slurm_token_renewed", { source = src, after_error = true }) end
+  self.err = nil
+  self.cache = { key = key, token = tok, exp = exp, renewed_at = now, renew_at = exp - M.margin(now, exp) }
+  return tok
+end
+
+--- What may be shown of the current token: {source, expires_at, renewed_at, error} (never the token).
+---@param s table the settings
+function Source:status(s)
+  local src = s.token_source or "static"
+  local out = { source = src }
+  if src == "static" then
+    out.expires_at = s.token and jwt.token_expiry(s.token) or nil
+  elseif self.cache and self.cache.key == _key(s) then
+    out.expires_at, out.renewed_at = self.cache.exp, self.cache.renewed_at
+  end
+  out.error = self.err and self.err.message or nil
+  return out
+end
+
+return M

@@ -1,0 +1,40 @@
+-- obleth-provisioner's settings from the environment: the admin token from a file (a Compose or
+-- Kubernetes secret), and a lease that outlasts two passes.
+local util = require "spec.support.util"
+
+local function run(env, args)
+  local a = {}
+  for k, v in pairs(env) do a[#a + 1] = k .. "=" .. util.shq(v) end
+  return util.sh(("env -u OBLETH_ADMIN_TOKEN %s timeout 20 %s provisioner %s"):format(table.concat(a, " "),
+    util.shq(util.obleth()), args or "--once"))
+end
+
+describe("obleth-provisioner's environment", function()
+  local dead = "http://127.0.0.1:9" -- discard: nothing answers HTTP there
+
+  it("reads the admin token from OBLETH_ADMIN_TOKEN_FILE", function()
+    local f = util.tmpfile("0123456789abcdef0123456789abcdef\n", ".token")
+    local code, out = run { OBLETH_ADMIN_BASE_URL = dead, OBLETH_ADMIN_TOKEN_FILE = f }
+    os.remove(f)
+    -- it got as far as asking the Management API
+    assert.equal(1, code, out)
+    assert.matches("pass failed: Management API", out, 1, true)
+    assert.is_nil(out:find("0123456789abcdef0123456789abcdef", 1, true))
+  end)
+
+  it("says which variable is missing or unreadable", function()
+    local code, out = run { OBLETH_ADMIN_BASE_URL = dead, OBLETH_ADMIN_TOKEN_FILE = "/nonexistent/token" }
+    assert.equal(2, code)
+    assert.matches("OBLETH_ADMIN_TOKEN_FILE", out, 1, true)
+    code, out = run { OBLETH_ADMIN_BASE_URL = dead }
+    assert.equal(2, code)
+    assert.matches("OBLETH_ADMIN_TOKEN", out, 1, true)
+  end)
+
+  it("refuses a lease shorter than two pass intervals", function()
+    local code, out = run({ OBLETH_ADMIN_BASE_URL = dead, OBLETH_ADMIN_TOKEN = "0123456789abcdef0123",
+      OBLETH_LEASE_TTL = "9" }, "--interval 5 --once")
+    assert.equal(2, code)
+    assert.matches("OBLETH_LEASE_TTL=9", out, 1, true)
+  end)
+end)
