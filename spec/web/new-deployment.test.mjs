@@ -112,6 +112,9 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
     assert.match(await diag.innerText(), /^Line 3, column 1: unknown key bogus_key/);
     assert.equal(await page.locator('.gutter li[data-line="3"]').getAttribute('class'), 'bad');
     assert.match(await page.locator('.line-notes li[data-line="3"]').innerText(), /unknown key bogus_key/);
+    // Review waits until the YAML is fixed
+    await page.getByRole('button', { name: 'Review' }).click();
+    await page.getByText('Fix the YAML first: each problem is shown on its line.').waitFor();
     await shot('yaml-bad-key');
     lines.splice(2, 1);
     await ta.fill(lines.join('\n'));

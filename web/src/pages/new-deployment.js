@@ -61,7 +61,7 @@ function FromHub({ onPick }) {
       <button type="submit" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Reading…' : 'Read the repo'}</button>
     </form>
     ${err && (err.code === 'gated_no_token' ? html`<div class="error" role="alert"><p>${err.message}</p>
-        <p>This repo is gated: set the Hugging Face token in <${Link} href="/deployments?slurm=1&tab=defaults">Cluster defaults<//>.</p></div>`
+        <p>The token is set on the Slurm sheet's <${Link} href="/deployments?slurm=1&tab=defaults">Cluster defaults<//> tab.</p></div>`
     : html`<${ErrorNote} err=${err} />`)}
     ${info && html`<div class="hf-info">
       <p><strong>${info.repo_id}</strong> <span class="muted small">at ${String(info.revision || '').slice(0, 12)}</span>
@@ -70,7 +70,9 @@ function FromHub({ onPick }) {
       ${(info.engines || []).length === 0 ? html`<p class="empty">No engine obleth knows can run this repo.</p>` : html`
       <ul class="plain engines" aria-label="Engines that can run it">${info.engines.map((en) => {
         const choices = en.choices || [];
-        const chosen = picked[en.engine] || en.default || (choices[0] && choices[0].id);
+        // the engine's preselected choice: `default` is its 1-based index
+        const dflt = typeof en.default === 'number' ? choices[en.default - 1] : choices.find((x) => x.id === en.default);
+        const chosen = picked[en.engine] || (dflt && dflt.id) || (choices[0] && choices[0].id);
         const c = choices.find((x) => x.id === chosen) || choices[0] || {};
         const est = c.prefill && c.prefill.gpu_estimate;
         return html`<li key=${en.engine} class="recipe">
@@ -81,7 +83,8 @@ function FromHub({ onPick }) {
               </select></div>`}
             <p class="help">${c.label ? `${c.label}${c.size_bytes ? ` · ${size(c.size_bytes)}` : ''}` : ''}
               ${c.prefill ? ` · GPU estimate: ${c.prefill.gpus_per_node ?? 0} GPU${c.prefill.gpus_per_node === 1 ? '' : 's'} per node${c.prefill.gpu_type ? ` (${c.prefill.gpu_type})` : ''}` : ''}
-              ${est && typeof est === 'object' && est.reason ? ` — ${est.reason}` : ''}</p>
+              ${est && est.need_gib != null ? ` (about ${est.need_gib} GiB of GPU memory)` : ''}</p>
+            ${est && (est.notes || []).map((n, i) => html`<p key=${i} class="help">${n}</p>`)}
           </div>
           <button type="button" aria-label=${`Use ${engineName(en.engine)}`}
             onClick=${() => onPick({ hf: { repo_id: info.repo_id, ...(revision.trim() ? { revision: revision.trim() } : {}), engine: en.engine, ...(c.id ? { choice: c.id } : {}) } },
@@ -211,7 +214,7 @@ function Suggestions({ preview, onApply, applied }) {
   </section>`;
 }
 
-function YamlEditor({ source, preview, values, setValues }) {
+function YamlEditor({ source, preview, values, setValues, onBad }) {
   const [text, setText] = useState(() => toYaml(preview.fields, values));
   const [diags, setDiags] = useState([]);
   const [checking, setChecking] = useState(false);
@@ -225,13 +228,14 @@ function YamlEditor({ source, preview, values, setValues }) {
       try {
         const r = await api.post('/deployments/check-yaml', { yaml: text, ...(source.hf ? { hf: source.hf } : { recipe_id: source.recipe_id }) });
         if (n !== seq.current) return;
+        onBad(!r.ok);
         if (r.ok) {
           setDiags([]);
           const next = valuesFromYaml(r.settings, base.current.fields, base.current.values);
           if (JSON.stringify(next) !== JSON.stringify(base.current.values)) setValues(next);
         } else setDiags(r.diagnostics || []);
       } catch (e) {
-        if (n === seq.current) setDiags([{ line: null, message: e.message }]);
+        if (n === seq.current) { setDiags([{ line: null, message: e.message }]); onBad(true); }
       }
       if (n === seq.current) setChecking(false);
     }, 400);
@@ -256,7 +260,7 @@ function YamlEditor({ source, preview, values, setValues }) {
   </div>`;
 }
 
-function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs }) {
+function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad }) {
   const [applied, setApplied] = useState(null);
   const before = useRef(null);
   useEffect(() => {
@@ -271,7 +275,7 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
       <div class="card-head"><h2 id="form-h">Where and how it runs</h2>
         <button type="button" aria-pressed=${yaml ? 'true' : 'false'} onClick=${() => setYaml(!yaml)}>Edit as › YAML</button></div>
       ${(preview.warnings || []).length > 0 && html`<ul class="plain warnings">${preview.warnings.map((w, i) => html`<li key=${i} class="warn-text">${typeof w === 'string' ? w : w.message}</li>`)}</ul>`}
-      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} />`
+      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} />`
     : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
         ${fs.map((f) => {
           const meta = fieldMeta(f.field, inputDefs);
@@ -347,6 +351,8 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
   const [note, setNote] = useState('');
   const [launching, setLaunching] = useState(false);
   const [launchErr, setLaunchErr] = useState(null);
+  const [yamlBad, setYamlBad] = useState(false);
+  useEffect(() => setNote(''), [JSON.stringify(values), yaml]); // eslint-disable-line
   const kinds = (vals) => Object.fromEntries(Object.entries(vals).map(([k, v]) => [k, typed(fieldMeta(k, inputDefs).kind, v)]));
   const body = requestBody(source, kinds(values));
   const { preview, error, pending, now } = usePreview(source, body);
@@ -358,6 +364,7 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
   useEffect(() => { const m = document.getElementById('main'); if (m) m.focus(); }, [step]);
 
   const toReview = async () => {
+    if (yaml && yamlBad) { setNote('Fix the YAML first: each problem is shown on its line.'); return; }
     const p = await now();
     if (!p) return;
     if (!p.ok) {
@@ -386,7 +393,7 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
       <span class="preview-status" role="status">${pending ? 'Checking…' : preview.ok ? 'Ready to review' : `${preview.errors.length} problem${preview.errors.length === 1 ? '' : 's'}`}</span></p>
     <${ErrorNote} err=${error} />
     ${step === 2 ? html`<${Form} source=${source} preview=${preview} pending=${pending} values=${values} setValues=${setValues}
-        yaml=${yaml} setYaml=${setYaml} inputDefs=${inputDefs} />
+        yaml=${yaml} setYaml=${(on) => { setYaml(on); setYamlBad(false); }} inputDefs=${inputDefs} onYamlBad=${setYamlBad} />
       <div class="actions sticky"><p class="error-text grow" role="alert">${note}</p>
         ${!onSubmit && html`<button type="button" onClick=${() => setStep(1)}>Back</button>`}
         <button type="button" class="primary" onClick=${toReview}>Review</button></div>`
