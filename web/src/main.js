@@ -8,11 +8,12 @@ import { SignIn } from './pages/signin.js';
 import { Deployments } from './pages/deployments.js';
 import { Deployment } from './pages/deployment.js';
 import { NewDeployment } from './pages/new-deployment.js';
+import { EditDeployment } from './pages/edit-deployment.js';
 import { Keys } from './pages/keys.js';
 import { NotFound } from './pages/not-found.js';
 
 const PAGES = { signin: SignIn, deployments: Deployments, deployment: Deployment,
-  'new-deployment': NewDeployment, keys: Keys, 'not-found': NotFound };
+  'new-deployment': NewDeployment, 'edit-deployment': EditDeployment, keys: Keys, 'not-found': NotFound };
 
 function App() {
   const loc = useLocation();

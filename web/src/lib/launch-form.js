@@ -152,3 +152,19 @@ export function partitionText(p) {
   const why = [...(p.errors || []).map((e) => e.message), ...(p.reasons || [])];
   return `${p.can_run ? 'fits no node now' : 'cannot run this replica'}${why.length ? `: ${why.join('; ')}` : ''} · ${idle}`;
 }
+
+/**
+ * Editing a deployment: the managed spec's values that differ from what the recipe alone gives (fields:
+ * a preview of the recipe with no values) — they show as "changed by you". Paths: health.x and
+ * inputs.x are read from spec.health / spec.inputs.
+ */
+export function specValues(spec, fields) {
+  const out = {};
+  for (const f of fields) {
+    if (f.field === 'api_model_name') continue;
+    const dot = f.field.indexOf('.');
+    const v = dot > 0 ? (spec[f.field.slice(0, dot)] || {})[f.field.slice(dot + 1)] : spec[f.field];
+    if (v != null && v !== '' && !same(v, f.value)) out[f.field] = v;
+  }
+  return out;
+}

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { provenanceText, requestBody, toYaml, valuesFromYaml, changes, typed, partitionText, fieldMeta } from './launch-form.js';
+import { specValues, provenanceText, requestBody, toYaml, valuesFromYaml, changes, typed, partitionText, fieldMeta } from './launch-form.js';
 
 test('each provenance is said in the product page\'s words', () => {
   assert.equal(provenanceText('learned'), 'Learned from past launches');
@@ -65,4 +65,9 @@ test('recipe inputs get typed widgets from their declaration', () => {
   assert.equal(fieldMeta('inputs.on', defs).kind, 'switch');
   assert.deepEqual([fieldMeta('inputs.n', defs).min, fieldMeta('inputs.n', defs).max], [0, 9]);
   assert.equal(fieldMeta('memory_per_node').help, '0 is the whole node.');
+});
+
+test('editing a deployment: only the spec\'s values that differ from the recipe\'s are the user\'s', () => {
+  const spec = { partition: 'debug', qos: null, time_limit: 30, health: { path: '/health', interval: 5 }, inputs: { mode: 'ok' }, model_name: 'x' };
+  assert.deepEqual(specValues(spec, fields), { partition: 'debug', 'health.interval': 5 });
 });

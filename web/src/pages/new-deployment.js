@@ -288,7 +288,7 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
 
 // ---------------------------------------------------------------- step 3
 
-function Review({ preview, launch, busy, err }) {
+function Review({ preview, launch, busy, err, submitText = null }) {
   const [save, setSave] = useState(false);
   const [id, setId] = useState('');
   const [name, setName] = useState('');
@@ -313,16 +313,17 @@ function Review({ preview, launch, busy, err }) {
       <pre class="code" tabindex="0" aria-label="slurmrestd request (read-only)">${JSON.stringify(preview.slurm_request, null, 2)}</pre>
     </section>
     <section class="card" aria-labelledby="sv-h">
-      <h2 id="sv-h" class="sr-only">Save as a recipe</h2>
-      <label class="check"><input type="checkbox" checked=${save} onChange=${(e) => setSave(e.target.checked)} /> Also save these settings as a recipe</label>
+      <h2 id="sv-h" class="sr-only">${submitText || 'Launch'}</h2>
+      ${!submitText && html`<label class="check"><input type="checkbox" checked=${save} onChange=${(e) => setSave(e.target.checked)} /> Also save these settings as a recipe</label>`}
       ${save && html`<div class="grid2">
         <div class=${`field${saveErr && saveErr.field === 'save_recipe.id' ? ' invalid' : ''}`}><label for="sv-id">Recipe id</label>
           <input id="sv-id" value=${id} required onInput=${(e) => setId(e.target.value)} aria-describedby="sv-err" /></div>
         <div class="field"><label for="sv-name">Recipe name</label><input id="sv-name" value=${name} onInput=${(e) => setName(e.target.value)} /></div>
       </div>`}
       <p id="sv-err">${saveErr && html`<span class="error-text">${saveErr.message}</span>`}</p>
-      ${err && !saveErr && html`<${ErrorNote} err=${err} label="Not launched" />`}
-      <div class="actions"><button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Launching…' : 'Launch'}</button></div>
+      ${err && !saveErr && html`<${ErrorNote} err=${err} label=${submitText ? 'Not saved' : 'Not launched'} />`}
+      ${err && (err.body && err.body.errors || []).length > 1 && html`<ul class="error-text">${err.body.errors.map((e, i) => html`<li key=${i}>${e.field}: ${e.message}</li>`)}</ul>`}
+      <div class="actions"><button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Saving…' : submitText || 'Launch'}</button></div>
     </section>
   </form>`;
 }
