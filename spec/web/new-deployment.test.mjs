@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
-  replicasOf, waitInPage } from './support.mjs';
+  replicasOf, waitInPage, pressWithKeyboard } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
@@ -65,6 +65,15 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
     await page.keyboard.press('Enter');
     await parts.getByRole('radio', { name: /^debug/ }).waitFor();
     assert.match(await acct.innerText(), /cluster default/);
+
+    // inference takes one QoS (AllowQos=inference) that is not the user's default: with QoS left empty the
+    // form preselects it (what the cluster decides when nobody did); back on gpu it is unset again
+    await parts.getByRole('radio', { name: /^inference/ }).check();
+    await page.locator('[data-field="qos"] .prov', { hasText: 'cluster default' }).waitFor();
+    assert.equal(await page.getByLabel('QoS', { exact: true }).inputValue(), 'inference');
+    await shot('inference-qos');
+    await parts.getByRole('radio', { name: /^gpu/ }).check();
+    await page.locator('[data-field="qos"] .prov', { hasText: 'not set' }).waitFor();
 
     // QoS long, then partition debug: the error shows at the QoS field, before Review
     await page.getByLabel('QoS', { exact: true }).selectOption('long');
@@ -172,3 +181,26 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
     assert.ok(await waitInPage(page, () => document.querySelectorAll('[aria-current="step"]').length === 1, 'step marker'));
     assertClean(rec);
   });
+
+test('keyboard only: Tab to Use Smoke test, Review and Launch; the deployment page opens', { skip }, async () => {
+  const { page, rec, shot } = await newPage(b, stack, 'new-deployment-keyboard');
+  await signIn(page, stack);
+  await page.goto('/deployments/new');
+  await page.getByRole('button', { name: 'Use Smoke test' }).waitFor();
+  await pressWithKeyboard(page, 'Use Smoke test');
+  await page.getByRole('group', { name: 'Partition' }).waitFor();
+  // the name field: Tab to it, type a new name
+  await page.getByLabel('API model name').focus();
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('smoke-keys');
+  await page.locator('.preview-status', { hasText: 'Ready to review' }).waitFor();
+  await shot('form');
+  await pressWithKeyboard(page, 'Review', { max: 200 });
+  await page.getByLabel('Job script (read-only)').waitFor();
+  await shot('review');
+  await pressWithKeyboard(page, 'Launch', { max: 200 });
+  await page.getByRole('heading', { level: 1, name: 'smoke-keys' }).waitFor();
+  assert.match(page.url(), /\/deployments\/\d+$/);
+  await shot('launched');
+  assertClean(rec);
+});
