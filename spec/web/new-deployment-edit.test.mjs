@@ -39,6 +39,8 @@ test('editing a running deployment: a refused account shows at its field, the re
     // the spec's partition differs from the cluster default: the user's
     assert.match(await page.locator('[data-field="partition"]').innerText(), /changed by you/);
     assert.match(await page.locator('[data-field="time_limit"]').innerText(), /recipe/);
+    // the model's name does not change here
+    assert.equal(await page.getByLabel('API model name').getAttribute('readonly'), '');
     await shot('form');
     await axe(page, 'Edit settings');
 

@@ -190,10 +190,21 @@ test('keyboard only: Tab to Use Smoke test, Review and Launch; the deployment pa
   await pressWithKeyboard(page, 'Use Smoke test');
   await page.getByRole('group', { name: 'Partition' }).waitFor();
   // the name field: Tab to it, type a new name
+  // no layout jump while the preview refreshes: the fields below stay where they are, frame by frame
+  await page.evaluate(() => {
+    window.__tops = [];
+    const el = document.querySelector('[data-field="nodes"]');
+    const tick = () => { window.__tops.push(Math.round(el.getBoundingClientRect().top + window.scrollY)); if (window.__tops.length < 100000) requestAnimationFrame(tick); };
+    tick();
+  });
   await page.getByLabel('API model name').focus();
   await page.keyboard.press('Control+A');
-  await page.keyboard.type('smoke-keys');
+  await page.keyboard.type('smoke-keys', { delay: 80 });
+  await page.locator('[data-field="api_model_name"] .prov', { hasText: 'changed by you' }).waitFor();
   await page.locator('.preview-status', { hasText: 'Ready to review' }).waitFor();
+  const tops = await page.evaluate(() => window.__tops);
+  assert.ok(tops.length > 5, 'frames recorded');
+  assert.deepEqual([...new Set(tops)], [tops[0]], 'the form did not move while the preview refreshed');
   await shot('form');
   await pressWithKeyboard(page, 'Review', { max: 200 });
   await page.getByLabel('Job script (read-only)').waitFor();

@@ -136,14 +136,14 @@ function usePreview(source, body) {
 function Provenance({ id, f, onReset }) {
   return html`<div class="prov" id=${`${id}-prov`}>
     <span class=${`badge prov-${f.provenance || 'none'}`}>${provenanceText(f.provenance)}</span>
-    ${f.provenance === 'user' && html`<button type="button" class="link small" onClick=${onReset}
+    ${f.provenance === 'user' && onReset && html`<button type="button" class="reset" onClick=${onReset}
       aria-label=${`Use the default for ${fieldMeta(f.field).label}`}>Use default</button>`}
   </div>`;
 }
 
 function Control({ id, f, meta, raw, set, preview, describedBy }) {
   const shown = raw !== undefined ? raw : f.value;
-  const common = { id, 'aria-describedby': describedBy, 'aria-invalid': f.error ? 'true' : undefined };
+  const common = { id, 'aria-describedby': describedBy, 'aria-invalid': f.error ? 'true' : undefined, readOnly: meta.readOnly || undefined };
   if (meta.kind === 'account' || meta.kind === 'qos') {
     const offered = (meta.kind === 'account' ? preview.accounts_offered : preview.qos_offered) || [];
     const opts = shown && !offered.includes(shown) ? [...offered, shown] : offered;
@@ -190,7 +190,7 @@ function Field({ f, meta, raw, set, reset, preview }) {
     : html`<label for=${id}>${meta.label}</label><${Control} id=${id} f=${f} meta=${meta} raw=${raw} set=${set} preview=${preview} describedBy=${describedBy} />`;
   return html`<div class=${`field${f.error ? ' invalid' : ''}${meta.kind === 'partition' ? ' wide' : ''}`} data-field=${f.field}>
     ${body}
-    <${Provenance} id=${id} f=${f} onReset=${reset} />
+    <${Provenance} id=${id} f=${meta.readOnly ? { ...f, provenance: 'user' } : f} onReset=${meta.readOnly ? null : reset} />
     ${meta.help && html`<p class="help" id=${`${id}-help`}>${meta.help}${meta.min != null || meta.max != null ? ` (${meta.min ?? '…'}–${meta.max ?? '…'})` : ''}</p>`}
     ${f.error && html`<p class="error-text field-error" id=${`${id}-err`}>${f.error.message}</p>`}
   </div>`;
@@ -260,7 +260,7 @@ function YamlEditor({ source, preview, values, setValues, onBad }) {
   </div>`;
 }
 
-function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad }) {
+function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad, lockName }) {
   const [applied, setApplied] = useState(null);
   const before = useRef(null);
   useEffect(() => {
@@ -278,7 +278,9 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
       ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} />`
     : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
         ${fs.map((f) => {
-          const meta = fieldMeta(f.field, inputDefs);
+          const meta = lockName && f.field === 'api_model_name'
+            ? { ...fieldMeta(f.field), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
+            : fieldMeta(f.field, inputDefs);
           return html`<${Field} key=${f.field} f=${f} meta=${meta} raw=${values[f.field]} set=${set(f.field, meta.kind)} reset=${reset(f.field)} preview=${preview} />`;
         })}</div></fieldset>`)}
     </div>
@@ -394,7 +396,7 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
       <span class="preview-status" role="status">${pending ? 'Checking…' : preview.ok ? 'Ready to review' : `${preview.errors.length} problem${preview.errors.length === 1 ? '' : 's'}`}</span></p>
     <${ErrorNote} err=${error} />
     ${step === 2 ? html`<${Form} source=${source} preview=${preview} pending=${pending} values=${values} setValues=${setValues}
-        yaml=${yaml} setYaml=${(on) => { setYaml(on); setYamlBad(false); }} inputDefs=${inputDefs} onYamlBad=${setYamlBad} />
+        yaml=${yaml} setYaml=${(on) => { setYaml(on); setYamlBad(false); }} inputDefs=${inputDefs} onYamlBad=${setYamlBad} lockName=${!!onSubmit} />
       <div class="actions sticky"><p class="error-text grow" role="alert">${note}</p>
         ${!onSubmit && html`<button type="button" onClick=${() => setStep(1)}>Back</button>`}
         <button type="button" class="primary" onClick=${toReview}>Review</button></div>`
