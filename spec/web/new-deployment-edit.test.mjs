@@ -31,7 +31,10 @@ test('editing a running deployment: a refused account shows at its field, the re
     await page.goto(`/deployments/${id}`);
     await page.getByRole('link', { name: 'Edit settings' }).focus();
     await page.keyboard.press('Enter');
-    await page.waitForURL(`**/deployments/${id}/edit`);
+    await page.waitForURL(`**/deployments/${id}?edit=1`);
+    await page.getByRole('heading', { level: 1, name: 'Edit smoke-edit' }).waitFor();
+    // the address opens the same form when loaded afresh
+    await page.goto(`/deployments/${id}?edit=1`);
     await page.getByRole('heading', { level: 1, name: 'Edit smoke-edit' }).waitFor();
     const parts = page.getByRole('group', { name: 'Partition' });
     await parts.getByRole('radio', { name: /^debug/ }).waitFor();

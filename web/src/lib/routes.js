@@ -5,7 +5,6 @@ const ROUTES = [
   ['signin', /^\/signin\/?$/],
   ['deployments', /^\/(?:deployments\/?)?$/],
   ['new-deployment', /^\/deployments\/new\/?$/],
-  ['edit-deployment', /^\/deployments\/([^/]+)\/edit\/?$/, ['modelId']],
   ['deployment', /^\/deployments\/([^/]+)\/?$/, ['modelId']],
   ['keys', /^\/keys\/?$/],
 ];

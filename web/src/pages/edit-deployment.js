@@ -1,4 +1,4 @@
-// /deployments/{model_id}/edit: a deployment's settings through the same form as New deployment (steps 2
+// /deployments/{model_id}?edit=1: a deployment's settings through the same form as New deployment (steps 2
 // and 3). The form starts from the managed spec: its values that differ from the recipe's show as
 // "changed by you". Save is PUT /api/v1/models/{id}/managed with the spec the preview answers; the server
 // runs the launch's cluster checks and refuses with per-field errors (nothing stored, replicas untouched).
