@@ -266,7 +266,8 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
   useEffect(() => {
     if (before.current && !pending) { setApplied(changes(before.current, preview.fields)); before.current = null; }
   }, [preview, pending]);
-  const set = (field, kind) => (raw) => setValues({ ...values, [field]: kind === 'number' ? raw : raw });
+  // values hold what the user typed; typed() turns numbers into numbers when the body is built
+  const set = (field) => (raw) => setValues({ ...values, [field]: raw });
   const reset = (field) => () => { const v = { ...values }; delete v[field]; setValues(v); };
   const apply = (s) => { before.current = preview.fields; setValues({ ...values, [s.field]: s.value }); };
   const groups = GROUPS.map(([g, title]) => [g, title, preview.fields.filter((f) => fieldMeta(f.field, inputDefs).group === g)]).filter((x) => x[2].length);
@@ -281,7 +282,7 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
           const meta = lockName && f.field === 'api_model_name'
             ? { ...fieldMeta(f.field), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
             : fieldMeta(f.field, inputDefs);
-          return html`<${Field} key=${f.field} f=${f} meta=${meta} raw=${values[f.field]} set=${set(f.field, meta.kind)} reset=${reset(f.field)} preview=${preview} />`;
+          return html`<${Field} key=${f.field} f=${f} meta=${meta} raw=${values[f.field]} set=${set(f.field)} reset=${reset(f.field)} preview=${preview} />`;
         })}</div></fieldset>`)}
     </div>
     <${Suggestions} preview=${preview} onApply=${apply} applied=${applied} />
