@@ -74,7 +74,7 @@ test('editing a running deployment: a refused account shows at its field, the re
     // back to the form: the account is still research
     lines[at] = 'account: "research"';
     await ta.fill(lines.join('\n'));
-    await page.getByText('No problems.').waitFor();
+    await page.getByText('No problems · 2 settings changed by you').waitFor();
     await page.getByRole('button', { name: 'Edit as › YAML' }).click();
     assert.equal(await page.getByLabel('Account', { exact: true }).inputValue(), 'research');
     await page.getByLabel('Failures before unhealthy').fill('5');

@@ -60,6 +60,22 @@ test('From Hugging Face: a GGUF repo offers llama.cpp and Ollama only; a gated r
     assert.equal(await page.getByLabel('hf_file', { exact: true }).inputValue(), 'Llama-3.2-1B-Instruct-Q2_K.gguf');
     await shot('gguf-form');
     await axe(page, 'the form for a Hugging Face repo');
+    // the llama.cpp recipe asks for 24 h, above every harness partition's MaxTime: said at the field
+    const tlErr = page.locator('[data-field="time_limit"] .field-error');
+    await tlErr.waitFor();
+    assert.match(await tlErr.innerText(), /time limit 24 h is above partition gpu's MaxTime 4 h/);
+    await page.getByLabel('Walltime', { exact: true }).fill('2:00:00');
+    await tlErr.waitFor({ state: 'detached' });
+    // Review: the job script downloads that file from that repo
+    await page.locator('.preview-status', { hasText: 'Ready to review' }).waitFor();
+    await page.getByRole('button', { name: 'Review' }).click();
+    const script = await page.getByLabel('Job script (read-only)').innerText();
+    assert.match(script, /bartowski\/Llama-3\.2-1B-Instruct-GGUF/);
+    assert.match(script, /Llama-3\.2-1B-Instruct-Q2_K\.gguf/);
+    await shot('gguf-review');
+    await axe(page, 'Review for a Hugging Face repo');
+    await page.getByRole('button', { name: 'Back to the settings' }).click();
+    await page.getByRole('group', { name: 'Partition' }).waitFor();
 
     // a gated repo without a token: the message and the link to Cluster defaults
     await page.getByRole('button', { name: 'Back' }).click();

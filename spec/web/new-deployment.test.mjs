@@ -108,7 +108,7 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
     assert.match(text, /^qos: "normal"$/m);
     assert.match(text, /^time_limit: "?20"?$/m);
     await ta.fill(text.replace(/^replicas: 1$/m, 'replicas: 2'));
-    await page.getByText('No problems.').waitFor();
+    await page.getByText('No problems · 4 settings changed by you').waitFor();
     await page.locator('.preview-status', { hasText: 'Ready to review' }).waitFor();
     await shot('yaml');
     await axe(page, 'Edit as YAML');
@@ -125,9 +125,16 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
     await page.getByRole('button', { name: 'Review' }).click();
     await page.getByText('Fix the YAML first: each problem is shown on its line.').waitFor();
     await shot('yaml-bad-key');
+    // switching to the form and back loses nothing: the form says the YAML has problems, the text is kept
+    await page.getByRole('button', { name: 'Edit as › YAML' }).click();
+    await page.getByText(/The YAML has problems: the form shows the last settings that checked/).waitFor();
+    assert.equal(await page.getByLabel('Replicas', { exact: true }).inputValue(), '2');
+    await page.getByRole('button', { name: 'Edit as › YAML' }).click();
+    assert.match(await ta.inputValue(), /^bogus_key: 1$/m);
+    await diag.waitFor();
     lines.splice(2, 1);
     await ta.fill(lines.join('\n'));
-    await page.getByText('No problems.').waitFor();
+    await page.getByText('No problems · 4 settings changed by you').waitFor();
     // back to the form: nothing lost, replicas changed by you
     await page.getByRole('button', { name: 'Edit as › YAML' }).click();
     assert.equal(await page.getByLabel('Replicas', { exact: true }).inputValue(), '2');

@@ -149,7 +149,7 @@ export function partitionText(p) {
   if (!p.available) return p.unavailable_reason || 'not available';
   const idle = `${p.idle_fitting_nodes ?? 0} of ${p.fitting_nodes ?? 0} fitting nodes idle`;
   if (p.can_run && p.fits) return `fits · ${idle}`;
-  const why = [...(p.errors || []).map((e) => e.message), ...(p.reasons || [])];
+  const why = [...new Set([...(p.errors || []).map((e) => e.message), ...(p.reasons || [])])];
   return `${p.can_run ? 'fits no node now' : 'cannot run this replica'}${why.length ? `: ${why.join('; ')}` : ''} · ${idle}`;
 }
 

@@ -57,6 +57,9 @@ test('a partition option says whether a replica fits and how many fitting nodes 
     'partition debug does not take account teaching');
   assert.match(partitionText({ available: true, can_run: false, fits: false, errors: [{ message: 'no node has 9 GPUs' }], idle_fitting_nodes: 0, fitting_nodes: 0 }),
     /^cannot run this replica: no node has 9 GPUs · 0 of 0/);
+  // a reason given both as an error and in words is said once
+  assert.equal(partitionText({ available: true, can_run: false, errors: [{ message: 'too long' }], reasons: ['too long'], idle_fitting_nodes: 1, fitting_nodes: 1 }),
+    'cannot run this replica: too long · 1 of 1 fitting nodes idle');
 });
 
 test('recipe inputs get typed widgets from their declaration', () => {

@@ -214,8 +214,11 @@ function Suggestions({ preview, onApply, applied }) {
   </section>`;
 }
 
-function YamlEditor({ source, preview, values, setValues, onBad }) {
-  const [text, setText] = useState(() => toYaml(preview.fields, values));
+const changedText = (n) => (n === 1 ? '1 setting changed by you' : `${n} settings changed by you`);
+
+function YamlEditor({ source, preview, values, setValues, onBad, draft }) {
+  // a text with problems is kept when switching to the form and back (draft), else made from the form
+  const [text, setText] = useState(() => (draft.current != null ? draft.current : toYaml(preview.fields, values)));
   const [diags, setDiags] = useState([]);
   const [checking, setChecking] = useState(false);
   const seq = useRef(0);
@@ -229,6 +232,7 @@ function YamlEditor({ source, preview, values, setValues, onBad }) {
         const r = await api.post('/deployments/check-yaml', { yaml: text, ...(source.hf ? { hf: source.hf } : { recipe_id: source.recipe_id }) });
         if (n !== seq.current) return;
         onBad(!r.ok);
+        draft.current = r.ok ? null : text;
         if (r.ok) {
           setDiags([]);
           const next = valuesFromYaml(r.settings, base.current.fields, base.current.values);
@@ -254,13 +258,14 @@ function YamlEditor({ source, preview, values, setValues, onBad }) {
       <ol class="line-notes" aria-hidden="true">${lines.map((_, i) => html`<li key=${i} data-line=${i + 1}>${(byLine[i + 1] || []).map((d) => d.message).join('; ')}</li>`)}</ol>
     </div>
     <div id="yaml-diags" role="status">
-      ${diags.length === 0 ? html`<p class="ok-note">${checking ? 'Checking…' : 'No problems.'}</p>` : html`<ul class="plain diagnostics" aria-label="Problems in the YAML">
+      ${diags.length === 0 ? html`<p class="ok-note">${checking ? 'Checking…' : `No problems · ${changedText(Object.keys(values).length)}`}</p>` : html`<ul class="plain diagnostics" aria-label="Problems in the YAML">
         ${diags.map((d, i) => html`<li key=${i} class="error-text">${d.line ? `Line ${d.line}${d.column ? `, column ${d.column}` : ''}: ` : ''}${d.message}</li>`)}</ul>`}
     </div>
   </div>`;
 }
 
 function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad, lockName }) {
+  const draft = useRef(null);
   const [applied, setApplied] = useState(null);
   const before = useRef(null);
   useEffect(() => {
@@ -275,8 +280,9 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
     <div class="card">
       <div class="card-head"><h2 id="form-h">Where and how it runs</h2>
         <button type="button" aria-pressed=${yaml ? 'true' : 'false'} onClick=${() => setYaml(!yaml)}>Edit as › YAML</button></div>
+      ${!yaml && draft.current != null && html`<p class="warn-text" role="status">The YAML has problems: the form shows the last settings that checked. Choose Edit as › YAML to fix them (your text is kept).</p>`}
       ${(preview.warnings || []).length > 0 && html`<ul class="plain warnings">${preview.warnings.map((w, i) => html`<li key=${i} class="warn-text">${typeof w === 'string' ? w : w.message}</li>`)}</ul>`}
-      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} />`
+      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} draft=${draft} />`
     : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
         ${fs.map((f) => {
           const meta = lockName && f.field === 'api_model_name'
