@@ -145,14 +145,14 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     const all1 = rec.bodies.map((r) => r.body).join('\n') + await page.content();
     assert.ok(!all1.includes(short), 'the new JWT reached the page');
 
-    // New deployment (part 2) is an honest placeholder for now
+    // New deployment opens on its first step (its flow: new-deployment*.test.mjs)
     await page.getByRole('link', { name: 'New deployment' }).click();
     await page.waitForURL('**/deployments/new');
-    await page.getByRole('heading', { level: 2, name: 'Not built yet' }).waitFor();
+    await page.getByRole('heading', { level: 2, name: 'Library' }).waitFor();
     // focus moves to the new page's <main> (after Preact's effects run, so wait for it)
     await waitInPage(page, () => document.activeElement && document.activeElement.id === 'main', 'focus on <main>');
-    await shot('new-deployment-placeholder');
-    await axe(page, 'New deployment (placeholder)');
+    await shot('new-deployment');
+    await axe(page, 'New deployment');
 
     // a deployment page for a model that does not exist says so
     await page.goto('/deployments/9999');

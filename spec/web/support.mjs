@@ -20,6 +20,12 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 export const SCREENS = path.join(ROOT, 'build', 'web-screens');
 const OBLETH = process.env.OBLETH_BIN || path.join(ROOT, 'build', 'obleth');
 
+/** The stand-in Hugging Face Hub (spec/web/fake_hub_server.lua): {url, stop()}. */
+export async function startHub() {
+  const hub = start(['lua', 'spec/web/fake_hub_server.lua'], {}, /hub listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  return { url: (await hub.ready)[1], stop: hub.stop };
+}
+
 /** The harness cluster's connection (build/cluster/env), or null when it is not up. */
 export function clusterEnv() {
   let text;
@@ -33,7 +39,7 @@ const children = new Set();
 process.on('exit', () => { for (const c of children) { try { c.kill('SIGKILL'); } catch { /* gone */ } } });
 
 function start(args, env, readyRe) {
-  const child = spawn(OBLETH, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(OBLETH, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   children.add(child);
   let out = '';
   let err = '';
@@ -57,10 +63,11 @@ function start(args, env, readyRe) {
 }
 
 /**
- * Start obleth serve (+ the provisioner unless provisioner: false) on a fresh database.
+ * Start obleth serve (+ the provisioner unless provisioner: false) on a fresh database; serveEnv: more
+ * environment for serve (e.g. HF_ENDPOINT).
  * Returns {base, token, api(method, path, body?), provisioner, stop()}.
  */
-export async function startStack({ provisioner = true, interval = '1' } = {}) {
+export async function startStack({ provisioner = true, interval = '1', serveEnv = {} } = {}) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'obleth-web-'));
   const logdir = path.join(dir, 'logs');
   mkdirSync(logdir);
@@ -68,7 +75,7 @@ export async function startStack({ provisioner = true, interval = '1' } = {}) {
   chmodSync(logdir, 0o1777);
   const token = randomBytes(24).toString('hex');
   const serve = start(['serve', '--listen', '127.0.0.1:0', '--db', path.join(dir, 'obleth.db')],
-    { OBLETH_ADMIN_TOKEN: token }, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+    { OBLETH_ADMIN_TOKEN: token, ...serveEnv }, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
   const base = (await serve.ready)[1];
   let prov = null;
   const api = async (method, p, body, headers = {}) => {

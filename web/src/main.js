@@ -8,16 +8,19 @@ import { SignIn } from './pages/signin.js';
 import { Deployments } from './pages/deployments.js';
 import { Deployment } from './pages/deployment.js';
 import { NewDeployment } from './pages/new-deployment.js';
+import { EditDeployment } from './pages/edit-deployment.js';
 import { Keys } from './pages/keys.js';
 import { NotFound } from './pages/not-found.js';
 
 const PAGES = { signin: SignIn, deployments: Deployments, deployment: Deployment,
-  'new-deployment': NewDeployment, keys: Keys, 'not-found': NotFound };
+  'new-deployment': NewDeployment, 'edit-deployment': EditDeployment, keys: Keys, 'not-found': NotFound };
 
 function App() {
   const loc = useLocation();
   const route = match(loc.path);
-  const Page = PAGES[route.name];
+  // /deployments/{id}?edit=1: the deployment's settings in the New deployment form
+  const name = route.name === 'deployment' && loc.search.get('edit') === '1' ? 'edit-deployment' : route.name;
+  const Page = PAGES[name];
   // a new page (not the first load): focus its main region so keyboard and screen-reader users
   // start there, unless the page already put focus somewhere (sign-in's token field)
   const first = useRef(true);
@@ -26,7 +29,7 @@ function App() {
     const main = document.getElementById('main');
     if (main && (document.activeElement === document.body || !document.activeElement)) main.focus();
   }, [loc.path]);
-  return html`<${Page} key=${route.name + (route.params.modelId || '')} params=${route.params} loc=${loc} />`;
+  return html`<${Page} key=${name + (route.params.modelId || '')} params=${route.params} loc=${loc} />`;
 }
 
 render(html`<${App} />`, document.getElementById('app'));

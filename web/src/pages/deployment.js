@@ -159,6 +159,7 @@ export function Deployment({ params, loc }) {
   }, spec.enabled ? 'Paused: the provisioner cancels the jobs on its next pass.' : 'Resumed: the provisioner submits jobs on its next pass.');
 
   const actions = spec && html`
+    ${spec.recipe_id && html`<${Link} class="button" href=${`/deployments/${encodeURIComponent(model.id)}?edit=1`}>Edit settings<//>`}
     <button type="button" onClick=${toggle} aria-disabled=${busy === 'pause' ? 'true' : undefined}>${spec.enabled ? 'Pause' : 'Resume'}</button>
     <button type="button" class="danger" onClick=${() => setConfirmStop(true)}>Stop launching</button>`;
 

@@ -1,16 +1,413 @@
-// /deployments/new: part 2 (issue 16) puts the New deployment flow here:
-// pick a recipe or a Hugging Face repo, one form with provenance, Review, Launch.
+// /deployments/new: New deployment in three steps — 1. Pick what to run (Saved / Library recipes, or a
+// Hugging Face repo and an engine that can run it), 2. Where and how it runs (one form with every
+// setting, each saying where its value came from; Edit as › YAML), 3. Review (the job script, the
+// slurmrestd request, warnings, Also save as a recipe) and Launch → the deployment page.
+// The server decides; the page shows: every value, error, partition and suggestion comes from
+// POST /deployments/preview (debounced as the user types) and /deployments/check-yaml.
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { html } from '../html.js';
+import { api } from '../api.js';
+import { Link, navigate } from '../router.js';
 import { Layout } from '../components/layout.js';
-import { Link } from '../router.js';
+import { CopyButton, ErrorNote } from '../components/notice.js';
+import { fieldMeta, provenanceText, requestBody, typed, toYaml, valuesFromYaml, changes, partitionText } from '../lib/launch-form.js';
+
+const ENGINE_NAMES = { vllm: 'vLLM', sglang: 'SGLang', llamacpp: 'llama.cpp', ollama: 'Ollama', smoke: 'smoke' };
+const engineName = (e) => ENGINE_NAMES[e] || e;
+const fid = (field) => `f-${field.replace(/\./g, '-')}`;
+
+function size(bytes) {
+  if (bytes == null) return '';
+  const gb = bytes / 1e9;
+  return gb >= 1 ? `${gb.toFixed(1)} GB` : `${Math.round(bytes / 1e6)} MB`;
+}
+
+// ---------------------------------------------------------------- step 1
+
+function RecipeList({ title, recipes, onPick }) {
+  return html`<section class="card" aria-labelledby=${`rl-${title}`}>
+    <h2 id=${`rl-${title}`}>${title}</h2>
+    ${recipes.length === 0 ? html`<p class="empty">None yet. Tick “Also save these settings as a recipe” when you launch.</p>` : html`
+    <ul class="recipes plain">${recipes.map((r) => html`<li key=${r.id} class="recipe">
+      <div class="grow"><strong>${r.name}</strong> <span class="badge muted">${engineName(r.engine)}</span>
+        <p class="help">${r.description || ''}</p></div>
+      <button type="button" onClick=${() => onPick({ recipe_id: r.id }, r.name)} aria-label=${`Use ${r.name}`}>Use</button>
+    </li>`)}</ul>`}
+  </section>`;
+}
+
+function FromHub({ onPick }) {
+  const [repo, setRepo] = useState('');
+  const [revision, setRevision] = useState('');
+  const [busy, setBusy] = useState(false);
+  const [err, setErr] = useState(null);
+  const [info, setInfo] = useState(null);
+  const [picked, setPicked] = useState({});
+  const read = async (e) => {
+    e.preventDefault();
+    setBusy(true); setErr(null); setInfo(null);
+    try {
+      setInfo(await api.post('/hf/inspect', { repo_id: repo.trim(), ...(revision.trim() ? { revision: revision.trim() } : {}) }));
+    } catch (x) { setErr(x); }
+    setBusy(false);
+  };
+  return html`<section class="card" aria-labelledby="hf-h">
+    <h2 id="hf-h">From Hugging Face</h2>
+    <form class="inline-form" onSubmit=${read}>
+      <div class="field"><label for="hf-repo">Repo id</label>
+        <input id="hf-repo" value=${repo} onInput=${(e) => setRepo(e.target.value)} placeholder="Qwen/Qwen2.5-7B-Instruct" required /></div>
+      <div class="field"><label for="hf-rev">Revision</label>
+        <input id="hf-rev" value=${revision} onInput=${(e) => setRevision(e.target.value)} placeholder="main" /></div>
+      <button type="submit" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Reading…' : 'Read the repo'}</button>
+    </form>
+    ${err && (err.code === 'gated_no_token' ? html`<div class="error" role="alert"><p>${err.message}</p>
+        <p>The token is set on the Slurm sheet's <${Link} href="/deployments?slurm=1&tab=defaults">Cluster defaults<//> tab.</p></div>`
+    : html`<${ErrorNote} err=${err} />`)}
+    ${info && html`<div class="hf-info">
+      <p><strong>${info.repo_id}</strong> <span class="muted small">at ${String(info.revision || '').slice(0, 12)}</span>
+        ${info.parameters ? ` · ${info.parameters} parameters` : ''} · formats: ${(info.formats || []).join(', ') || '—'}</p>
+      ${(info.notes || []).map((n, i) => html`<p key=${i} class="help">${typeof n === 'string' ? n : n.message}</p>`)}
+      ${(info.engines || []).length === 0 ? html`<p class="empty">No engine obleth knows can run this repo.</p>` : html`
+      <ul class="plain engines" aria-label="Engines that can run it">${info.engines.map((en) => {
+        const choices = en.choices || [];
+        // the engine's preselected choice: `default` is its 1-based index
+        const dflt = typeof en.default === 'number' ? choices[en.default - 1] : choices.find((x) => x.id === en.default);
+        const chosen = picked[en.engine] || (dflt && dflt.id) || (choices[0] && choices[0].id);
+        const c = choices.find((x) => x.id === chosen) || choices[0] || {};
+        const est = c.prefill && c.prefill.gpu_estimate;
+        return html`<li key=${en.engine} class="recipe">
+          <div class="grow"><strong>${engineName(en.engine)}</strong> <span class="muted small">recipe ${en.recipe}</span>
+            ${choices.length > 1 && html`<div class="field"><label for=${`hf-c-${en.engine}`}>${engineName(en.engine)} choice</label>
+              <select id=${`hf-c-${en.engine}`} value=${chosen} onChange=${(e) => setPicked({ ...picked, [en.engine]: e.target.value })}>
+                ${choices.map((x) => html`<option key=${x.id} value=${x.id}>${x.label}${x.size_bytes ? ` (${size(x.size_bytes)})` : ''}${x.supported === false ? ' — not supported' : ''}</option>`)}
+              </select></div>`}
+            <p class="help">${c.label ? `${c.label}${c.size_bytes ? ` · ${size(c.size_bytes)}` : ''}` : ''}
+              ${c.prefill ? ` · GPU estimate: ${c.prefill.gpus_per_node ?? 0} GPU${c.prefill.gpus_per_node === 1 ? '' : 's'} per node${c.prefill.gpu_type ? ` (${c.prefill.gpu_type})` : ''}` : ''}
+              ${est && est.need_gib != null ? ` (about ${est.need_gib} GiB of GPU memory)` : ''}</p>
+            ${est && (est.notes || []).map((n, i) => html`<p key=${i} class="help">${n}</p>`)}
+          </div>
+          <button type="button" aria-label=${`Use ${engineName(en.engine)}`}
+            onClick=${() => onPick({ hf: { repo_id: info.repo_id, ...(revision.trim() ? { revision: revision.trim() } : {}), engine: en.engine, ...(c.id ? { choice: c.id } : {}) } },
+              `${info.repo_id} with ${engineName(en.engine)}`)}>Use</button>
+        </li>`;
+      })}</ul>`}
+    </div>`}
+  </section>`;
+}
+
+function Pick({ onPick }) {
+  const [recipes, setRecipes] = useState(null);
+  const [err, setErr] = useState(null);
+  useEffect(() => { api.get('/recipes').then((r) => setRecipes(r.recipes), setErr); }, []);
+  return html`<div>
+    <${ErrorNote} err=${err} />
+    ${recipes && html`<${RecipeList} title="Saved" recipes=${recipes.filter((r) => r.source === 'saved')} onPick=${onPick} />
+      <${RecipeList} title="Library" recipes=${recipes.filter((r) => r.source !== 'saved')} onPick=${onPick} />`}
+    <${FromHub} onPick=${onPick} />
+  </div>`;
+}
+
+// ---------------------------------------------------------------- step 2
+
+/** The preview of source + values, asked again 300 ms after the last change; the last answer stays shown. */
+function usePreview(source, body) {
+  const [state, setState] = useState({ preview: null, error: null, pending: true });
+  const seq = useRef(0);
+  const key = JSON.stringify(body);
+  const run = async () => {
+    const n = ++seq.current;
+    setState((s) => ({ ...s, pending: true }));
+    try {
+      const p = await api.post('/deployments/preview', body);
+      if (n === seq.current) setState({ preview: p, error: null, pending: false });
+      return p;
+    } catch (e) {
+      if (n === seq.current) setState((s) => ({ ...s, error: e, pending: false }));
+      return null;
+    }
+  };
+  useEffect(() => {
+    const t = setTimeout(run, state.preview ? 300 : 0);
+    return () => clearTimeout(t);
+  }, [key]); // eslint-disable-line
+  return { ...state, now: run };
+}
+
+function Provenance({ id, f, onReset }) {
+  return html`<div class="prov" id=${`${id}-prov`}>
+    <span class=${`badge prov-${f.provenance || 'none'}`}>${provenanceText(f.provenance)}</span>
+    ${f.provenance === 'user' && onReset && html`<button type="button" class="reset" onClick=${onReset}
+      aria-label=${`Use the default for ${fieldMeta(f.field).label}`}>Use default</button>`}
+  </div>`;
+}
+
+function Control({ id, f, meta, raw, set, preview, describedBy }) {
+  const shown = raw !== undefined ? raw : f.value;
+  const common = { id, 'aria-describedby': describedBy, 'aria-invalid': f.error ? 'true' : undefined, readOnly: meta.readOnly || undefined };
+  if (meta.kind === 'account' || meta.kind === 'qos') {
+    const offered = (meta.kind === 'account' ? preview.accounts_offered : preview.qos_offered) || [];
+    const opts = shown && !offered.includes(shown) ? [...offered, shown] : offered;
+    return html`<select ...${common} value=${shown || ''} onChange=${(e) => set(e.target.value)}>
+      <option value="">${meta.kind === 'account' ? '(your default account)' : '(the association\'s default)'}</option>
+      ${opts.map((o) => html`<option key=${o} value=${o}>${o}${offered.includes(o) ? '' : ' — not offered here'}</option>`)}
+    </select>`;
+  }
+  if (meta.kind === 'select') {
+    return html`<select ...${common} value=${shown ?? ''} onChange=${(e) => set(e.target.value)}>
+      ${shown == null && html`<option value="">(choose)</option>`}
+      ${meta.values.map((o) => html`<option key=${o} value=${o}>${o}</option>`)}
+    </select>`;
+  }
+  if (meta.kind === 'switch') {
+    return html`<input type="checkbox" role="switch" ...${common} checked=${!!shown} onChange=${(e) => set(e.target.checked)} />`;
+  }
+  return html`<input ...${common} type="text" inputmode=${meta.kind === 'number' ? 'numeric' : undefined}
+    value=${shown ?? ''} onInput=${(e) => set(e.target.value)} autocomplete="off" spellcheck="false" />`;
+}
+
+function Partitions({ f, preview, raw, set, describedBy }) {
+  const shown = raw !== undefined ? raw : f.value;
+  const parts = preview.partitions || [];
+  const offered = parts.filter((p) => (preview.partitions_offered || []).includes(p.partition));
+  const others = parts.filter((p) => !(preview.partitions_offered || []).includes(p.partition));
+  return html`<fieldset class=${`field partitions${f.error ? ' invalid' : ''}`} aria-describedby=${describedBy}>
+    <legend>Partition</legend>
+    <ul class="plain">${offered.map((p) => html`<li key=${p.partition}>
+      <label class="check"><input type="radio" name="partition" value=${p.partition} checked=${shown === p.partition}
+        onChange=${() => set(p.partition)} />
+        <span><strong>${p.partition}</strong>${p.default ? ' (Slurm default)' : ''} — <span class=${p.can_run && p.fits ? 'ok-text' : 'error-text'}>${partitionText(p)}</span></span></label>
+    </li>`)}</ul>
+    ${others.length > 0 && html`<div class="not-offered"><p class="help">Not offered:</p>
+      <ul class="plain small" aria-label="Partitions not offered">${others.map((p) => html`<li key=${p.partition}><strong>${p.partition}</strong>: ${partitionText(p)}</li>`)}</ul></div>`}
+  </fieldset>`;
+}
+
+function Field({ f, meta, raw, set, reset, preview }) {
+  const id = fid(f.field);
+  const describedBy = [`${id}-prov`, meta.help ? `${id}-help` : null, f.error ? `${id}-err` : null].filter(Boolean).join(' ');
+  const body = meta.kind === 'partition'
+    ? html`<${Partitions} f=${f} preview=${preview} raw=${raw} set=${set} describedBy=${describedBy} />`
+    : html`<label for=${id}>${meta.label}</label><${Control} id=${id} f=${f} meta=${meta} raw=${raw} set=${set} preview=${preview} describedBy=${describedBy} />`;
+  return html`<div class=${`field${f.error ? ' invalid' : ''}${meta.kind === 'partition' ? ' wide' : ''}`} data-field=${f.field}>
+    ${body}
+    <${Provenance} id=${id} f=${meta.readOnly ? { ...f, provenance: 'user' } : f} onReset=${meta.readOnly ? null : reset} />
+    ${meta.help && html`<p class="help" id=${`${id}-help`}>${meta.help}${meta.min != null || meta.max != null ? ` (${meta.min ?? '…'}–${meta.max ?? '…'})` : ''}</p>`}
+    ${f.error && html`<p class="error-text field-error" id=${`${id}-err`}>${f.error.message}</p>`}
+  </div>`;
+}
+
+const GROUPS = [['name', 'Name'], ['where', 'Where it runs'], ['resources', 'Resources per replica'], ['inputs', 'Recipe inputs'],
+  ['run', 'Replicas and job logs'], ['health', 'Health check']];
+
+function Suggestions({ preview, onApply, applied }) {
+  const list = preview.suggestions || [];
+  return html`<section class="card" aria-labelledby="sg-h">
+    <h2 id="sg-h">From past runs</h2>
+    ${list.length === 0 ? html`<p class="empty">No suggestions: nothing in this recipe's past launches calls for a change.</p>` : html`
+    <ul class="plain suggestions">${list.map((s, i) => html`<li key=${i}>
+      <p>${s.message}</p>
+      <ul class="small evidence" aria-label="Evidence">${(s.evidence || []).map((e, j) => html`<li key=${j}>launch #${e.launch_id}, job <span class="mono">${e.job_id}</span>
+        ${e.state ? ` ${e.state}` : ''}${e.reason && e.reason !== 'None' ? ` (${e.reason})` : ''}${e.exit_code != null ? `, exit ${e.exit_code}` : ''}${e.node ? ` on ${e.node}` : ''}</li>`)}</ul>
+      <button type="button" class="small" onClick=${() => onApply(s)} aria-label=${`Apply: ${s.message}`}>Apply</button>
+    </li>`)}</ul>`}
+    <p role="status" class=${applied && applied.length ? 'ok-note' : ''}>${applied && applied.length ? `Applied: ${applied.map((c) => `${fieldMeta(c.field).label} ${c.from ?? '(unset)'} → ${c.to ?? '(unset)'}`).join('; ')}` : ''}</p>
+  </section>`;
+}
+
+const changedText = (n) => (n === 1 ? '1 setting changed by you' : `${n} settings changed by you`);
+
+function YamlEditor({ source, preview, values, setValues, onBad, draft }) {
+  // a text with problems is kept when switching to the form and back (draft), else made from the form
+  const [text, setText] = useState(() => (draft.current != null ? draft.current : toYaml(preview.fields, values)));
+  const [diags, setDiags] = useState([]);
+  const [checking, setChecking] = useState(false);
+  const seq = useRef(0);
+  const base = useRef({ fields: preview.fields, values });
+  base.current = { fields: preview.fields, values };
+  useEffect(() => {
+    const t = setTimeout(async () => {
+      const n = ++seq.current;
+      setChecking(true);
+      try {
+        const r = await api.post('/deployments/check-yaml', { yaml: text, ...(source.hf ? { hf: source.hf } : { recipe_id: source.recipe_id }) });
+        if (n !== seq.current) return;
+        onBad(!r.ok);
+        draft.current = r.ok ? null : text;
+        if (r.ok) {
+          setDiags([]);
+          const next = valuesFromYaml(r.settings, base.current.fields, base.current.values);
+          if (JSON.stringify(next) !== JSON.stringify(base.current.values)) setValues(next);
+        } else setDiags(r.diagnostics || []);
+      } catch (e) {
+        if (n === seq.current) { setDiags([{ line: null, message: e.message }]); onBad(true); }
+      }
+      if (n === seq.current) setChecking(false);
+    }, 400);
+    return () => clearTimeout(t);
+  }, [text]); // eslint-disable-line
+  const lines = text.split('\n');
+  const byLine = {};
+  for (const d of diags) if (d.line) (byLine[d.line] ||= []).push(d);
+  return html`<div class="yaml">
+    <label for="yaml-text">Settings as YAML</label>
+    <p class="help" id="yaml-help">The same settings as the form; each line is checked by the server as you type. Lines you change show in the form as “changed by you”.</p>
+    <div class="yaml-grid">
+      <ol class="gutter" aria-hidden="true">${lines.map((_, i) => html`<li key=${i} data-line=${i + 1} class=${byLine[i + 1] ? 'bad' : ''}>${i + 1}</li>`)}</ol>
+      <textarea id="yaml-text" rows=${lines.length + 1} wrap="off" spellcheck="false" aria-describedby="yaml-help yaml-diags"
+        aria-invalid=${diags.length ? 'true' : undefined} value=${text} onInput=${(e) => setText(e.target.value)}></textarea>
+      <ol class="line-notes" aria-hidden="true">${lines.map((_, i) => html`<li key=${i} data-line=${i + 1}>${(byLine[i + 1] || []).map((d) => d.message).join('; ')}</li>`)}</ol>
+    </div>
+    <div id="yaml-diags" role="status">
+      ${diags.length === 0 ? html`<p class="ok-note">${checking ? 'Checking…' : `No problems · ${changedText(Object.keys(values).length)}`}</p>` : html`<ul class="plain diagnostics" aria-label="Problems in the YAML">
+        ${diags.map((d, i) => html`<li key=${i} class="error-text">${d.line ? `Line ${d.line}${d.column ? `, column ${d.column}` : ''}: ` : ''}${d.message}</li>`)}</ul>`}
+    </div>
+  </div>`;
+}
+
+function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad, lockName }) {
+  const draft = useRef(null);
+  const [applied, setApplied] = useState(null);
+  const before = useRef(null);
+  useEffect(() => {
+    if (before.current && !pending) { setApplied(changes(before.current, preview.fields)); before.current = null; }
+  }, [preview, pending]);
+  // values hold what the user typed; typed() turns numbers into numbers when the body is built
+  const set = (field) => (raw) => setValues({ ...values, [field]: raw });
+  const reset = (field) => () => { const v = { ...values }; delete v[field]; setValues(v); };
+  const apply = (s) => { before.current = preview.fields; setValues({ ...values, [s.field]: s.value }); };
+  const groups = GROUPS.map(([g, title]) => [g, title, preview.fields.filter((f) => fieldMeta(f.field, inputDefs).group === g)]).filter((x) => x[2].length);
+  return html`<div class="form-step">
+    <div class="card">
+      <div class="card-head"><h2 id="form-h">Where and how it runs</h2>
+        <button type="button" aria-pressed=${yaml ? 'true' : 'false'} onClick=${() => setYaml(!yaml)}>Edit as › YAML</button></div>
+      ${!yaml && draft.current != null && html`<p class="warn-text" role="status">The YAML has problems: the form shows the last settings that checked. Choose Edit as › YAML to fix them (your text is kept).</p>`}
+      ${(preview.warnings || []).length > 0 && html`<ul class="plain warnings">${preview.warnings.map((w, i) => html`<li key=${i} class="warn-text">${typeof w === 'string' ? w : w.message}</li>`)}</ul>`}
+      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} draft=${draft} />`
+    : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
+        ${fs.map((f) => {
+          const meta = lockName && f.field === 'api_model_name'
+            ? { ...fieldMeta(f.field), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
+            : fieldMeta(f.field, inputDefs);
+          return html`<${Field} key=${f.field} f=${f} meta=${meta} raw=${values[f.field]} set=${set(f.field)} reset=${reset(f.field)} preview=${preview} />`;
+        })}</div></fieldset>`)}
+    </div>
+    <${Suggestions} preview=${preview} onApply=${apply} applied=${applied} />
+  </div>`;
+}
+
+// ---------------------------------------------------------------- step 3
+
+function Review({ preview, launch, busy, err, submitText = null }) {
+  const [save, setSave] = useState(false);
+  const [id, setId] = useState('');
+  const [name, setName] = useState('');
+  const s = preview.settings || {};
+  const v = (k) => (s[k] && s[k].value != null ? String(s[k].value) : '(default)');
+  const saveErr = err && err.field && err.field.startsWith('save_recipe') ? err : null;
+  const submit = (e) => { e.preventDefault(); launch(save ? { id: id.trim(), name: name.trim() || id.trim() } : null); };
+  return html`<form onSubmit=${submit}>
+    <section class="card" aria-labelledby="rv-h">
+      <h2 id="rv-h">Review</h2>
+      <p>${v('api_model_name')} on partition <strong>${v('partition')}</strong>, account <strong>${v('account')}</strong>, QoS <strong>${v('qos')}</strong>,
+        walltime <strong>${v('time_limit')} min</strong>, ${v('replicas')} replica(s).</p>
+      ${(preview.warnings || []).length > 0 && html`<div><h3>Warnings</h3><ul class="warnings">${preview.warnings.map((w, i) => html`<li key=${i}>${typeof w === 'string' ? w : w.message}</li>`)}</ul></div>`}
+    </section>
+    <section class="card" aria-labelledby="js-h">
+      <div class="card-head"><h2 id="js-h">Job script</h2><${CopyButton} text=${preview.job_script} label="Copy the job script" /></div>
+      <pre class="code" tabindex="0" aria-label="Job script (read-only)">${preview.job_script}</pre>
+    </section>
+    <section class="card" aria-labelledby="sr-h">
+      <div class="card-head"><h2 id="sr-h">Sent to slurmrestd</h2><${CopyButton} text=${JSON.stringify(preview.slurm_request, null, 2)} label="Copy the request" /></div>
+      <p class="help">POST /slurm/${preview.api_version}/job/submit (secrets masked)</p>
+      <pre class="code" tabindex="0" aria-label="slurmrestd request (read-only)">${JSON.stringify(preview.slurm_request, null, 2)}</pre>
+    </section>
+    <section class="card" aria-labelledby="sv-h">
+      <h2 id="sv-h" class="sr-only">${submitText || 'Launch'}</h2>
+      ${!submitText && html`<label class="check"><input type="checkbox" checked=${save} onChange=${(e) => setSave(e.target.checked)} /> Also save these settings as a recipe</label>`}
+      ${save && html`<div class="grid2">
+        <div class=${`field${saveErr && saveErr.field === 'save_recipe.id' ? ' invalid' : ''}`}><label for="sv-id">Recipe id</label>
+          <input id="sv-id" value=${id} required onInput=${(e) => setId(e.target.value)} aria-describedby="sv-err" /></div>
+        <div class="field"><label for="sv-name">Recipe name</label><input id="sv-name" value=${name} onInput=${(e) => setName(e.target.value)} /></div>
+      </div>`}
+      <p id="sv-err">${saveErr && html`<span class="error-text">${saveErr.message}</span>`}</p>
+      ${err && !saveErr && html`<${ErrorNote} err=${err} label=${submitText ? 'Not saved' : 'Not launched'} />`}
+      ${err && (err.body && err.body.errors || []).length > 1 && html`<ul class="error-text">${err.body.errors.map((e, i) => html`<li key=${i}>${e.field}: ${e.message}</li>`)}</ul>`}
+      <div class="actions"><button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Saving…' : submitText || 'Launch'}</button></div>
+    </section>
+  </form>`;
+}
+
+// ---------------------------------------------------------------- the page
+
+const STEPS = ['Pick what to run', 'Where and how it runs', 'Review and launch'];
 
 export function NewDeployment({ loc }) {
+  const [step, setStep] = useState(1);
+  const [source, setSource] = useState(null);
+  const [label, setLabel] = useState('');
   return html`<${Layout} title="New deployment" path=${loc.path}>
-    <section class="card placeholder" aria-labelledby="nd-h">
-      <h2 id="nd-h">Not built yet</h2>
-      <p>The New deployment form (pick a recipe or a Hugging Face repo, one form where every value says where it
-        came from, Review, Launch) is coming in the next part of the dashboard.</p>
-      <p>Until then, launch through the Management API: <code>POST /api/v1/deployments/preview</code> and <code>POST /api/v1/deployments/launch</code> (see <code>docs/launch.md</code>). A launched model shows on <${Link} href="/deployments">Deployments<//>.</p>
-    </section>
+    <ol class="wizard" aria-label="Steps">${STEPS.map((s, i) => html`<li key=${s} aria-current=${step === i + 1 ? 'step' : undefined}
+      class=${step === i + 1 ? 'current' : step > i + 1 ? 'done' : ''}>${i + 1}. ${s}</li>`)}</ol>
+    ${step === 1 ? html`<${Pick} onPick=${(src, l) => { setSource(src); setLabel(l); setStep(2); }} />`
+    : html`<${Configure} source=${source} label=${label} step=${step} setStep=${setStep} />`}
   <//>`;
+}
+
+/** Steps 2 and 3 for one source (also used to edit a deployment: initial values, onSubmit). */
+export function Configure({ source, label, step, setStep, initial = {}, submitText = null, onSubmit = null }) {
+  const [values, setValues] = useState(initial);
+  const [yaml, setYaml] = useState(false);
+  const [inputDefs, setInputDefs] = useState({});
+  const [note, setNote] = useState('');
+  const [launching, setLaunching] = useState(false);
+  const [launchErr, setLaunchErr] = useState(null);
+  const [yamlBad, setYamlBad] = useState(false);
+  useEffect(() => setNote(''), [JSON.stringify(values), yaml]); // eslint-disable-line
+  const kinds = (vals) => Object.fromEntries(Object.entries(vals).map(([k, v]) => [k, typed(fieldMeta(k, inputDefs).kind, v)]));
+  const body = requestBody(source, kinds(values));
+  const { preview, error, pending, now } = usePreview(source, body);
+  const recipeId = preview && preview.recipe && preview.recipe.id;
+  useEffect(() => {
+    if (!recipeId) return;
+    api.get(`/recipes/${encodeURIComponent(recipeId)}`).then((r) => setInputDefs((r.recipe && r.recipe.inputs) || {}), () => {});
+  }, [recipeId]);
+  useEffect(() => { const m = document.getElementById('main'); if (m) m.focus(); }, [step]);
+
+  const toReview = async () => {
+    if (yaml && yamlBad) { setNote('Fix the YAML first: each problem is shown on its line.'); return; }
+    const p = await now();
+    if (!p) return;
+    if (!p.ok) {
+      setNote(`Fix ${p.errors.length === 1 ? 'the problem' : `the ${p.errors.length} problems`} shown at the fields first.`);
+      const first = p.errors[0] && document.getElementById(fid(p.errors[0].field));
+      if (first) first.focus();
+      return;
+    }
+    setNote('');
+    setStep(3);
+  };
+  const launch = async (saveRecipe) => {
+    setLaunching(true); setLaunchErr(null);
+    try {
+      if (onSubmit) { await onSubmit(body, preview); return; }
+      const r = await api.post('/deployments/launch', { ...body, ...(saveRecipe ? { save_recipe: saveRecipe } : {}) });
+      navigate(`/deployments/${r.model.id}`);
+    } catch (e) {
+      setLaunchErr(e);
+      setLaunching(false);
+    }
+  };
+  if (!preview) return html`<div class="card"><p>${error ? '' : 'Reading the cluster…'}</p><${ErrorNote} err=${error} /></div>`;
+  return html`<div>
+    <p class="picked">Running <strong>${label}</strong>${preview.recipe ? html` <span class="muted">(recipe ${preview.recipe.name || preview.recipe.id})</span>` : ''}
+      <span class="preview-status" role="status">${pending ? 'Checking…' : preview.ok ? 'Ready to review' : `${preview.errors.length} problem${preview.errors.length === 1 ? '' : 's'}`}</span></p>
+    <${ErrorNote} err=${error} />
+    ${step === 2 ? html`<${Form} source=${source} preview=${preview} pending=${pending} values=${values} setValues=${setValues}
+        yaml=${yaml} setYaml=${(on) => { setYaml(on); setYamlBad(false); }} inputDefs=${inputDefs} onYamlBad=${setYamlBad} lockName=${!!onSubmit} />
+      <div class="actions sticky"><p class="error-text grow" role="alert">${note}</p>
+        ${!onSubmit && html`<button type="button" onClick=${() => setStep(1)}>Back</button>`}
+        <button type="button" class="primary" onClick=${toReview}>Review</button></div>`
+    : html`<${Review} preview=${preview} launch=${launch} busy=${launching} err=${launchErr} submitText=${submitText} />
+      <div class="actions start"><button type="button" onClick=${() => setStep(2)}>Back to the settings</button></div>`}
+  </div>`;
 }
