@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make deploy-check: the Docker Compose deployment (deploy/docker) end to end, against the harness
 # Slurm cluster, with no container registry at all.
-#   1. installs Debian's docker.io and docker-compose (1.29) when missing
+#   1. installs Debian's docker.io and docker-compose (1.29) when missing (scripts/deps.sh deploy)
 #   2. starts the harness cluster (spec/cluster/up.sh; a no-op when it is up)
 #   3. starts a dockerd of its own (state under build/docker, its socket there, no iptables and no
 #      bridge: the containers use the host's network) and stops it on exit
@@ -16,21 +16,17 @@ die() { printf 'deploy-check: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (packages, dockerd)"
 t_start=$(date +%s)
 
-missing=()
-for p in docker.io docker-compose; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "deploy-check: installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}"; }
-fi
+scripts/deps.sh deploy   # docker.io, docker-compose (the one package list: scripts/deps.sh)
 # Debian's binaries, whatever else is on PATH
 docker=/usr/bin/docker
 [ -x "$docker" ] && [ -x /usr/sbin/dockerd ] && command -v docker-compose >/dev/null || die "docker.io / docker-compose missing"
 
 make -s all >/dev/null
+cluster_was_up=0
+if [ -f build/cluster/env ] && spec/cluster/node.sh status >/dev/null 2>&1; then cluster_was_up=1; fi
+# a cluster this check started is stopped when it ends (one that was up is left up)
+stop_cluster() { [ "$cluster_was_up" = 1 ] || spec/cluster/down.sh >/dev/null 2>&1 || true; }
+trap stop_cluster EXIT
 spec/cluster/up.sh >build/cluster-up.log 2>&1 || { tail -20 build/cluster-up.log; die "the harness cluster did not start"; }
 set -a; . build/cluster/env; set +a
 
@@ -52,7 +48,7 @@ stop_dockerd() {
   for _ in $(seq 1 60); do kill -0 "$dockerd_pid" 2>/dev/null || return 0; sleep 0.5; done
   kill -KILL "$dockerd_pid" 2>/dev/null || true
 }
-trap stop_dockerd EXIT
+trap 'stop_dockerd; stop_cluster' EXIT
 for _ in $(seq 1 60); do "$docker" info >/dev/null 2>&1 && break; sleep 0.5; done
 "$docker" info >/dev/null 2>&1 || { tail -20 "$dir/dockerd.log"; die "dockerd did not come up"; }
 

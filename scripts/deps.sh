@@ -5,6 +5,7 @@
 #   scripts/deps.sh build     what `make` needs (C toolchain, Lua 5.4, libraries, Node.js for the dashboard)
 #   scripts/deps.sh cluster   the harness Slurm cluster (spec/cluster/): Slurm 22.05 with its JWT and
 #                             MySQL plugins, slurmrestd, munge, MariaDB
+#   scripts/deps.sh deploy    docker.io, docker-compose and unzip, for make deploy-check and make helm-check
 #   scripts/deps.sh all       build + cluster + what `make check` and `make demo` need (busted, luacheck,
 #                             tmux, Chromium for the dashboard's browser tests)
 # Exit status: 0 when everything is installed and checked; 1 with a message naming the missing file
@@ -20,12 +21,16 @@ cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-
 # clang + libclang-rt-14-dev: libFuzzer with ASan/UBSan (make fuzz, and its short run in make check); bc: spec/fuzz/run.sh
 test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc)
 
+# make deploy-check (Docker Compose end to end, its own dockerd) and make helm-check (Helm from npm, unzipped)
+deploy_pkgs=(docker.io docker-compose unzip)
+
 group=${1:-build}
 case "$group" in
   build) want=("${build_pkgs[@]}") ;;
   cluster) want=("${cluster_pkgs[@]}") ;;
+  deploy) want=("${deploy_pkgs[@]}") ;;
   all) want=("${build_pkgs[@]}" "${cluster_pkgs[@]}" "${test_pkgs[@]}") ;;
-  *) echo "usage: $0 build|cluster|all" >&2; exit 2 ;;
+  *) echo "usage: $0 build|cluster|deploy|all" >&2; exit 2 ;;
 esac
 
 say() { printf 'deps: %s\n' "$*" >&2; }
@@ -33,7 +38,7 @@ say() { printf 'deps: %s\n' "$*" >&2; }
 # Node.js builds the dashboard (esbuild) and runs its tests. A Node.js that is already there (for
 # example NodeSource's) is used as it is: Debian's nodejs/npm packages would conflict with it.
 need_node=0
-if [ "$group" != cluster ] && ! { command -v node >/dev/null && command -v npm >/dev/null; }; then
+if [ "$group" != cluster ] && [ "$group" != deploy ] && ! { command -v node >/dev/null && command -v npm >/dev/null; }; then
   need_node=1
   want+=(nodejs npm)
 fi
@@ -75,7 +80,14 @@ need_file() { # path package
   [ -e "$1" ] || problems+=("$1 is missing (Debian package $2)")
 }
 
-if [ "$group" != cluster ]; then
+if [ "$group" = deploy ]; then
+  need_cmd docker docker.io
+  need_cmd dockerd docker.io
+  need_cmd docker-compose docker-compose
+  need_cmd unzip unzip
+fi
+
+if [ "$group" = build ] || [ "$group" = all ]; then
   need_cmd cc build-essential
   need_cmd pkg-config pkg-config
   need_cmd lua5.4 lua5.4
@@ -95,7 +107,7 @@ if [ "$group" != cluster ]; then
   fi
 fi
 
-if [ "$group" != build ]; then
+if [ "$group" = cluster ] || [ "$group" = all ]; then
   plugindir=$(dirname "$(dpkg -L slurm-wlm-basic-plugins 2>/dev/null | grep -m1 '/auth_munge\.so$' || echo /usr/lib/none/x)")
   [ -d "$plugindir" ] || plugindir=/usr/lib/$(uname -m)-linux-gnu/slurm-wlm
   need_file "$plugindir/auth_jwt.so" slurm-wlm-jwt-plugin          # slurmctld, slurmdbd, slurmrestd
