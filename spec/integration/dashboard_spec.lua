@@ -264,16 +264,34 @@ describe("obleth serve: sign-in sessions", function()
     assert.equal(204, st)
   end)
 
-  it("slows down guessing: after 10 wrong tokens from one address, 429 with Retry-After", function()
+  it("slows down guessing: 10 wrong tokens from one address, then 429 — yet the admin token still signs in", function()
     local s2 = server.start()
     local st, hs, _
     for _ = 1, 10 do
       st = s2:request("POST", "/api/v1/session", { token = "wrong-token-0123456789" }, { Authorization = false })
       assert.equal(401, st)
     end
-    st, _, _, hs = s2:request("POST", "/api/v1/session", { token = s2.token }, { Authorization = false })
+    st, _, _, hs = s2:request("POST", "/api/v1/session", { token = "wrong-token-0123456789" }, { Authorization = false })
     assert.equal(429, st)
     assert.matches("^%d+$", hs["retry-after"])
+    -- behind a proxy every browser shares one address: wrong guesses must not lock the admin out
+    st, _, _, hs = s2:request("POST", "/api/v1/session", { token = s2.token }, { Authorization = false })
+    assert.equal(204, st)
+    assert.matches("^obleth_session=", hs["set-cookie"])
+    s2:cleanup()
+  end)
+
+  it("the provisioner's routes answer the bearer token only, never a dashboard session (the snapshot has secrets)", function()
+    local s2 = server.start()
+    local _, _, _, hs = s2:request("POST", "/api/v1/session", { token = s2.token }, { Authorization = false })
+    local cookie = hs["set-cookie"]:match("^([^;]+)")
+    local st, doc = s2:request("GET", "/api/v1/provisioner/snapshot", nil, { Authorization = false, Cookie = cookie })
+    assert.equal(403, st)
+    assert.equal("bearer_only", doc.error.code)
+    st = s2:request("POST", "/api/v1/provisioner/report", { pass = { started_at = 1, duration = 1 } },
+      { Authorization = false, Cookie = cookie, ["X-Requested-With"] = "obleth" })
+    assert.equal(403, st)
+    assert.equal(200, (s2:request("GET", "/api/v1/provisioner/snapshot")))
     s2:cleanup()
   end)
 end)

@@ -236,3 +236,12 @@ describe("validate: secrets in errors", function()
     end
   end)
 end)
+
+describe("obleth.deployment.input.model", function()
+  it("refuses a name that starts with '-' (it would reach the engine as an option), on the name field", function()
+    local m, err = validate.model({ name = "--trust-remote-code" })
+    assert.is_nil(m)
+    assert.equal("name", err.field)
+    assert.truthy(validate.model({ name = "Qwen/Qwen2.5-0.5B" }))
+  end)
+end)

@@ -126,6 +126,13 @@ describe("obleth.deployment.preview", function()
     assert.is_truthy(err(res, "api_model_name"))
   end)
 
+  it("refuses an API model name that starts with '-': the engine would read it as an option", function()
+    local res = pv({ values = { inputs = { model = "m" } }, api_model_name = "--trust-remote-code" })
+    assert.matches("starting with a letter or digit", err(res, "api_model_name").message, 1, true)
+    res = pv({ values = { inputs = { model = "m" } }, api_model_name = "org/model-1.5:q4" })
+    assert.is_nil(err(res, "api_model_name"))
+  end)
+
   it("counts idle fitting nodes: 4 A100 GPUs fit a and b, only a is idle; never the H100 node or the drained one", function()
     local res = pv({ values = { gpus_per_node = 4, gpu_type = "a100", inputs = { model = "m" } } })
     local gpu = fit(res, "gpu")

@@ -132,6 +132,19 @@ M.schemas = {
       replicas = { type = "array", items = { type = "object", required = { "nonce", "model_id", "slot", "state" } } } } },
 }
 
+-- The provisioner's routes answer the admin bearer token only, never a dashboard session: the
+-- snapshot carries the Slurm JWT and the Hugging Face token in clear, and no page has a reason to
+-- report a pass or take the lease (a script running in the page could, with the cookie).
+local function bearer_only(handler)
+  return function(ctx)
+    if ctx.auth ~= "bearer" then
+      return errors.fail(403, "bearer_only",
+        "the provisioner's routes need the admin token as a bearer token, not a dashboard session")
+    end
+    return handler(ctx)
+  end
+end
+
 M.routes = {
   { "GET", "/api/v1/provisioner/snapshot", snapshot,
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
@@ -146,5 +159,7 @@ M.routes = {
   { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
 }
+
+for _, r in ipairs(M.routes) do r[3] = bearer_only(r[3]) end
 
 return M

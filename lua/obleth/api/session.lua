@@ -8,12 +8,6 @@ local M = {}
 local function create(ctx)
   local app = ctx.app
   local addr = ctx.req.remote_addr
-  local wait = app.sessions:throttled(addr)
-  if wait then
-    local st, body = errors.fail(429, "too_many_attempts",
-      ("too many wrong tokens from this address: try again in %d s"):format(wait))
-    return st, body, { ["Retry-After"] = tostring(wait) }
-  end
   local b, st, eb = errors.need_object(ctx)
   if not b then return st, eb end
   for k in pairs(b) do
@@ -23,6 +17,14 @@ local function create(ctx)
     return errors.fail(400, "invalid", "token: the admin token is required", "token")
   end
   if not require("obleth.sys").consteq(b.token, app._token) then
+    -- the throttle holds back wrong tokens only: behind a proxy every browser shares one
+    -- address, and ten wrong guesses must not lock the admin out
+    local wait = app.sessions:throttled(addr)
+    if wait then
+      local st429, body = errors.fail(429, "too_many_attempts",
+        ("too many wrong tokens from this address: try again in %d s"):format(wait))
+      return st429, body, { ["Retry-After"] = tostring(wait) }
+    end
     app.sessions:failed(addr)
     app.log.warn("session_refused", { remote_addr = addr })
     return errors.fail(401, "unauthorized", "that is not the admin token")

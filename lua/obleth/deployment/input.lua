@@ -19,7 +19,7 @@ M.MASK = "********"
 --- Returned for a secret field that keeps the stored value (absent or the mask).
 M.KEEP = setmetatable({}, { __name = "obleth.deployment.input.KEEP", __tostring = function() return "KEEP" end })
 
-M.MODEL_NAME = "^[A-Za-z0-9._:/%-]+$"
+M.MODEL_NAME = recipe_schema.API_NAME_PATTERN
 M.REPLICA_STATES = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true,
   ending = true, ended = true, lost = true }
 M.LIVE_STATES = { "pending", "submitted", "starting", "healthy", "unhealthy", "ending" }
@@ -339,8 +339,8 @@ function M.model(input, partial)
   if input.name == nil then
     if not partial then return _err("name", "is required (the API model name clients send)") end
   else
-    local s, e = _str(input.name, "name", { max = 128, pattern = M.MODEL_NAME,
-      rule = "1 to 128 of A-Z a-z 0-9 . _ : / -" })
+    local s, e = _str(input.name, "name", { max = recipe_schema.API_NAME_MAX, pattern = M.MODEL_NAME,
+      rule = recipe_schema.API_NAME_RULE })
     if e then return nil, e end
     if s == "" then return _err("name", "must not be empty") end
     out.name = s

@@ -51,7 +51,9 @@ local function _check_setting(name, v)
   if name == "api_name" then
     local s, err = _check_text(v, "api_name")
     if not s then return nil, err end
-    if #s > 256 or s:find("%c") then return nil, "api_name must be at most 256 printable characters" end
+    if #s > schema.API_NAME_MAX or not s:match(schema.API_NAME_PATTERN) then
+      return nil, "api_name must be " .. schema.API_NAME_RULE
+    end
     return s
   elseif name == "account" or name == "qos" then
     local s, err = _check_text(v, name)

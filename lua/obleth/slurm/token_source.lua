@@ -29,14 +29,30 @@ function M.margin(iat, exp)
   return math.max(math.min(30, life / 2), life / 3)
 end
 
+--- The largest key file read (Slurm's jwt_key is a few dozen bytes; AuthAltParameters takes up to a
+--- few hundred): a bigger file is not a JWT key.
+M.MAX_KEY_FILE = 64 * 1024
+
+-- The HS256 key: only a regular file of 1 byte to MAX_KEY_FILE, read with a bound, so a path (it
+-- comes through the API) can be neither a FIFO that blocks the loop, nor /dev/zero, nor a huge file,
+-- nor /proc's size-0 files (the process's environment). One message for every refusal: the answer
+-- tells nothing about which files exist.
 local function _read(path)
-  local fh, err = io.open(path, "rb")
-  if not fh then return nil, err end
-  local s = fh:read("a")
+  local refused = path .. ": not usable as a JWT key file (a regular file of 1 byte to "
+    .. M.MAX_KEY_FILE // 1024 .. " KiB that this process can read)"
+  local ok, sys = pcall(require, "obleth.sys")
+  if ok then
+    local st = sys.stat(path)
+    if not st or st.type ~= "file" or st.size == 0 or st.size > M.MAX_KEY_FILE then return nil, refused end
+  end
+  local fh = io.open(path, "rb")
+  if not fh then return nil, refused end
+  local s = fh:read(M.MAX_KEY_FILE + 1)
   fh:close()
-  if not s or #s == 0 then return nil, path .. ": the file is empty" end
+  if not s or #s == 0 or #s > M.MAX_KEY_FILE then return nil, refused end
   return s
 end
+M.read_key_file = _read
 
 local function _run(cmd, timeout)
   local shq = require("obleth.job.shell").quote
