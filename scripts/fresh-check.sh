@@ -89,12 +89,19 @@ mnt -t tmpfs tmpfs "$chroot_dir/dev/shm"
 mnt -t tmpfs tmpfs "$chroot_dir/run"
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf"
 [ -f /etc/hosts ] && cp /etc/hosts "$chroot_dir/etc/hosts"
+# A site whose HTTPS goes through an inspecting proxy trusts its CA through NODE_EXTRA_CA_CERTS; a
+# machine there has that setting too, so the chroot gets the same trust for npm (apt uses plain HTTP)
+extra_ca=()
+if [ -n "${NODE_EXTRA_CA_CERTS:-}" ] && [ -f "$NODE_EXTRA_CA_CERTS" ]; then
+  cp "$NODE_EXTRA_CA_CERTS" "$chroot_dir/root/.site-ca.crt"
+  extra_ca=(NODE_EXTRA_CA_CERTS=/root/.site-ca.crt)
+fi
 
 # ---- the README's first command, as root on that machine -------------------------------------
 say "running: apt-get install make; make demo (log: $log)"
 set +e
 chroot "$chroot_dir" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive \
+  HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive "${extra_ca[@]}" \
   OBLETH_CLUSTER_REST_PORT=6920 OBLETH_CLUSTER_CTLD_PORT=6921 OBLETH_CLUSTER_DBD_PORT=6922 \
   OBLETH_CLUSTER_DB_PORT=6923 OBLETH_CLUSTER_SLURMD_PORT_BASE=6930 OBLETH_DEMO_PORT=8090 \
   /bin/bash -c 'set -e
