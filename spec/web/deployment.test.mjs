@@ -5,22 +5,14 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
-  pressWithKeyboard, launchSmoke, replicasOf, liveJobs, recordReplicaStates, shownAt, watchApiStates, waitInPage } from './support.mjs';
+import { newPage, axe, signIn, assertClean, clusterEnv, until, pressWithKeyboard, launchSmoke, replicasOf,
+  liveJobs, recordReplicaStates, shownAt, watchApiStates, waitInPage, startHarnessStack, stopHarnessStack } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
 let b;
-before(async () => {
-  if (!env) return;
-  stack = await startStack({ interval: '1' });
-  await saveHarnessSettings(stack);
-  b = await browser();
-});
-after(async () => {
-  if (b) await b.close();
-  if (stack) await stack.stop();
-});
+before(async () => ({ stack, b } = await startHarnessStack({ interval: '1' })));
+after(() => stopHarnessStack(stack, b));
 
 const rowOf = (page, slot) => page.getByRole('table', { name: 'Replicas' }).getByRole('row').filter({
   has: page.getByRole('rowheader', { name: String(slot), exact: true }) });

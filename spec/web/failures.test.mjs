@@ -3,23 +3,15 @@
 // engine ends up lost and "Try once more" submits again.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
-  pressWithKeyboard, launchSmoke, replicasOf, liveJobs } from './support.mjs';
+import { newPage, axe, signIn, assertClean, clusterEnv, until, pressWithKeyboard, launchSmoke, replicasOf,
+  liveJobs, startHarnessStack, stopHarnessStack } from './support.mjs';
 
 const env = clusterEnv();
 const skip = !env && 'the harness cluster is not up (spec/cluster/up.sh)';
 let stack;
 let b;
-before(async () => {
-  if (!env) return;
-  stack = await startStack({ interval: '1' });
-  await saveHarnessSettings(stack);
-  b = await browser();
-});
-after(async () => {
-  if (b) await b.close();
-  if (stack) await stack.stop();
-});
+before(async () => ({ stack, b } = await startHarnessStack({ interval: '1' })));
+after(() => stopHarnessStack(stack, b));
 
 test('a spec Slurm refuses shows the refused-job message; paused, Dismiss clears it', { skip }, async () => {
   const m = (await stack.api('POST', '/api/v1/models', { name: 'refused-web' })).json;

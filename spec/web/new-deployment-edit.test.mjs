@@ -4,22 +4,14 @@
 // replica is untouched; a good change is saved (PUT /models/{id}/managed) and the page returns.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
-  launchSmoke, replicasOf, liveJobs } from './support.mjs';
+import { newPage, axe, signIn, assertClean, clusterEnv, until, launchSmoke, replicasOf, liveJobs,
+  startHarnessStack, stopHarnessStack } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
 let b;
-before(async () => {
-  if (!env) return;
-  stack = await startStack({ interval: '1' });
-  await saveHarnessSettings(stack);
-  b = await browser();
-});
-after(async () => {
-  if (b) await b.close();
-  if (stack) await stack.stop();
-});
+before(async () => ({ stack, b } = await startHarnessStack({ interval: '1' })));
+after(() => stopHarnessStack(stack, b));
 
 test('editing a running deployment: a refused account shows at its field, the replica is untouched; a good change is saved',
   { skip: !env && 'the harness cluster is not up (spec/cluster/up.sh)' }, async () => {

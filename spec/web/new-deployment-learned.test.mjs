@@ -5,21 +5,13 @@
 // is recorded as the provisioner records it, through POST /api/v1/provisioner/report.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings } from './support.mjs';
+import { newPage, axe, signIn, assertClean, clusterEnv, startHarnessStack, stopHarnessStack } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
 let b;
-before(async () => {
-  if (!env) return;
-  stack = await startStack({ provisioner: false });
-  await saveHarnessSettings(stack);
-  b = await browser();
-});
-after(async () => {
-  if (b) await b.close();
-  if (stack) await stack.stop();
-});
+before(async () => ({ stack, b } = await startHarnessStack({ provisioner: false })));
+after(() => stopHarnessStack(stack, b));
 
 async function launch(body) {
   const r = await stack.api('POST', '/api/v1/deployments/launch', body);

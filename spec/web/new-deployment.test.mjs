@@ -5,22 +5,14 @@
 // → the deployment page, replicas healthy, a chat completion answering. Keyboard only where it matters.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings, until,
-  replicasOf, waitInPage, pressWithKeyboard } from './support.mjs';
+import { newPage, axe, signIn, assertClean, clusterEnv, until, replicasOf, waitInPage, pressWithKeyboard,
+  startHarnessStack, stopHarnessStack } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
 let b;
-before(async () => {
-  if (!env) return;
-  stack = await startStack({ interval: '1' });
-  await saveHarnessSettings(stack);
-  b = await browser();
-});
-after(async () => {
-  if (b) await b.close();
-  if (stack) await stack.stop();
-});
+before(async () => ({ stack, b } = await startHarnessStack({ interval: '1' })));
+after(() => stopHarnessStack(stack, b));
 
 const skip = !env && 'the harness cluster is not up (spec/cluster/up.sh)';
 

@@ -4,25 +4,17 @@
 // page's calls get 401 and it returns to /signin; writes need the page's header.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startStack, browser, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings,
-  pressWithKeyboard, waitInPage } from './support.mjs';
+import { newPage, axe, signIn, assertClean, clusterEnv, pressWithKeyboard, waitInPage, startHarnessStack,
+  stopHarnessStack } from './support.mjs';
 
 const env = clusterEnv();
 const skip = !env && 'the harness cluster is not up (spec/cluster/up.sh)';
 const XSS = '<img src=x onerror=alert(1)>';
 let stack;
 let b;
-before(async () => {
-  if (!env) return;
-  // no provisioner: what the page shows is exactly what this test seeds through the API
-  stack = await startStack({ provisioner: false });
-  await saveHarnessSettings(stack, { hf_token: 'hf_secretsecretsecret123' });
-  b = await browser();
-});
-after(async () => {
-  if (b) await b.close();
-  if (stack) await stack.stop();
-});
+// no provisioner: what the page shows is exactly what this test seeds through the API
+before(async () => ({ stack, b } = await startHarnessStack({ provisioner: false }, { hf_token: 'hf_secretsecretsecret123' })));
+after(() => stopHarnessStack(stack, b));
 
 test('client keys: a new key is shown once with a copy button, revoked keys stop, keyless toggles', { skip }, async () => {
   const { page, context, rec, shot } = await newPage(b, stack, 'keys');

@@ -160,6 +160,23 @@ export async function browser() {
 }
 
 /**
+ * What most browser tests start from: obleth serve (+ provisioner) by startStack(stackOpts), the harness's
+ * Slurm connection saved with extraDefaults, and a browser. {stack, b}, or {} when the harness cluster is
+ * not up (the tests then skip). stopHarnessStack(stack, b) ends what it started.
+ */
+export async function startHarnessStack(stackOpts, extraDefaults) {
+  if (!clusterEnv()) return {};
+  const stack = await startStack(stackOpts);
+  await saveHarnessSettings(stack, extraDefaults);
+  return { stack, b: await browser() };
+}
+
+export async function stopHarnessStack(stack, b) {
+  if (b) await b.close();
+  if (stack) await stack.stop();
+}
+
+/**
  * A page with everything a test checks recorded: JS dialogs (alert → a failure of escaping),
  * CSP violations and console errors, every response body (for the secrets check), requests to
  * any other origin. shot(step) writes build/web-screens/<name>-NN-<step>.png.
