@@ -26,20 +26,8 @@ local function sinfo_idle(gres_type)
   return set
 end
 
-local function by_partition(pv, name)
-  for _, f in ipairs(pv.partitions) do if f.partition == name then return f end end
-  return nil
-end
-
-local function has(list, x)
-  for _, v in ipairs(list or {}) do if v == x then return true end end
-  return false
-end
-
-local function error_for(pv, field)
-  for _, e in ipairs(pv.errors or {}) do if e.field == field then return e end end
-  return nil
-end
+local read = require "spec.support.preview"
+local by_partition, has, error_for = read.by_partition, read.has, read.error_for
 
 describe("the launch flow on the harness cluster", function()
   if not harness.URL then

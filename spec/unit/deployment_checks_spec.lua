@@ -32,10 +32,7 @@ local function fit(res, name)
   for _, f in ipairs(res.partitions) do if f.partition == name then return f end end
 end
 
-local function has(list, x)
-  for _, v in ipairs(list or {}) do if v == x then return true end end
-  return false
-end
+local has = require("spec.support.preview").has
 
 -- a recipe that says nothing about the time limit or the partition
 local R = assert(recipe.validate({ id = "eng", engine = "custom", launch = { "engine", "--port", "$OBLETH_PORT" } }))
