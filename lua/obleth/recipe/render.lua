@@ -28,9 +28,27 @@ local function _lookup(ctx, ns, name)
   return v
 end
 
+-- `| in_image_dir`: a file name is taken from Cluster defaults' image_dir; an absolute path
+-- or a blank stays as it is. A file name with no image_dir set is an error on the reference.
+local function _in_image_dir(ctx, v, ref)
+  if type(v) ~= "string" or v == "" or v:sub(1, 1) == "/" then return v end
+  local dir = _v(ctx.defaults.image_dir)
+  if type(dir) ~= "string" or dir == "" then
+    return nil, ("%s.%s: %q is a file name: set Image dir in Cluster defaults, or give an absolute path")
+      :format(ref.ns, ref.name, v)
+  end
+  return (dir:gsub("/+$", "")) .. "/" .. v
+end
+
+-- A reference's value (lists stay lists), or nil, message when its filter refuses it.
 local function _value(ctx, ref)
   local v = _lookup(ctx, ref.ns, ref.name)
   if ref.filter == "first_shard" then v = _first_shard(v) end
+  if ref.filter == "in_image_dir" then
+    local err
+    v, err = _in_image_dir(ctx, v, ref)
+    if err then return nil, err end
+  end
   if v == nil and ref.ns == "defaults" and ref.name == "modules" then return {} end
   if v == nil then return "" end
   if type(v) == "table" then
@@ -82,7 +100,8 @@ local function _render_argv_element(ctx, text, field)
   local items, err = _parse_argv_element(text)
   if not items then return nil, nil, field .. ": " .. err end
   if #items == 1 and items[1].kind == "ref" then
-    local v = _value(ctx, items[1])
+    local v, ferr = _value(ctx, items[1])
+    if ferr then return nil, nil, ferr, items[1].ns .. "." .. items[1].name end
     local e = _nul_check(v, field)
     if e then return nil, nil, e end
     local de, dfield = _dash_check(items[1], v)
@@ -106,7 +125,8 @@ local function _render_argv_element(ctx, text, field)
         word[#word + 1] = ('"${%s}"'):format(it.name); shown[#shown + 1] = "$" .. it.name
       end
     else
-      local v = _value(ctx, it)
+      local v, ferr = _value(ctx, it)
+      if ferr then return nil, nil, ferr, it.ns .. "." .. it.name end
       if type(v) == "table" then
         return nil, nil, field .. ": " .. it.raw .. " is a list; a list must be an argument of its own"
       end
@@ -154,7 +174,8 @@ local function _render_script(ctx, text, field)
     if p.kind == "text" then
       out[#out + 1] = p.text
     else
-      local v = _value(ctx, p)
+      local v, ferr = _value(ctx, p)
+      if ferr then return nil, ferr, p.ns .. "." .. p.name end
       local e = _nul_check(v, field)
       if e then return nil, e end
       local before, after = parts[pi - 1], parts[pi + 1]
@@ -190,7 +211,8 @@ local function _render_raw(ctx, text, field)
     if p.kind == "text" then
       out[#out + 1] = p.text
     else
-      local v = _value(ctx, p)
+      local v, ferr = _value(ctx, p)
+      if ferr then return nil, ferr, p.ns .. "." .. p.name end
       if type(v) == "table" then v = table.concat(v, " ") end
       out[#out + 1] = v
     end
@@ -241,8 +263,8 @@ function M.render(recipe, inputs, defaults, model, resources)
     out.launch_command = table.concat(words, " ")
     out.argv = argv
     if recipe.image then
-      local img, err = _render_raw(ctx, recipe.image, "image")
-      if not img then fail("image", err)
+      local img, err, efield = _render_raw(ctx, recipe.image, "image")
+      if not img then fail(efield or "image", err)
       elseif img:find("[\n\r]") then fail("image", "image: the path must not contain a newline")
       elseif img ~= "" then out.image = img end
     end
@@ -255,8 +277,8 @@ function M.render(recipe, inputs, defaults, model, resources)
     end
   end
   for k, text in pairs(recipe.environment or {}) do
-    local s, err = _render_raw(ctx, text, "environment." .. k)
-    if not s then fail("environment." .. k, err)
+    local s, err, efield = _render_raw(ctx, text, "environment." .. k)
+    if not s then fail(efield or ("environment." .. k), err)
     elseif s ~= "" then out.environment[k] = s end -- a value that renders empty is left out
   end
   -- the values script templates and preamble lines refer to

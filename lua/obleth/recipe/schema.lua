@@ -66,7 +66,7 @@ M.RESOURCE_KEYS = {
   partition = true, nodes = true, gpus_per_node = true, gpu_type = true, cpus_per_node = true,
   memory_per_node = true, time_limit = true, constraint = true, exclude = true, account = true, qos = true,
 }
-M.FILTERS = { first_shard = true }
+M.FILTERS = { first_shard = true, in_image_dir = true }
 
 --- Managed-spec health defaults (docs/managed-spec.md).
 M.HEALTH_DEFAULTS = { path = "/health", interval = 10, timeout = 5, startup_grace = 600, failure_threshold = 3 }
