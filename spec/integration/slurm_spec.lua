@@ -117,6 +117,18 @@ describe("obleth.slurm on the harness cluster", function()
     assert.truthy(ended, "the job never showed as CANCELLED")
   end)
 
+  it("0 CPUs per node gets the whole node: every CPU, and no other job beside it", function()
+    local id, warnings = submit(desc({ cpus_per_node = 0 }))
+    assert.is_number(id, warnings and warnings.message)
+    local j = eventually(function() -- Slurm counts the node's CPUs once it allocates it
+      local x = conn:job(id)
+      return x and x.state.base == "RUNNING" and x
+    end)
+    assert.truthy(j, "the job never ran")
+    assert.equal(8, j.cpus) -- the harness's nodes have 8
+    assert.is_true(conn:cancel(id))
+  end)
+
   describe("refusals name the field", function()
     local cases = {
       { "an account Slurm does not know", { account = "nosuch" }, "account", 2045 },

@@ -259,7 +259,7 @@ function M.managed_spec(input)
     { "nodes", function(v, f) return _int(v, f, 1, 64) end },
     { "gpus_per_node", function(v, f) return _int(v, f, 0, 64) end },
     { "gpu_type", _slurm_name },
-    { "cpus_per_node", function(v, f) return _int(v, f, 1, 1024) end },
+    { "cpus_per_node", function(v, f) return _int(v, f, 0, 1024) end }, -- 0: the whole node
     { "memory_per_node", function(v, f) return _int(v, f, 0, 16777216) end },
     { "constraint", function(v, f)
       return _ostr(v, f, { max = 1024, pattern = "^[A-Za-z0-9_&|,()!*:%-]+$",

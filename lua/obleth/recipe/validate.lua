@@ -199,7 +199,7 @@ local RES_RULES = {
   exclude = { kind = "string", pattern = "^[A-Za-z0-9_.,%[%]-]+$", maxlen = 4096 },
   nodes = { kind = "integer", min = 1, max = 64 },
   gpus_per_node = { kind = "integer", min = 0, max = 64 },
-  cpus_per_node = { kind = "integer", min = 1, max = 1024 },
+  cpus_per_node = { kind = "integer", min = 0, max = 1024 }, -- 0: the whole node
   memory_per_node = { kind = "integer", min = 0, max = 16777216 },
   time_limit = { kind = "time" },
   replicas = { kind = "integer", min = 0, max = 64 },
