@@ -560,6 +560,7 @@ local REPLICA_FIELDS = {
   check_failures = function(v, f) return _int(v, f, 0, 1000000) end,
   problem = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
   pending_reason = function(v, f) return _str(v, f, { max = 1024 }) end,
+  cancel_why = function(v, f) return _str(v, f, { max = 256 }) end,
   successor_of = function(v, f)
     if type(v) == "string" then
       return _str(v, f, { max = 16, pattern = "^%x+$", rule = "a replica nonce (hex) or id" })
