@@ -62,7 +62,8 @@ describe("validate.managed_spec", function()
       refused(spec { [f] = r[1] - 1 }, f)
       refused(spec { [f] = r[2] + 1 }, f)
       refused(spec { [f] = "2" }, f, "whole number")
-      refused(spec { [f] = 1.25 }, f)
+      refused(spec { [f] = 1.25 }, f, "whole number, got 1.25")
+      refused(spec { [f] = 1e30 }, f, "got 1e+30")
     end
   end)
 

@@ -61,6 +61,11 @@ end
 --- An integer (JSON numbers arrive as floats) in [lo, hi].
 local function _int(v, field, lo, hi)
   local n = type(v) == "number" and math.tointeger(v)
+  if not n and type(v) == "number" and v == v and v == math.floor(v) then -- whole, but past 2^63
+    return _err(field, "must be from %d to %d, got %.14g", lo, hi, v)
+  elseif not n and type(v) == "number" then
+    return _err(field, "must be a whole number, got %.14g", v)
+  end
   if not n then return _err(field, "must be a whole number, got %s", _tname(v)) end
   if n < lo or n > hi then return _err(field, "must be from %d to %d, got %d", lo, hi, n) end
   return n
