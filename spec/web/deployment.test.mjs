@@ -70,6 +70,19 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     // Restart replica 1, keyboard only: a new job id, healthy again
     const before1 = (await replicasOf(stack, id)).find((r) => r.slot === 1 && r.state === 'healthy');
     await pressWithKeyboard(page, `Restart replica 1 (job ${before1.job_id})`);
+    // it asks first, naming the job and what the model keeps meanwhile; focus starts on Cancel
+    const askRestart = page.getByRole('dialog', { name: 'Restart replica 1?' });
+    await askRestart.waitFor();
+    assert.match(await askRestart.innerText(), new RegExp(`Job ${before1.job_id} is cancelled now`));
+    assert.match(await askRestart.innerText(), /has 1 healthy replica\./);
+    await shot('restart-confirm');
+    await page.keyboard.press('Escape');
+    await askRestart.waitFor({ state: 'detached' });
+    assert.equal((await replicasOf(stack, id)).find((r) => r.slot === 1 && r.state === 'healthy').job_id, before1.job_id);
+    await pressWithKeyboard(page, `Restart replica 1 (job ${before1.job_id})`);
+    await askRestart.waitFor();
+    await page.keyboard.press('Tab'); // Cancel → Restart
+    await page.keyboard.press('Enter');
     await page.getByText('Restart asked for replica 1').waitFor();
     await shot('restart-asked');
     const after1 = await until(async () => (await replicasOf(stack, id)).find((r) => r.slot === 1 && r.state === 'healthy' && r.job_id !== before1.job_id),
@@ -86,6 +99,7 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     const ask = page.getByRole('dialog', { name: 'Turn Slurm off?' });
     await ask.waitFor();
     assert.match(await ask.innerText(), /2 replicas hold Slurm jobs right now/);
+    assert.match(await ask.innerText(), /cancels their jobs on its next pass/);
     await shot('slurm-off-asks');
     await axe(page, 'the turn-Slurm-off confirmation');
     await ask.getByRole('button', { name: 'Cancel' }).click();
@@ -113,7 +127,7 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     assert.equal((await liveJobs(stack, id)).length, 2);
     await shot('resumed');
 
-    // confirmed, Slurm goes off (the jobs keep running, unmanaged); turned on again, it does not ask
+    // confirmed, Slurm goes off (the provisioner cancels the jobs on its next pass); turned on again, it does not ask
     await page.goto('/deployments?slurm=1');
     const sheet2 = page.getByRole('dialog', { name: 'Slurm connection' });
     await sheet2.getByLabel('Slurm enabled').uncheck();

@@ -57,6 +57,11 @@ function slurmCell(r, now) {
   return lines.length ? lines.map((l, i) => html`<div key=${i}>${l}</div>`) : html`<span class="muted">—</span>`;
 }
 
+// "Job 42" (or "Its job" before Slurm gave it an id), for the Restart question.
+function jobOf(r) {
+  return r.job_id ? `Job ${r.job_id}` : 'Its job';
+}
+
 function Replicas({ data, now, onRestart, busyId }) {
   const rows = visibleReplicas(data.replicas);
   const tl = data.spec && data.spec.time_limit;
@@ -133,6 +138,7 @@ export function Deployment({ params, loc }) {
   const [actionErr, setActionErr] = useState(null);
   const [said, setSaid] = useState('');
   const [confirmStop, setConfirmStop] = useState(false);
+  const [confirmRestart, setConfirmRestart] = useState(null); // the replica whose Restart asks first
 
   // one action at a time; buttons stay enabled while busy (a disabled button drops the keyboard focus)
   const act = async (key, fn, done) => {
@@ -204,8 +210,7 @@ export function Deployment({ params, loc }) {
 
     <section class="card" aria-labelledby="rep-h">
       <div class="card-head"><h2 id="rep-h">Replicas</h2></div>
-      <${Replicas} data=${res.data} now=${now} busyId=${busy} onRestart=${(r) => act(r.id,
-        () => api.post(`/replicas/${r.id}/restart`), `Restart asked for replica ${r.slot}: its job is cancelled and a new one submitted.`)} />
+      <${Replicas} data=${res.data} now=${now} busyId=${busy} onRestart=${(r) => { setActionErr(null); setConfirmRestart(r); }} />
       <div class="sr-only" aria-live="polite">${visibleReplicas(replicas).map((r) => `Replica ${r.slot}: ${stepText(r)}. `)}</div>
     </section>
 
@@ -219,6 +224,14 @@ export function Deployment({ params, loc }) {
       <${History} launches=${launches} />
     </section>
 
+    ${confirmRestart && html`<${ConfirmDialog} title=${`Restart replica ${confirmRestart.slot}?`} confirmLabel="Restart"
+        busy=${busy === confirmRestart.id} error=${actionErr && actionErr.message}
+        onCancel=${() => setConfirmRestart(null)}
+        onConfirm=${() => { const r = confirmRestart; act(r.id, async () => { await api.post(`/replicas/${r.id}/restart`); setConfirmRestart(null); },
+          `Restart asked for replica ${r.slot}: its job is cancelled and a new one submitted.`); }}>
+      <p>${jobOf(confirmRestart)} is cancelled now and the provisioner submits a new one on its next pass.
+        ${confirmRestart.state === 'healthy' ? ` Until the new job is healthy, ${model.name} has ${count('healthy replica', Math.max(0, healthy - 1))}.` : ''}</p>
+    <//>`}
     ${confirmStop && html`<${ConfirmDialog} title=${`Stop launching ${model.name}?`} confirmLabel="Stop launching" busy=${busy === 'stop'}
         error=${actionErr && actionErr.message}
         onCancel=${() => setConfirmStop(false)}
