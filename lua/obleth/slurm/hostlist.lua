@@ -62,7 +62,9 @@ local function _expand_item(item, out, budget)
     if #lo > MAX_DIGITS or #hi > MAX_DIGITS then return nil, "hostlist too large: number too long in " .. item end
     local a, b, width = tonumber(lo), tonumber(hi), #lo
     if b < a then return nil, "descending range '" .. r .. "' in " .. item end
-    if (b - a + 1) * #tails + #out > budget then return nil, "hostlist too large" end
+    -- count * #tails can pass 2^63 (a range of 10^17 times a few tails) and wrap: divide instead
+    local count, room = b - a + 1, budget - #out
+    if count > room or (#tails > 0 and count > room // #tails) then return nil, "hostlist too large" end
     for n = a, b do
       local num = string.format("%0" .. width .. "d", n)
       for _, t in ipairs(tails) do
