@@ -70,7 +70,7 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await shot('test-unreachable');
 
     await sheet.getByLabel('slurmrestd URL').fill(env.OBLETH_SLURM_URL);
-    await sheet.getByLabel('Slurm user').fill(env.OBLETH_SLURM_USER);
+    await sheet.getByLabel('Slurm user', { exact: true }).fill(env.OBLETH_SLURM_USER);
     await sheet.getByLabel('JWT', { exact: true }).fill(`${env.OBLETH_SLURM_TOKEN.slice(0, -6)}AAAAAA`);
     await sheet.getByRole('button', { name: 'Test connection' }).click();
     const result = sheet.getByRole('status').filter({ hasText: /Connected|The test failed/ });
