@@ -10,7 +10,8 @@ import { api } from '../api.js';
 import { Link, navigate } from '../router.js';
 import { Layout } from '../components/layout.js';
 import { CopyButton, ErrorNote } from '../components/notice.js';
-import { fieldMeta, provenanceText, requestBody, typed, toYaml, valuesFromYaml, changes, partitionText } from '../lib/launch-form.js';
+import { fieldMeta, provenanceText, requestBody, typed, toYaml, valuesFromYaml, changes, partitionText,
+  slurmRequestView, placeholdersText } from '../lib/launch-form.js';
 
 const ENGINE_NAMES = { vllm: 'vLLM', sglang: 'SGLang', llamacpp: 'llama.cpp', ollama: 'Ollama', smoke: 'smoke' };
 const engineName = (e) => ENGINE_NAMES[e] || e;
@@ -304,6 +305,8 @@ function Review({ preview, launch, busy, err, submitText = null }) {
   const s = preview.settings || {};
   const v = (k) => (s[k] && s[k].value != null ? String(s[k].value) : '(default)');
   const saveErr = err && err.field && err.field.startsWith('save_recipe') ? err : null;
+  const req = slurmRequestView(preview);
+  const placeholders = placeholdersText(preview.placeholders);
   const submit = (e) => { e.preventDefault(); launch(save ? { id: id.trim(), name: name.trim() || id.trim() } : null); };
   return html`<form onSubmit=${submit}>
     <section class="card" aria-labelledby="rv-h">
@@ -312,14 +315,18 @@ function Review({ preview, launch, busy, err, submitText = null }) {
         walltime <strong>${v('time_limit')} min</strong>, ${v('replicas')} replica(s).</p>
       ${(preview.warnings || []).length > 0 && html`<div><h3>Warnings</h3><ul class="warnings">${preview.warnings.map((w, i) => html`<li key=${i}>${typeof w === 'string' ? w : w.message}</li>`)}</ul></div>`}
     </section>
+    ${placeholders && html`<p class="help" id="ph-note">${placeholders}</p>`}
     <section class="card" aria-labelledby="js-h">
-      <div class="card-head"><h2 id="js-h">Job script</h2><${CopyButton} text=${preview.job_script} label="Copy the job script" /></div>
-      <pre class="code" tabindex="0" aria-label="Job script (read-only)">${preview.job_script}</pre>
+      <div class="card-head"><h2 id="js-h">Job script</h2>${preview.job_script != null && html`<${CopyButton} text=${preview.job_script} label="Copy the job script" />`}</div>
+      ${preview.job_script != null
+        ? html`<pre class="code" tabindex="0" aria-label="Job script (read-only)" aria-describedby=${placeholders ? 'ph-note' : undefined}>${preview.job_script}</pre>`
+        : html`<p class="empty">The job script is not known until Slurm is connected.</p>`}
     </section>
     <section class="card" aria-labelledby="sr-h">
-      <div class="card-head"><h2 id="sr-h">Sent to slurmrestd</h2><${CopyButton} text=${JSON.stringify(preview.slurm_request, null, 2)} label="Copy the request" /></div>
-      <p class="help">POST /slurm/${preview.api_version}/job/submit (secrets masked)</p>
-      <pre class="code" tabindex="0" aria-label="slurmrestd request (read-only)">${JSON.stringify(preview.slurm_request, null, 2)}</pre>
+      <div class="card-head"><h2 id="sr-h">Sent to slurmrestd</h2>${req.known && html`<${CopyButton} text=${req.body} label="Copy the request" />`}</div>
+      ${req.known ? html`<p class="help">${req.line}</p>
+        <pre class="code" tabindex="0" aria-label="slurmrestd request (read-only)" aria-describedby=${placeholders ? 'ph-note' : undefined}>${req.body}</pre>`
+      : html`<p class="empty">${req.text} <${Link} href="/deployments?slurm=1">Set up Slurm<//> on Deployments.</p>`}
     </section>
     <section class="card" aria-labelledby="sv-h">
       <h2 id="sv-h" class="sr-only">${submitText || 'Launch'}</h2>
