@@ -10,6 +10,7 @@ import { api } from '../api.js';
 import { Link, navigate } from '../router.js';
 import { Layout } from '../components/layout.js';
 import { CopyButton, ErrorNote } from '../components/notice.js';
+import { TabList, TabPanel } from '../components/tabs.js';
 import { fieldMeta, provenanceText, requestBody, typed, toYaml, valuesFromYaml, changes, partitionText,
   slurmRequestView, placeholdersText } from '../lib/launch-form.js';
 
@@ -25,16 +26,15 @@ function size(bytes) {
 
 // ---------------------------------------------------------------- step 1
 
-function RecipeList({ title, recipes, onPick }) {
-  return html`<section class="card" aria-labelledby=${`rl-${title}`}>
-    <h2 id=${`rl-${title}`}>${title}</h2>
-    ${recipes.length === 0 ? html`<p class="empty">None yet. Tick “Also save these settings as a recipe” when you launch.</p>` : html`
-    <ul class="recipes plain">${recipes.map((r) => html`<li key=${r.id} class="recipe">
+function RecipeList({ title, recipes, onPick, empty }) {
+  return html`<div>
+    ${recipes.length === 0 ? html`<p class="empty">${empty}</p>` : html`
+    <ul class="recipes plain" aria-label=${`${title} recipes`}>${recipes.map((r) => html`<li key=${r.id} class="recipe">
       <div class="grow"><strong>${r.name}</strong> <span class="badge muted">${engineName(r.engine)}</span>
         <p class="help">${r.description || ''}</p></div>
       <button type="button" onClick=${() => onPick({ recipe_id: r.id }, r.name)} aria-label=${`Use ${r.name}`}>Use</button>
     </li>`)}</ul>`}
-  </section>`;
+  </div>`;
 }
 
 function FromHub({ onPick }) {
@@ -52,8 +52,8 @@ function FromHub({ onPick }) {
     } catch (x) { setErr(x); }
     setBusy(false);
   };
-  return html`<section class="card" aria-labelledby="hf-h">
-    <h2 id="hf-h">From Hugging Face</h2>
+  return html`<div>
+    <p class="help">Enter a repo id: obleth reads the repo and lists the engines that can run it.</p>
     <form class="inline-form" onSubmit=${read}>
       <div class="field"><label for="hf-repo">Repo id</label>
         <input id="hf-repo" value=${repo} onInput=${(e) => setRepo(e.target.value)} placeholder="Qwen/Qwen2.5-7B-Instruct" required /></div>
@@ -93,19 +93,35 @@ function FromHub({ onPick }) {
         </li>`;
       })}</ul>`}
     </div>`}
-  </section>`;
+  </div>`;
 }
 
-function Pick({ onPick }) {
+const PICK_TABS = [['saved', 'Saved'], ['library', 'Library'], ['hf', 'From Hugging Face']];
+
+/** Step 1: three choices as tabs — Saved recipes, Library recipes, From Hugging Face. It opens on Saved
+ * when there are saved recipes, else on Library. Every panel stays in the page (what is typed stays). */
+function Pick({ onPick, tab, setTab }) {
   const [recipes, setRecipes] = useState(null);
   const [err, setErr] = useState(null);
   useEffect(() => { api.get('/recipes').then((r) => setRecipes(r.recipes), setErr); }, []);
-  return html`<div>
+  const saved = (recipes || []).filter((r) => r.source === 'saved');
+  const library = (recipes || []).filter((r) => r.source !== 'saved');
+  const shown = tab || (saved.length ? 'saved' : 'library');
+  const p = 'pick-';
+  return html`<section class="card pick" aria-labelledby="pick-h">
+    <h2 id="pick-h">Pick what to run</h2>
     <${ErrorNote} err=${err} />
-    ${recipes && html`<${RecipeList} title="Saved" recipes=${recipes.filter((r) => r.source === 'saved')} onPick=${onPick} />
-      <${RecipeList} title="Library" recipes=${recipes.filter((r) => r.source !== 'saved')} onPick=${onPick} />`}
-    <${FromHub} onPick=${onPick} />
-  </div>`;
+    <${TabList} label="What to run" tabs=${PICK_TABS} selected=${shown} onSelect=${setTab} prefix=${p} />
+    <${TabPanel} name="saved" selected=${shown} prefix=${p}>
+      ${recipes ? html`<${RecipeList} title="Saved" recipes=${saved} onPick=${onPick}
+        empty="None yet. Tick “Also save these settings as a recipe” when you launch." />` : html`<p class="muted">Loading…</p>`}
+    <//>
+    <${TabPanel} name="library" selected=${shown} prefix=${p}>
+      ${recipes ? html`<${RecipeList} title="Library" recipes=${library} onPick=${onPick} empty="No library recipes are installed." />`
+        : html`<p class="muted">Loading…</p>`}
+    <//>
+    <${TabPanel} name="hf" selected=${shown} prefix=${p}><${FromHub} onPick=${onPick} /><//>
+  </section>`;
 }
 
 // ---------------------------------------------------------------- step 2
@@ -352,10 +368,11 @@ export function NewDeployment({ loc }) {
   const [step, setStep] = useState(1);
   const [source, setSource] = useState(null);
   const [label, setLabel] = useState('');
+  const [pickTab, setPickTab] = useState(null); // the step-1 choice, kept for Back
   return html`<${Layout} title="New deployment" path=${loc.path}>
     <ol class="wizard" aria-label="Steps">${STEPS.map((s, i) => html`<li key=${s} aria-current=${step === i + 1 ? 'step' : undefined}
       class=${step === i + 1 ? 'current' : step > i + 1 ? 'done' : ''}>${i + 1}. ${s}</li>`)}</ol>
-    ${step === 1 ? html`<${Pick} onPick=${(src, l) => { setSource(src); setLabel(l); setStep(2); }} />`
+    ${step === 1 ? html`<${Pick} tab=${pickTab} setTab=${setPickTab} onPick=${(src, l) => { setSource(src); setLabel(l); setStep(2); }} />`
     : html`<${Configure} source=${source} label=${label} step=${step} setStep=${setStep} />`}
   <//>`;
 }
