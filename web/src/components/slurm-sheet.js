@@ -254,7 +254,7 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
     ${confirm && html`<${ConfirmDialog} title="Turn Slurm off?" confirmLabel="Turn Slurm off" busy=${busy}
         onCancel=${() => setConfirm(null)} onConfirm=${() => save(true)}>
       <p><strong>${confirm.running != null ? `${count('replica', confirm.running)} ${confirm.running === 1 ? 'holds' : 'hold'} Slurm jobs right now.` : 'Replicas hold Slurm jobs right now.'}</strong></p>
-      <p>Turning Slurm off cancels nothing now, but the provisioner stops managing them: no health checks, no replacements, no rollover before their time limit.</p>
+      <p>Turning Slurm off cancels nothing now, but the provisioner stops managing them: no health checks, no replacements, no rollover before their walltime ends.</p>
     <//>`}
   <//>`;
 }

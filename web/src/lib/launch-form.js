@@ -36,7 +36,7 @@ const META = {
   stdout: { label: 'Job log (stdout)', kind: 'text' },
   stderr: { label: 'Job log (stderr)', kind: 'text' },
   rollover_margin: { label: 'Rollover margin (seconds)', kind: 'number',
-    help: 'How long before the time limit a successor job is started.' },
+    help: 'How long before the walltime ends a successor job is started.' },
   'health.path': { label: 'Health check path', kind: 'text' },
   'health.interval': { label: 'Health check every (seconds)', kind: 'number' },
   'health.timeout': { label: 'Health check timeout (seconds)', kind: 'number' },
