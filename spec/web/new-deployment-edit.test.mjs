@@ -36,6 +36,11 @@ test('editing a running deployment: a refused account shows at its field, the re
     assert.match(await page.locator('[data-field="time_limit"]').innerText(), /recipe/);
     // the model's name does not change here
     assert.equal(await page.getByLabel('API model name').getAttribute('readonly'), '');
+    // read-only, so it says no provenance: it is not "changed by you", and has no Use default
+    const nameField = page.locator('[data-field="api_model_name"]');
+    assert.equal(await nameField.locator('.prov').count(), 0);
+    assert.doesNotMatch(await nameField.innerText(), /changed by you|recipe|cluster default|built-in|not set/);
+    assert.doesNotMatch(await page.getByLabel('API model name').getAttribute('aria-describedby'), /-prov\b/);
     await shot('form');
     await axe(page, 'Edit settings');
 

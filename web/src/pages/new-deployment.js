@@ -201,13 +201,14 @@ function Partitions({ f, preview, raw, set, describedBy }) {
 
 function Field({ f, meta, raw, set, reset, preview }) {
   const id = fid(f.field);
-  const describedBy = [`${id}-prov`, meta.help ? `${id}-help` : null, f.error ? `${id}-err` : null].filter(Boolean).join(' ');
+  // a read-only field (the model's name when editing) has no provenance: nobody chose its value here
+  const describedBy = [meta.readOnly ? null : `${id}-prov`, meta.help ? `${id}-help` : null, f.error ? `${id}-err` : null].filter(Boolean).join(' ');
   const body = meta.kind === 'partition'
     ? html`<${Partitions} f=${f} preview=${preview} raw=${raw} set=${set} describedBy=${describedBy} />`
     : html`<label for=${id}>${meta.label}</label><${Control} id=${id} f=${f} meta=${meta} raw=${raw} set=${set} preview=${preview} describedBy=${describedBy} />`;
   return html`<div class=${`field${f.error ? ' invalid' : ''}${meta.kind === 'partition' ? ' wide' : ''}`} data-field=${f.field}>
     ${body}
-    <${Provenance} id=${id} f=${meta.readOnly ? { ...f, provenance: 'user' } : f} onReset=${meta.readOnly ? null : reset} />
+    ${!meta.readOnly && html`<${Provenance} id=${id} f=${f} onReset=${reset} />`}
     ${meta.help && html`<p class="help" id=${`${id}-help`}>${meta.help}${meta.min != null || meta.max != null ? ` (${meta.min ?? '…'}–${meta.max ?? '…'})` : ''}</p>`}
     ${f.error && html`<p class="error-text field-error" id=${`${id}-err`}>${f.error.message}</p>`}
   </div>`;
