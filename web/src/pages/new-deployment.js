@@ -234,7 +234,7 @@ function Suggestions({ preview, onApply, applied }) {
 
 const changedText = (n) => (n === 1 ? '1 setting changed by you' : `${n} settings changed by you`);
 
-function YamlEditor({ source, preview, values, setValues, onBad, draft }) {
+function YamlEditor({ source, preview, values, setValues, onBad, draft, lockName }) {
   // a text with problems is kept when switching to the form and back (draft), else made from the form
   const [text, setText] = useState(() => (draft.current != null ? draft.current : toYaml(preview.fields, values)));
   const [diags, setDiags] = useState([]);
@@ -276,7 +276,7 @@ function YamlEditor({ source, preview, values, setValues, onBad, draft }) {
       <ol class="line-notes" aria-hidden="true">${lines.map((_, i) => html`<li key=${i} data-line=${i + 1}>${(byLine[i + 1] || []).map((d) => d.message).join('; ')}</li>`)}</ol>
     </div>
     <div id="yaml-diags" role="status">
-      ${diags.length === 0 ? html`<p class="ok-note">${checking ? 'Checking…' : `No problems · ${changedText(Object.keys(values).length)}`}</p>` : html`<ul class="plain diagnostics" aria-label="Problems in the YAML">
+      ${diags.length === 0 ? html`<p class="ok-note">${checking ? 'Checking…' : `No problems · ${changedText(Object.keys(values).filter((k) => !(lockName && k === 'api_model_name')).length)}`}</p>` : html`<ul class="plain diagnostics" aria-label="Problems in the YAML">
         ${diags.map((d, i) => html`<li key=${i} class="error-text">${d.line ? `Line ${d.line}${d.column ? `, column ${d.column}` : ''}: ` : ''}${d.message}</li>`)}</ul>`}
     </div>
   </div>`;
@@ -300,7 +300,8 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
         <button type="button" aria-pressed=${yaml ? 'true' : 'false'} onClick=${() => setYaml(!yaml)}>Edit as › YAML</button></div>
       ${!yaml && draft.current != null && html`<p class="warn-text" role="status">The YAML has problems: the form shows the last settings that checked. Choose Edit as › YAML to fix them (your text is kept).</p>`}
       ${(preview.warnings || []).length > 0 && html`<ul class="plain warnings">${preview.warnings.map((w, i) => html`<li key=${i} class="warn-text">${typeof w === 'string' ? w : w.message}</li>`)}</ul>`}
-      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} draft=${draft} />`
+      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} draft=${draft}
+        lockName=${lockName} />`
     : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
         ${fs.map((f) => {
           const meta = lockName && f.field === 'api_model_name'
