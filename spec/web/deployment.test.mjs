@@ -57,6 +57,9 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     }
     const r1 = rowOf(page, 1);
     await r1.getByRole('listitem').filter({ hasText: 'Healthy' }).waitFor();
+    // the spec's time limit in the form's word (DESIGN: walltime)
+    assert.equal(await page.getByRole('term').filter({ hasText: /^Walltime$/ }).count(), 1);
+    assert.equal(await page.getByRole('term').filter({ hasText: /^Time limit$/ }).count(), 0);
     await shot('deployment-healthy');
     const how = page.getByRole('region', { name: 'How clients call it' });
     assert.match(await how.innerText(), new RegExp(`${stack.base.replace(/[.:/]/g, '\\$&')}/v1/chat/completions`));

@@ -56,7 +56,10 @@ test('a never-healthy engine becomes lost; Try once more submits it again', { sk
   await shot('coming-up');
   const lost = page.getByRole('alert').filter({ hasText: '1 replica lost' });
   await lost.waitFor({ timeout: 150000 });
-  await page.getByRole('table', { name: 'Replicas' }).getByText('lost', { exact: true }).waitFor();
+  // the state in words (docs/replicas-and-failures.md), never its raw name
+  const lostRow = page.getByRole('table', { name: 'Replicas' }).locator('p.off.lost');
+  await lostRow.waitFor();
+  assert.match(await lostRow.innerText(), /^Lost ended too often in a row, not replaced until “Try once more”/);
   await shot('lost');
   await axe(page, 'a deployment with a lost replica');
   assert.equal((await liveJobs(stack, id)).length, 0, 'a lost replica holds no job');

@@ -36,6 +36,12 @@ test('editing a running deployment: a refused account shows at its field, the re
     assert.match(await page.locator('[data-field="time_limit"]').innerText(), /recipe/);
     // the model's name does not change here
     assert.equal(await page.getByLabel('API model name').getAttribute('readonly'), '');
+    // read-only, so it says no provenance: it is not "changed by you", and has no Use default
+    const nameField = page.locator('[data-field="api_model_name"]');
+    assert.equal(await nameField.locator('.prov').count(), 0);
+    assert.doesNotMatch(await nameField.innerText(), /changed by you|recipe|cluster default|built-in|not set/);
+    assert.doesNotMatch(await page.getByLabel('API model name').getAttribute('aria-describedby'), /-prov\b/);
+    assert.equal(await page.locator('.prov', { hasText: 'changed by you' }).count(), 1, 'only the partition is the user\'s');
     await shot('form');
     await axe(page, 'Edit settings');
 
@@ -66,7 +72,8 @@ test('editing a running deployment: a refused account shows at its field, the re
     // back to the form: the account is still research
     lines[at] = 'account: "research"';
     await ta.fill(lines.join('\n'));
-    await page.getByText('No problems · 2 settings changed by you').waitFor();
+    // the count is the form's: the spec's partition, not the model's name (read-only, not changed here)
+    await page.getByText('No problems · 1 setting changed by you').waitFor();
     await page.getByRole('button', { name: 'Edit as › YAML' }).click();
     assert.equal(await page.getByLabel('Account', { exact: true }).inputValue(), 'research');
     await page.getByLabel('Failures before unhealthy').fill('5');

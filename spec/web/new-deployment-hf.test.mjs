@@ -28,7 +28,28 @@ test('From Hugging Face: a GGUF repo offers llama.cpp and Ollama only; a gated r
     const { page, rec, shot } = await newPage(b, stack, 'new-deployment-hf');
     await signIn(page, stack);
     await page.goto('/deployments/new');
-    const hf = page.getByRole('region', { name: 'From Hugging Face' });
+    // step 1 is three choices, as tabs: Saved, Library, From Hugging Face (Library first when nothing is saved)
+    const choices = page.getByRole('tablist', { name: 'What to run' });
+    assert.deepEqual(await choices.getByRole('tab').allInnerTexts(), ['Saved', 'Library', 'From Hugging Face']);
+    const libTab = choices.getByRole('tab', { name: 'Library' });
+    assert.equal(await libTab.getAttribute('aria-selected'), 'true');
+    assert.equal(await libTab.getAttribute('tabindex'), '0');
+    assert.equal(await choices.getByRole('tab', { name: 'From Hugging Face' }).getAttribute('tabindex'), '-1');
+    await page.getByRole('tabpanel', { name: 'Library' }).getByRole('button', { name: 'Use Smoke test' }).waitFor();
+    await shot('pick-tabs');
+    await axe(page, 'step 1 as tabs');
+    // keyboard: arrow right moves to From Hugging Face, focus and panel with it; Home goes to Saved, End back
+    await libTab.focus();
+    await page.keyboard.press('ArrowRight');
+    await choices.getByRole('tab', { name: 'From Hugging Face', selected: true }).waitFor();
+    assert.equal(await page.evaluate(() => document.activeElement.textContent), 'From Hugging Face');
+    assert.equal(await page.getByRole('tabpanel', { name: 'Library' }).count(), 0, 'the Library panel is still shown');
+    await page.keyboard.press('Home');
+    await choices.getByRole('tab', { name: 'Saved', selected: true }).waitFor();
+    await page.getByRole('tabpanel', { name: 'Saved' }).getByText('None yet').waitFor();
+    await page.keyboard.press('End');
+    await choices.getByRole('tab', { name: 'From Hugging Face', selected: true }).waitFor();
+    const hf = page.getByRole('tabpanel', { name: 'From Hugging Face' });
     await hf.getByLabel('Repo id').waitFor();
 
     // keyboard only: type the repo id, Enter reads it
@@ -79,6 +100,8 @@ test('From Hugging Face: a GGUF repo offers llama.cpp and Ollama only; a gated r
 
     // a gated repo without a token: the message and the link to Cluster defaults
     await page.getByRole('button', { name: 'Back' }).click();
+    // back on step 1, the choice made stays chosen
+    await choices.getByRole('tab', { name: 'From Hugging Face', selected: true }).waitFor();
     await hf.getByLabel('Repo id').fill('meta-llama/Llama-3.1-8B-Instruct');
     await hf.getByRole('button', { name: 'Read the repo' }).click();
     const alert = hf.getByRole('alert');

@@ -36,7 +36,7 @@ test('a saved recipe launched again starts with the learned account and QoS; a T
     const { page, rec, shot } = await newPage(b, stack, 'new-deployment-learned');
     await signIn(page, stack);
     await page.goto('/deployments/new');
-    await page.getByRole('region', { name: 'Saved' }).getByRole('button', { name: 'Use My smoke' }).click();
+    await page.getByRole('tabpanel', { name: 'Saved' }).getByRole('button', { name: 'Use My smoke' }).click();
     await page.getByRole('group', { name: 'Partition' }).waitFor();
     const acct = page.locator('[data-field="account"]');
     const qos = page.locator('[data-field="qos"]');

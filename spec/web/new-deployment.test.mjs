@@ -22,7 +22,7 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
     await signIn(page, stack);
     await page.getByRole('link', { name: 'New deployment' }).click();
     await page.waitForURL('**/deployments/new');
-    const library = page.getByRole('region', { name: 'Library' });
+    const library = page.getByRole('tabpanel', { name: 'Library' });
     await library.getByText('Smoke test').waitFor();
     await shot('pick');
     await axe(page, 'step 1: pick what to run');
@@ -175,7 +175,9 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
 
     // the saved recipe is under Saved
     await page.goto('/deployments/new');
-    await page.getByRole('region', { name: 'Saved' }).getByText('Smoke on debug').waitFor();
+    // (step 1 opens on the Saved tab once there are saved recipes)
+    await page.getByRole('tab', { name: 'Saved', selected: true }).waitFor();
+    await page.getByRole('tabpanel', { name: 'Saved' }).getByText('Smoke on debug').waitFor();
     await shot('saved-listed');
     assert.ok(await waitInPage(page, () => document.querySelectorAll('[aria-current="step"]').length === 1, 'step marker'));
     assertClean(rec);
@@ -185,6 +187,15 @@ test('keyboard only: Tab to Use Smoke test, Review and Launch; the deployment pa
   const { page, rec, shot } = await newPage(b, stack, 'new-deployment-keyboard');
   await signIn(page, stack);
   await page.goto('/deployments/new');
+  // step 1's tabs by keyboard: Tab reaches the chosen tab (Saved, once a recipe is saved), arrows choose Library
+  const chosen = page.getByRole('tablist', { name: 'What to run' }).getByRole('tab', { selected: true });
+  await chosen.waitFor();
+  const first = await chosen.innerText();
+  if (first !== 'Library') {
+    assert.equal(first, 'Saved');
+    await pressWithKeyboard(page, 'Saved', { key: 'ArrowRight' });
+  }
+  await page.getByRole('tab', { name: 'Library', selected: true }).waitFor();
   await page.getByRole('button', { name: 'Use Smoke test' }).waitFor();
   await pressWithKeyboard(page, 'Use Smoke test');
   await page.getByRole('group', { name: 'Partition' }).waitFor();

@@ -70,7 +70,7 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     await shot('test-unreachable');
 
     await sheet.getByLabel('slurmrestd URL').fill(env.OBLETH_SLURM_URL);
-    await sheet.getByLabel('Slurm user').fill(env.OBLETH_SLURM_USER);
+    await sheet.getByLabel('Slurm user', { exact: true }).fill(env.OBLETH_SLURM_USER);
     await sheet.getByLabel('JWT', { exact: true }).fill(`${env.OBLETH_SLURM_TOKEN.slice(0, -6)}AAAAAA`);
     await sheet.getByRole('button', { name: 'Test connection' }).click();
     const result = sheet.getByRole('status').filter({ hasText: /Connected|The test failed/ });
@@ -148,7 +148,7 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     // New deployment opens on its first step (its flow: new-deployment*.test.mjs)
     await page.getByRole('link', { name: 'New deployment' }).click();
     await page.waitForURL('**/deployments/new');
-    await page.getByRole('heading', { level: 2, name: 'Library' }).waitFor();
+    await page.getByRole('tab', { name: 'Library', selected: true }).waitFor();
     // focus moves to the new page's <main> (after Preact's effects run, so wait for it)
     await waitInPage(page, () => document.activeElement && document.activeElement.id === 'main', 'focus on <main>');
     await shot('new-deployment');

@@ -145,7 +145,8 @@ end
 
 function M:_connection(settings)
   if not settings or not (settings.url or settings.socket) then
-    return nil, { kind = "config", message = "no Slurm connection is saved (Settings → Slurm)" }
+    return nil, { kind = "config", message = "no Slurm connection is saved: set it up as the Slurm connection "
+      .. "on Deployments (Set up Slurm on the Slurm card)" }
   end
   -- the token: the saved one, or this host's renewed one (obleth.slurm.token_source)
   local token, terr = self.tokens:token(settings)

@@ -3,17 +3,23 @@
 // Secrets stay on the server: their fields start empty ("leave unchanged"),
 // and clearing one is an explicit box. Test connection pings slurmrestd with
 // what is typed. Turning Slurm off while replicas hold jobs asks first (409 confirm).
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useState } from 'preact/hooks';
 import { html } from '../html.js';
 import { api } from '../api.js';
 import { useNow } from '../live.js';
-import { fromSettings, toBody, toTestBody } from '../lib/settings-form.js';
+import { fromSettings, toBody, toTestBody, TOKEN_SOURCES, ENFORCE_PART_LIMITS } from '../lib/settings-form.js';
 import { errorWords, jwtStatus, provisionerStatus, leaseWords } from '../lib/slurm.js';
 import { timestamp, count } from '../lib/format.js';
 import { Dialog, ConfirmDialog } from './dialog.js';
 import { ErrorNote } from './notice.js';
+import { TabList, TabPanel } from './tabs.js';
 
 const TABS = [['connection', 'Connection'], ['defaults', 'Cluster defaults']];
+const SOURCE_HELP = {
+  static: 'The JWT saved here is sent as it is and never renewed.',
+  key_file: 'obleth mints fresh JWTs for the Slurm user from the site\'s key, as scontrol token does.',
+  command: 'obleth runs a command that prints a fresh JWT, e.g. scontrol token on a login node.',
+};
 
 function Field({ id, label, help, error, children }) {
   return html`<div class=${`field${error ? ' invalid' : ''}`}>
@@ -86,7 +92,6 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
   const [testing, setTesting] = useState(false);
   const [test, setTest] = useState(null);
   const [confirm, setConfirm] = useState(null);
-  const tabRefs = useRef({});
 
   // editing a field clears its error (and the "Not saved" note): it spoke of the old value
   const clearErr = (prefix) => {
@@ -142,19 +147,6 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
     setBusy(false);
   };
 
-  const onTabKey = (e) => {
-    const i = TABS.findIndex(([k]) => k === tab);
-    let j = null;
-    if (e.key === 'ArrowRight') j = (i + 1) % TABS.length;
-    if (e.key === 'ArrowLeft') j = (i - 1 + TABS.length) % TABS.length;
-    if (e.key === 'Home') j = 0;
-    if (e.key === 'End') j = TABS.length - 1;
-    if (j == null) return;
-    e.preventDefault();
-    setTab(TABS[j][0]);
-    tabRefs.current[TABS[j][0]].focus();
-  };
-
   const prov = provisionerStatus(settings.provisioner, now);
   const lease = leaseWords(settings.provisioner && settings.provisioner.lease, now);
   const d = form.defaults;
@@ -165,13 +157,9 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
   return html`<${Dialog} title=${settings.url || settings.socket ? 'Slurm connection' : 'Set up Slurm'} onClose=${onClose} wide=${true}
       initialFocus='[role="tab"][aria-selected="true"]'>
     <form onSubmit=${(e) => { e.preventDefault(); save(false); }} novalidate>
-      <div role="tablist" aria-label="Slurm settings" class="tabs">
-        ${TABS.map(([k, label]) => html`<button type="button" role="tab" id=${`tab-${k}`} aria-controls=${`panel-${k}`}
-          aria-selected=${tab === k ? 'true' : 'false'} tabindex=${tab === k ? 0 : -1} ref=${(el) => { tabRefs.current[k] = el; }}
-          onClick=${() => setTab(k)} onKeyDown=${onTabKey}>${label}</button>`)}
-      </div>
+      <${TabList} label="Slurm settings" tabs=${TABS} selected=${tab} onSelect=${setTab} />
 
-      <div role="tabpanel" id="panel-connection" aria-labelledby="tab-connection" hidden=${tab !== 'connection'} class="panel">
+      <${TabPanel} name="connection" selected=${tab}>
         <label class="check big"><input type="checkbox" checked=${form.enabled} onChange=${(e) => set('enabled', e.currentTarget.checked)} />
           Slurm enabled (the provisioner submits and keeps jobs running)</label>
         <fieldset class="inline">
@@ -187,7 +175,6 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
                 help="Path of slurmrestd's unix socket" />`}
           <${Text} id="s-user" label="Slurm user" value=${form.user} onInput=${(v) => set('user', v)} error=${err('user')}
             help="Sent as X-SLURM-USER-NAME; jobs run as this user." />
-          <${Secret} id="s-token" label="JWT" what="JWT" value=${form.token} onChange=${(v) => set('token', v)} error=${err('token')} />
           <${Text} id="s-version" label="API version" value=${form.api_version} onInput=${(v) => set('api_version', v)} error=${err('api_version')}
             help="auto negotiates (v0.0.38 to v0.0.44)" />
           <${Text} id="s-timeout" label="Timeout (seconds)" value=${form.timeout} onInput=${(v) => set('timeout', v)} error=${err('timeout')} inputmode="numeric" />
@@ -196,15 +183,32 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
         </div>
         <label class="check"><input type="checkbox" checked=${form.verify} onChange=${(e) => set('verify', e.currentTarget.checked)} /> Verify the TLS certificate</label>
 
+        <fieldset class=${`inline${err('token_source') ? ' invalid' : ''}`} aria-describedby="s-source-help">
+          <legend>JWT source</legend>
+          ${TOKEN_SOURCES.map(([k, label]) => html`<label class="check" key=${k}><input type="radio" name="token_source" value=${k}
+            checked=${form.token_source === k} onChange=${() => set('token_source', k)} /> ${label}</label>`)}
+        </fieldset>
+        <p class="help" id="s-source-help">${SOURCE_HELP[form.token_source] || ''}</p>
+        ${err('token_source') && html`<p class="error">${err('token_source')}</p>`}
+        <div class="grid2">
+          ${form.token_source === 'static' && html`<${Secret} id="s-token" label="JWT" what="JWT" value=${form.token} onChange=${(v) => set('token', v)} error=${err('token')} />`}
+          ${form.token_source === 'key_file' && html`<${Text} id="s-keyfile" label="Key file" value=${form.token_key_file} onInput=${(v) => set('token_key_file', v)}
+              error=${err('token_key_file')} mono=${true} help="The site's HS256 key, the file slurmctld reads from AuthAltParameters=jwt_key=…, on the provisioner's host and this one." />
+            <${Text} id="s-lifespan" label="Token lifespan (seconds)" value=${form.token_lifespan} onInput=${(v) => set('token_lifespan', v)}
+              error=${err('token_lifespan')} inputmode="numeric" help="30 to 86400; empty: 1800. A token is renewed once a third of its life is left." />`}
+          ${form.token_source === 'command' && html`<${Text} id="s-command" label="Command" value=${form.token_command} onInput=${(v) => set('token_command', v)}
+              error=${err('token_command')} mono=${true} help="Run by /bin/sh; prints SLURM_JWT=… or the bare token. Runs only where the daemon has OBLETH_ALLOW_TOKEN_COMMAND=1." />`}
+        </div>
+
         <div class="test-box">
           <button type="button" onClick=${runTest} aria-disabled=${testing ? 'true' : undefined}>${testing ? 'Testing…' : 'Test connection'}</button>
           <div role="status" aria-live="polite" class="test-out">${testing ? 'Testing the connection…' : html`<${TestResult} result=${test} now=${now} />`}</div>
         </div>
         <p class="muted prov-line"><span class=${`level-${prov.level}`}>${prov.text}</span>${lease ? ` ${lease}` : ''}
           ${prov.error ? html` Last error: <span class="detail">${prov.error}</span>` : ''}</p>
-      </div>
+      <//>
 
-      <div role="tabpanel" id="panel-defaults" aria-labelledby="tab-defaults" hidden=${tab !== 'defaults'} class="panel">
+      <${TabPanel} name="defaults" selected=${tab}>
         <p class="help">Values recipes refer to, so none of them hard-codes a path.</p>
         <div class="grid2">
           <${Text} id="d-partition" label="Default partition" value=${d.partition} onInput=${(v) => setD('partition', v)} error=${err('defaults.partition')} />
@@ -228,8 +232,17 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
           <${Area} id="d-modules" label="Modules to load (one per line)" value=${d.modules} onInput=${(v) => setD('modules', v)} error=${err('defaults.modules')} />
           <${Area} id="d-env" label="Job environment (NAME=value, one per line)" value=${d.environment} onInput=${(v) => setD('environment', v)}
             error=${Object.keys(errors).filter((k) => k.startsWith('defaults.environment')).map((k) => errors[k])[0]} />
+          <${Area} id="d-groups" label="Slurm user's groups (user_groups, one per line)" value=${d.user_groups} onInput=${(v) => setD('user_groups', v)}
+            error=${Object.keys(errors).filter((k) => k.startsWith('defaults.user_groups')).map((k) => errors[k])[0]}
+            help="The groups slurmctld sees for the Slurm user, for partitions with AllowGroups. Empty: this host's group database." />
+          <${Field} id="d-epl" label="EnforcePartLimits" error=${err('defaults.enforce_part_limits')}
+              help="slurmctld's setting (slurmrestd does not report it): with ANY or ALL a job a partition does not allow is refused at submit, else it pends.">
+            <select id="d-epl" value=${d.enforce_part_limits} aria-describedby="d-epl-help" onChange=${(e) => setD('enforce_part_limits', e.currentTarget.value)}>
+              ${ENFORCE_PART_LIMITS.map((v) => html`<option key=${v} value=${v}>${v || '(unknown)'}</option>`)}
+            </select>
+          <//>
         </div>
-      </div>
+      <//>
 
       <${ErrorNote} err=${saveErr} label="Not saved" />
       <div class="actions sheet-actions">

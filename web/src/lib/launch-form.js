@@ -36,7 +36,7 @@ const META = {
   stdout: { label: 'Job log (stdout)', kind: 'text' },
   stderr: { label: 'Job log (stderr)', kind: 'text' },
   rollover_margin: { label: 'Rollover margin (minutes)', kind: 'number',
-    help: 'A successor job starts this long, plus the replica\'s measured start-up time, before the time limit. Empty: 5.' },
+    help: 'A successor job starts this long, plus the replica\'s measured start-up time, before the walltime ends. Empty: 5.' },
   'health.path': { label: 'Health check path', kind: 'text' },
   'health.interval': { label: 'Health check every (seconds)', kind: 'number' },
   'health.timeout': { label: 'Health check timeout (seconds)', kind: 'number' },
@@ -167,4 +167,25 @@ export function specValues(spec, fields) {
     if (v != null && v !== '' && !same(v, f.value)) out[f.field] = v;
   }
   return out;
+}
+
+/**
+ * What Review shows of the request to slurmrestd: its line and body, or, before Slurm is connected
+ * (no API version, so no request), a sentence instead of "null" pieces.
+ * @returns {{known: true, line: string, body: string} | {known: false, text: string}}
+ */
+export function slurmRequestView(preview) {
+  if (!preview.api_version || preview.slurm_request == null) {
+    return { known: false, text: 'The request to slurmrestd is not known until Slurm is connected: its shape depends on the API version slurmrestd speaks.' };
+  }
+  return { known: true, line: `POST /slurm/${preview.api_version}/job/submit (secrets masked)`, body: JSON.stringify(preview.slurm_request, null, 2) };
+}
+
+/** The preview's `placeholders` in words: which parts of the script and request are filled in at submit. */
+export function placeholdersText(p) {
+  if (!p) return null;
+  const note = String(p.note || 'some values are fixed per replica when the provisioner submits it');
+  const id = p.model_id === 0 ? 'model id 0 (the model\'s id once launched)' : `model id ${p.model_id}`;
+  return `${note.charAt(0).toUpperCase()}${note.slice(1)}. Until then they show ${id}, replica slot ${p.slot}` +
+    `${p.nonce ? `, nonce ${p.nonce}` : ''}, and the first port of the port range.`;
 }

@@ -74,3 +74,28 @@ test('editing a deployment: only the spec\'s values that differ from the recipe\
   const spec = { partition: 'debug', qos: null, time_limit: 30, health: { path: '/health', interval: 5 }, inputs: { mode: 'ok' }, model_name: 'x' };
   assert.deepEqual(specValues(spec, fields), { partition: 'debug', 'health.interval': 5 });
 });
+
+test('Review shows the slurmrestd request only when it is known, never null pieces', async () => {
+  const { slurmRequestView } = await import('./launch-form.js');
+  const none = slurmRequestView({ api_version: null, slurm_request: null });
+  assert.equal(none.known, false);
+  assert.match(none.text, /not known until Slurm is connected/);
+  assert.ok(!/null/.test(JSON.stringify(none)), 'null pieces shown');
+  const got = slurmRequestView({ api_version: 'v0.0.38', slurm_request: { script: '#!/bin/sh', job: { name: 'x' } } });
+  assert.equal(got.known, true);
+  assert.equal(got.line, 'POST /slurm/v0.0.38/job/submit (secrets masked)');
+  assert.equal(got.body, JSON.stringify({ script: '#!/bin/sh', job: { name: 'x' } }, null, 2));
+});
+
+test('Review says which parts are placeholders until submit', async () => {
+  const { placeholdersText } = await import('./launch-form.js');
+  const t = placeholdersText({ model_id: 0, slot: 1, nonce: '0000000000000000', instance: '382bf636',
+    note: 'the job name, comment and port are fixed per replica when the provisioner submits it' });
+  assert.match(t, /^The job name, comment and port are fixed per replica when the provisioner submits it\./);
+  assert.match(t, /model id 0 \(the model's id once launched\)/);
+  assert.match(t, /slot 1/);
+  assert.match(t, /nonce 0000000000000000/);
+  assert.match(t, /first port of the port range/);
+  assert.equal(placeholdersText(null), null);
+  assert.match(placeholdersText({ model_id: 7, slot: 1, nonce: 'ab', note: 'n' }), /model id 7[,;]/);
+});

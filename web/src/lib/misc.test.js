@@ -44,7 +44,7 @@ test('an environment line without = and half a port range are refused at their f
 
 test('the connection test sends what is typed, and the token only when it changed', () => {
   const f = fromSettings(saved);
-  assert.deepEqual(toTestBody(f), { url: 'http://slurm:6820', user: 'obleth', verify: true, api_version: 'auto' });
+  assert.deepEqual(toTestBody(f), { url: 'http://slurm:6820', user: 'obleth', verify: true, api_version: 'auto', token_source: 'static' });
   f.token = { value: 'jwt', clear: false, set: true };
   assert.equal(toTestBody(f).token, 'jwt');
 });
@@ -81,4 +81,69 @@ test('a first setup starts enabled; a saved connection keeps what was saved', ()
   assert.equal(fromSettings({ enabled: false, url: null, socket: null, defaults: {} }).enabled, true);
   assert.equal(fromSettings({ ...saved, enabled: false }).enabled, false);
   assert.equal(fromSettings(saved).enabled, true);
+});
+
+// A whole GET /settings/slurm answer: PUT replaces the document, so a Save must send back every setting
+// the sheet got, shown or not (and keys a newer server adds), unchanged unless the user changed them.
+const fullGet = {
+  ...saved,
+  token_source: 'key_file', token_key_file: '/etc/obleth/jwt_hs256.key', token_command: null, token_lifespan: 3600,
+  token_expires_at: 1900000000, token_renewed_at: 1899990000, token_warning: null, updated_at: 1899000000,
+  provisioner: { checked_in_at: 1899999000, failed_passes: 0, last_error: null, lease: null, token: null },
+  a_future_setting: { kept: ['as', 'is'] },
+  defaults: { ...saved.defaults, user_groups: ['hpc', 'obleth-staff'], enforce_part_limits: 'ALL',
+    a_future_default: 42 },
+};
+
+test('a Save sends back every setting it got, shown or not, unchanged (a GET answer round-trips)', () => {
+  const { body } = toBody(fromSettings(fullGet));
+  const expected = structuredClone(fullGet);
+  expected.defaults.hf_token = MASK; // a secret left alone goes back as the mask: the server keeps it
+  assert.deepEqual(body, expected);
+});
+
+test('the JWT source, key file, command and lifespan, user_groups and EnforcePartLimits are edited by the form', () => {
+  const f = fromSettings(fullGet);
+  assert.equal(f.token_source, 'key_file');
+  assert.equal(f.token_key_file, '/etc/obleth/jwt_hs256.key');
+  assert.equal(f.token_lifespan, '3600');
+  assert.equal(f.defaults.user_groups, 'hpc\nobleth-staff');
+  assert.equal(f.defaults.enforce_part_limits, 'ALL');
+  f.token_source = 'command';
+  f.token_command = ' ssh login1 scontrol token lifespan=3600 ';
+  f.token_lifespan = '';
+  f.defaults.user_groups = ' hpc \n\n research ';
+  f.defaults.enforce_part_limits = '';
+  const { body } = toBody(f);
+  assert.equal(body.token_source, 'command');
+  assert.equal(body.token_command, 'ssh login1 scontrol token lifespan=3600');
+  assert.equal(body.token_key_file, '/etc/obleth/jwt_hs256.key', 'the key file stays saved for a switch back');
+  assert.equal(body.token_lifespan, null, 'empty: the default lifespan');
+  assert.deepEqual(body.defaults.user_groups, ['hpc', 'research']);
+  assert.equal(body.defaults.enforce_part_limits, null, 'empty: unknown');
+  f.defaults.user_groups = '';
+  f.token_lifespan = 'soon';
+  const r = toBody(f);
+  assert.deepEqual(r.errors.map((e) => e.field), ['token_lifespan']);
+  f.token_lifespan = '600';
+  assert.equal(toBody(f).body.defaults.user_groups, null, 'no groups typed: the host\'s group database');
+  assert.equal(toBody(f).body.token_lifespan, 600);
+});
+
+test('a first setup (nothing saved) starts with a static JWT and unknown groups', () => {
+  const f = fromSettings({ enabled: false, url: null, socket: null, defaults: {} });
+  assert.equal(f.token_source, 'static');
+  const { body } = toBody(f);
+  assert.equal(body.token_source, 'static');
+  assert.equal(body.defaults.user_groups, null);
+  assert.equal(body.defaults.enforce_part_limits, null);
+});
+
+test('the connection test sends the JWT source as typed', () => {
+  const f = fromSettings(fullGet);
+  const b = toTestBody(f);
+  assert.equal(b.token_source, 'key_file');
+  assert.equal(b.token_key_file, '/etc/obleth/jwt_hs256.key');
+  assert.equal(b.token_lifespan, 3600);
+  assert.ok(!('token_command' in b));
 });

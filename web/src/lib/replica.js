@@ -2,19 +2,35 @@
 // provisioner decides the state; this only lays the states out as steps.
 import { duration } from './format.js';
 
-/** The steps a replica walks through while it comes up, in order. */
-export const STEPS = [
-  { key: 'pending', label: 'Waiting to submit' },
-  { key: 'submitted', label: 'Queued in Slurm' },
-  { key: 'starting', label: 'Starting' },
-  { key: 'healthy', label: 'Healthy' },
-];
-
-const OFF_PATH = {
-  unhealthy: 'Unhealthy: failing health checks, out of the endpoints',
-  ending: 'Ending: cancel asked or draining',
+/**
+ * Every replica state in words (the states of docs/replicas-and-failures.md, DESIGN's "replica"). The
+ * page never shows a state's raw name.
+ */
+export const STATE_LABELS = {
+  pending: 'Waiting to submit',
+  submitted: 'Queued in Slurm',
+  starting: 'Starting',
+  healthy: 'Healthy',
+  unhealthy: 'Unhealthy',
+  ending: 'Ending',
   ended: 'Ended',
-  lost: 'Lost: ended too often in a row, not replaced until “Try once more”',
+  lost: 'Lost',
+};
+
+/** A state's label; a state this page does not know yet is said as such, with its name. */
+export function stateLabel(state) {
+  return STATE_LABELS[state] || `Unknown state “${state}”`;
+}
+
+/** The steps a replica walks through while it comes up, in order. */
+export const STEPS = ['pending', 'submitted', 'starting', 'healthy'].map((key) => ({ key, label: STATE_LABELS[key] }));
+
+// what a state off the path means, in the words of docs/replicas-and-failures.md
+const OFF_PATH = {
+  unhealthy: 'failing health checks, out of the endpoints',
+  ending: 'a cancel was sent (restart, pause, surplus, rollover drain) or Slurm is ending the job',
+  ended: 'the job is over; Slurm\'s end state and reason are beside it',
+  lost: 'ended too often in a row, not replaced until “Try once more”',
 };
 
 /** Steps with their status (done / current / todo), and what is off the path, if anything. */
@@ -27,7 +43,10 @@ export function progress(r) {
   const steps = STEPS.map((s, i) => ({ ...s,
     status: i < reached || (i === reached && idx < 0) ? 'done' : i === reached ? 'current' : 'todo' }));
   if (r.state === 'healthy') steps[3].status = 'done';
-  return { steps, off: idx < 0 ? { state: r.state, label: OFF_PATH[r.state] || r.state } : null };
+  if (idx >= 0) return { steps, off: null };
+  const label = stateLabel(r.state);
+  const why = OFF_PATH[r.state] || '';
+  return { steps, off: { state: r.state, label: why ? `${label}: ${why}` : label, name: label, why } };
 }
 
 /** One line saying where the replica is, for screen readers and the live region. */

@@ -55,3 +55,25 @@ test('a job that failed shows as trouble; a cancelled or completed one does not'
   assert.equal(outcomeLevel('CANCELLED'), 'muted');
   assert.equal(outcomeLevel('COMPLETED'), 'muted');
 });
+
+test('every replica state of docs/replicas-and-failures.md has a label in words, never its raw name', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { stateLabel, STATE_LABELS } = await import('./replica.js');
+  const doc = readFileSync(new URL('../../../docs/replicas-and-failures.md', import.meta.url), 'utf8');
+  const section = doc.split('## Replica states')[1].split('\n## ')[0];
+  const states = [...section.matchAll(/^\| `([a-z_]+)` \|/gm)].map((m) => m[1]);
+  assert.deepEqual(states, ['pending', 'submitted', 'starting', 'healthy', 'unhealthy', 'ending', 'ended', 'lost']);
+  assert.deepEqual(Object.keys(STATE_LABELS).sort(), [...states].sort());
+  for (const s of states) {
+    const label = stateLabel(s);
+    assert.ok(label && label !== s, `${s} has no label`);
+    assert.match(label, /^[A-Z]/);
+    // what the page says about a replica in that state uses the label too
+    const said = stepText({ state: s, job_id: 1, started_at: 1 });
+    assert.ok(said.startsWith(label), `${s}: "${said}" does not start with "${label}"`);
+  }
+  assert.equal(stateLabel('pending'), 'Waiting to submit');
+  assert.equal(stateLabel('submitted'), 'Queued in Slurm');
+  assert.match(progress({ state: 'ended', job_id: 1 }).off.why, /job is over/);
+  assert.match(progress({ state: 'lost', job_id: 1 }).off.why, /Try once more/);
+});

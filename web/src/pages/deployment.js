@@ -35,7 +35,7 @@ function Steps({ r }) {
         <span class="dot" aria-hidden="true"></span><span class="step-label">${s.label}</span>
         <span class="sr-only">${s.status === 'done' ? ' (done)' : s.status === 'current' ? ' (now)' : ''}</span></li>`)}
     </ol>
-    ${p.off && html`<p class=${`off ${p.off.state}`}><${Badge} value=${p.off.state} /> ${p.off.label.replace(/^[^:]+: ?/, '')}</p>`}
+    ${p.off && html`<p class=${`off ${p.off.state}`}><${Badge} value=${p.off.state} label=${p.off.name} /> ${p.off.why}</p>`}
   </div>`;
 }
 
@@ -116,7 +116,7 @@ function Settings({ spec, recipe }) {
     <${Item} term="Partition">${spec.partition}<//>
     <${Item} term="Account">${spec.account || html`<span class="muted">default</span>`}<//>
     <${Item} term="QoS">${spec.qos || html`<span class="muted">default</span>`}<//>
-    <${Item} term="Time limit">${minutes(spec.time_limit)}<//>
+    <${Item} term="Walltime">${minutes(spec.time_limit)}<//>
     <${Item} term="Replicas wanted">${spec.replicas}<//>
     <${Item} term="Nodes">${spec.nodes}<//>
     <${Item} term="GPUs per node">${gpus}<//>

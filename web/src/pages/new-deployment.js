@@ -10,7 +10,9 @@ import { api } from '../api.js';
 import { Link, navigate } from '../router.js';
 import { Layout } from '../components/layout.js';
 import { CopyButton, ErrorNote } from '../components/notice.js';
-import { fieldMeta, provenanceText, requestBody, typed, toYaml, valuesFromYaml, changes, partitionText } from '../lib/launch-form.js';
+import { TabList, TabPanel } from '../components/tabs.js';
+import { fieldMeta, provenanceText, requestBody, typed, toYaml, valuesFromYaml, changes, partitionText,
+  slurmRequestView, placeholdersText } from '../lib/launch-form.js';
 
 const ENGINE_NAMES = { vllm: 'vLLM', sglang: 'SGLang', llamacpp: 'llama.cpp', ollama: 'Ollama', smoke: 'smoke' };
 const engineName = (e) => ENGINE_NAMES[e] || e;
@@ -24,16 +26,15 @@ function size(bytes) {
 
 // ---------------------------------------------------------------- step 1
 
-function RecipeList({ title, recipes, onPick }) {
-  return html`<section class="card" aria-labelledby=${`rl-${title}`}>
-    <h2 id=${`rl-${title}`}>${title}</h2>
-    ${recipes.length === 0 ? html`<p class="empty">None yet. Tick “Also save these settings as a recipe” when you launch.</p>` : html`
-    <ul class="recipes plain">${recipes.map((r) => html`<li key=${r.id} class="recipe">
+function RecipeList({ title, recipes, onPick, empty }) {
+  return html`<div>
+    ${recipes.length === 0 ? html`<p class="empty">${empty}</p>` : html`
+    <ul class="recipes plain" aria-label=${`${title} recipes`}>${recipes.map((r) => html`<li key=${r.id} class="recipe">
       <div class="grow"><strong>${r.name}</strong> <span class="badge muted">${engineName(r.engine)}</span>
         <p class="help">${r.description || ''}</p></div>
       <button type="button" onClick=${() => onPick({ recipe_id: r.id }, r.name)} aria-label=${`Use ${r.name}`}>Use</button>
     </li>`)}</ul>`}
-  </section>`;
+  </div>`;
 }
 
 function FromHub({ onPick }) {
@@ -51,8 +52,8 @@ function FromHub({ onPick }) {
     } catch (x) { setErr(x); }
     setBusy(false);
   };
-  return html`<section class="card" aria-labelledby="hf-h">
-    <h2 id="hf-h">From Hugging Face</h2>
+  return html`<div>
+    <p class="help">Enter a repo id: obleth reads the repo and lists the engines that can run it.</p>
     <form class="inline-form" onSubmit=${read}>
       <div class="field"><label for="hf-repo">Repo id</label>
         <input id="hf-repo" value=${repo} onInput=${(e) => setRepo(e.target.value)} placeholder="Qwen/Qwen2.5-7B-Instruct" required /></div>
@@ -92,19 +93,35 @@ function FromHub({ onPick }) {
         </li>`;
       })}</ul>`}
     </div>`}
-  </section>`;
+  </div>`;
 }
 
-function Pick({ onPick }) {
+const PICK_TABS = [['saved', 'Saved'], ['library', 'Library'], ['hf', 'From Hugging Face']];
+
+/** Step 1: three choices as tabs — Saved recipes, Library recipes, From Hugging Face. It opens on Saved
+ * when there are saved recipes, else on Library. Every panel stays in the page (what is typed stays). */
+function Pick({ onPick, tab, setTab }) {
   const [recipes, setRecipes] = useState(null);
   const [err, setErr] = useState(null);
   useEffect(() => { api.get('/recipes').then((r) => setRecipes(r.recipes), setErr); }, []);
-  return html`<div>
+  const saved = (recipes || []).filter((r) => r.source === 'saved');
+  const library = (recipes || []).filter((r) => r.source !== 'saved');
+  const shown = tab || (saved.length ? 'saved' : 'library');
+  const p = 'pick-';
+  return html`<section class="card pick" aria-labelledby="pick-h">
+    <h2 id="pick-h">Pick what to run</h2>
     <${ErrorNote} err=${err} />
-    ${recipes && html`<${RecipeList} title="Saved" recipes=${recipes.filter((r) => r.source === 'saved')} onPick=${onPick} />
-      <${RecipeList} title="Library" recipes=${recipes.filter((r) => r.source !== 'saved')} onPick=${onPick} />`}
-    <${FromHub} onPick=${onPick} />
-  </div>`;
+    <${TabList} label="What to run" tabs=${PICK_TABS} selected=${shown} onSelect=${setTab} prefix=${p} />
+    <${TabPanel} name="saved" selected=${shown} prefix=${p}>
+      ${recipes ? html`<${RecipeList} title="Saved" recipes=${saved} onPick=${onPick}
+        empty="None yet. Tick “Also save these settings as a recipe” when you launch." />` : html`<p class="muted">Loading…</p>`}
+    <//>
+    <${TabPanel} name="library" selected=${shown} prefix=${p}>
+      ${recipes ? html`<${RecipeList} title="Library" recipes=${library} onPick=${onPick} empty="No library recipes are installed." />`
+        : html`<p class="muted">Loading…</p>`}
+    <//>
+    <${TabPanel} name="hf" selected=${shown} prefix=${p}><${FromHub} onPick=${onPick} /><//>
+  </section>`;
 }
 
 // ---------------------------------------------------------------- step 2
@@ -184,13 +201,14 @@ function Partitions({ f, preview, raw, set, describedBy }) {
 
 function Field({ f, meta, raw, set, reset, preview }) {
   const id = fid(f.field);
-  const describedBy = [`${id}-prov`, meta.help ? `${id}-help` : null, f.error ? `${id}-err` : null].filter(Boolean).join(' ');
+  // a read-only field (the model's name when editing) has no provenance: nobody chose its value here
+  const describedBy = [meta.readOnly ? null : `${id}-prov`, meta.help ? `${id}-help` : null, f.error ? `${id}-err` : null].filter(Boolean).join(' ');
   const body = meta.kind === 'partition'
     ? html`<${Partitions} f=${f} preview=${preview} raw=${raw} set=${set} describedBy=${describedBy} />`
     : html`<label for=${id}>${meta.label}</label><${Control} id=${id} f=${f} meta=${meta} raw=${raw} set=${set} preview=${preview} describedBy=${describedBy} />`;
   return html`<div class=${`field${f.error ? ' invalid' : ''}${meta.kind === 'partition' ? ' wide' : ''}`} data-field=${f.field}>
     ${body}
-    <${Provenance} id=${id} f=${meta.readOnly ? { ...f, provenance: 'user' } : f} onReset=${meta.readOnly ? null : reset} />
+    ${!meta.readOnly && html`<${Provenance} id=${id} f=${f} onReset=${reset} />`}
     ${meta.help && html`<p class="help" id=${`${id}-help`}>${meta.help}${meta.min != null || meta.max != null ? ` (${meta.min ?? '…'}–${meta.max ?? '…'})` : ''}</p>`}
     ${f.error && html`<p class="error-text field-error" id=${`${id}-err`}>${f.error.message}</p>`}
   </div>`;
@@ -216,7 +234,7 @@ function Suggestions({ preview, onApply, applied }) {
 
 const changedText = (n) => (n === 1 ? '1 setting changed by you' : `${n} settings changed by you`);
 
-function YamlEditor({ source, preview, values, setValues, onBad, draft }) {
+function YamlEditor({ source, preview, values, setValues, onBad, draft, lockName }) {
   // a text with problems is kept when switching to the form and back (draft), else made from the form
   const [text, setText] = useState(() => (draft.current != null ? draft.current : toYaml(preview.fields, values)));
   const [diags, setDiags] = useState([]);
@@ -258,7 +276,7 @@ function YamlEditor({ source, preview, values, setValues, onBad, draft }) {
       <ol class="line-notes" aria-hidden="true">${lines.map((_, i) => html`<li key=${i} data-line=${i + 1}>${(byLine[i + 1] || []).map((d) => d.message).join('; ')}</li>`)}</ol>
     </div>
     <div id="yaml-diags" role="status">
-      ${diags.length === 0 ? html`<p class="ok-note">${checking ? 'Checking…' : `No problems · ${changedText(Object.keys(values).length)}`}</p>` : html`<ul class="plain diagnostics" aria-label="Problems in the YAML">
+      ${diags.length === 0 ? html`<p class="ok-note">${checking ? 'Checking…' : `No problems · ${changedText(Object.keys(values).filter((k) => !(lockName && k === 'api_model_name')).length)}`}</p>` : html`<ul class="plain diagnostics" aria-label="Problems in the YAML">
         ${diags.map((d, i) => html`<li key=${i} class="error-text">${d.line ? `Line ${d.line}${d.column ? `, column ${d.column}` : ''}: ` : ''}${d.message}</li>`)}</ul>`}
     </div>
   </div>`;
@@ -282,7 +300,8 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
         <button type="button" aria-pressed=${yaml ? 'true' : 'false'} onClick=${() => setYaml(!yaml)}>Edit as › YAML</button></div>
       ${!yaml && draft.current != null && html`<p class="warn-text" role="status">The YAML has problems: the form shows the last settings that checked. Choose Edit as › YAML to fix them (your text is kept).</p>`}
       ${(preview.warnings || []).length > 0 && html`<ul class="plain warnings">${preview.warnings.map((w, i) => html`<li key=${i} class="warn-text">${typeof w === 'string' ? w : w.message}</li>`)}</ul>`}
-      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} draft=${draft} />`
+      ${yaml ? html`<${YamlEditor} source=${source} preview=${preview} values=${values} setValues=${setValues} onBad=${onYamlBad} draft=${draft}
+        lockName=${lockName} />`
     : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
         ${fs.map((f) => {
           const meta = lockName && f.field === 'api_model_name'
@@ -304,6 +323,8 @@ function Review({ preview, launch, busy, err, submitText = null }) {
   const s = preview.settings || {};
   const v = (k) => (s[k] && s[k].value != null ? String(s[k].value) : '(default)');
   const saveErr = err && err.field && err.field.startsWith('save_recipe') ? err : null;
+  const req = slurmRequestView(preview);
+  const placeholders = placeholdersText(preview.placeholders);
   const submit = (e) => { e.preventDefault(); launch(save ? { id: id.trim(), name: name.trim() || id.trim() } : null); };
   return html`<form onSubmit=${submit}>
     <section class="card" aria-labelledby="rv-h">
@@ -312,14 +333,18 @@ function Review({ preview, launch, busy, err, submitText = null }) {
         walltime <strong>${v('time_limit')} min</strong>, ${v('replicas')} replica(s).</p>
       ${(preview.warnings || []).length > 0 && html`<div><h3>Warnings</h3><ul class="warnings">${preview.warnings.map((w, i) => html`<li key=${i}>${typeof w === 'string' ? w : w.message}</li>`)}</ul></div>`}
     </section>
+    ${placeholders && html`<p class="help" id="ph-note">${placeholders}</p>`}
     <section class="card" aria-labelledby="js-h">
-      <div class="card-head"><h2 id="js-h">Job script</h2><${CopyButton} text=${preview.job_script} label="Copy the job script" /></div>
-      <pre class="code" tabindex="0" aria-label="Job script (read-only)">${preview.job_script}</pre>
+      <div class="card-head"><h2 id="js-h">Job script</h2>${preview.job_script != null && html`<${CopyButton} text=${preview.job_script} label="Copy the job script" />`}</div>
+      ${preview.job_script != null
+        ? html`<pre class="code" tabindex="0" aria-label="Job script (read-only)" aria-describedby=${placeholders ? 'ph-note' : undefined}>${preview.job_script}</pre>`
+        : html`<p class="empty">The job script is not known until Slurm is connected.</p>`}
     </section>
     <section class="card" aria-labelledby="sr-h">
-      <div class="card-head"><h2 id="sr-h">Sent to slurmrestd</h2><${CopyButton} text=${JSON.stringify(preview.slurm_request, null, 2)} label="Copy the request" /></div>
-      <p class="help">POST /slurm/${preview.api_version}/job/submit (secrets masked)</p>
-      <pre class="code" tabindex="0" aria-label="slurmrestd request (read-only)">${JSON.stringify(preview.slurm_request, null, 2)}</pre>
+      <div class="card-head"><h2 id="sr-h">Sent to slurmrestd</h2>${req.known && html`<${CopyButton} text=${req.body} label="Copy the request" />`}</div>
+      ${req.known ? html`<p class="help">${req.line}</p>
+        <pre class="code" tabindex="0" aria-label="slurmrestd request (read-only)" aria-describedby=${placeholders ? 'ph-note' : undefined}>${req.body}</pre>`
+      : html`<p class="empty">${req.text} <${Link} href="/deployments?slurm=1">Set up Slurm<//> on Deployments.</p>`}
     </section>
     <section class="card" aria-labelledby="sv-h">
       <h2 id="sv-h" class="sr-only">${submitText || 'Launch'}</h2>
@@ -345,10 +370,11 @@ export function NewDeployment({ loc }) {
   const [step, setStep] = useState(1);
   const [source, setSource] = useState(null);
   const [label, setLabel] = useState('');
+  const [pickTab, setPickTab] = useState(null); // the step-1 choice, kept for Back
   return html`<${Layout} title="New deployment" path=${loc.path}>
     <ol class="wizard" aria-label="Steps">${STEPS.map((s, i) => html`<li key=${s} aria-current=${step === i + 1 ? 'step' : undefined}
       class=${step === i + 1 ? 'current' : step > i + 1 ? 'done' : ''}>${i + 1}. ${s}</li>`)}</ol>
-    ${step === 1 ? html`<${Pick} onPick=${(src, l) => { setSource(src); setLabel(l); setStep(2); }} />`
+    ${step === 1 ? html`<${Pick} tab=${pickTab} setTab=${setPickTab} onPick=${(src, l) => { setSource(src); setLabel(l); setStep(2); }} />`
     : html`<${Configure} source=${source} label=${label} step=${step} setStep=${setStep} />`}
   <//>`;
 }
