@@ -319,6 +319,12 @@ describe("library recipes", function()
   end)
 
   for _, name in ipairs(names) do
+    it(name .. ": every setting says where it came from in the form's words (none is obleth's built-in)", function()
+      local r = load(name)
+      local res = recipe.resolve(r, { inputs = { model = "/m", gguf_path = "/m/x.gguf" } }, {}, nil)
+      for f, p in pairs(res.provenance) do assert.are_not.equal("builtin", p, name .. ": " .. f) end
+    end)
+
     it(name .. " loads, has id = file name, and hard-codes no site path", function()
       local r = load(name)
       assert.equal(name, r.id)
