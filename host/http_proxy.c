@@ -18,7 +18,7 @@
  * It must be called from the handler's task, before anything was sent
  * through res. It returns when the exchange is over:
  *   status, nil, nil, ttfb        the answer went through (status is the endpoint's)
- *   nil, code, message            nothing reached the client; code is
+ *   nil, {code, message}          nothing reached the client; code is
  *       "unreachable"      the connection was refused or could not be made
  *       "connect_timeout"  no connection within connect_timeout
  *       "closed"           the endpoint closed the connection before answering
@@ -620,11 +620,14 @@ static void proxy_done(response *r, const proxy_result *res) {
     lua_State *co = r->w.co;
     if (!co) return;
     int nret = 4;
-    if (res->status == 0) {
+    if (res->status == 0) { /* nil, {code, message} (docs/errors.md) */
         lua_pushnil(co);
+        lua_createtable(co, 0, 2);
         lua_pushstring(co, res->code);
+        lua_setfield(co, -2, "code");
         lua_pushstring(co, res->message);
-        nret = 3;
+        lua_setfield(co, -2, "message");
+        nret = 2;
     } else {
         lua_pushinteger(co, res->status);
         if (res->code) lua_pushstring(co, res->code);

@@ -213,11 +213,11 @@ end
 
 --- The cluster facts the checks need, normalized (cached M.FACTS_TTL seconds).
 ---@return table|nil {partitions, nodes, associations, qos, api_version, user, enforce_part_limits},
----@return {code: "no_connection"|"no_slurm_user"|"slurm", message: string}|nil why not
+---@return {code: "not_configured"|"no_slurm_user"|"slurm", message: string}|nil why not
 function M.facts(app)
   local s = app:slurm_settings()
   if not s.url and not s.socket then
-    return nil, { code = "no_connection", message = "no slurmrestd connection is set up" }
+    return nil, { code = "not_configured", message = "no slurmrestd connection is set up" }
   end
   local c = app.cache.launch_facts
   local now = app.clock()

@@ -496,7 +496,7 @@ function M.preview(p)
           defaults = defaults, api_version = p.api_version, bindir = p.bindir, exe = p.exe, instance = p.instance })
         job_script, body = script, b
         if berr then
-          if berr.kind then err(berr.field or "spec", berr.message, berr.kind)
+          if berr.code then err(berr.field or "spec", berr.message, berr.code)
           else warnings[#warnings + 1] = berr.message end
         end
       end

@@ -1,5 +1,10 @@
 --- obleth.recipe.validate — validating a decoded recipe (recipe.validate) and one typed input
 -- value (recipe.check_input).
+--
+-- Errors: leaf parsers (docs/errors.md): `_check_typed_value` (public as `check_input`) and
+-- `_check_rule` check one typed value and return nil, "message"; `validate` collects those as
+-- {field, message} errors, and check_input's callers wrap them into {code, message, field}.
+-- spec/unit/error_shape_spec.lua holds this list.
 local shell = require "obleth.job.shell"
 local timefmt = require "obleth.util.timefmt"
 local tables = require "obleth.util.tables"

@@ -6,6 +6,9 @@
 --   ranges  := range ("," range)*
 --   range   := N | N "-" M                  the width of N is kept ("01-03" -> 01,02,03)
 -- Pure functions, no I/O.
+--
+-- Errors: a leaf parser (docs/errors.md): its functions return nil, "message" for bad input,
+-- and the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
 local M = {}
 
 --- Largest expansion of one value we agree to produce; a larger one is refused as input error.
