@@ -957,15 +957,5 @@ void obleth_http_proxy_open(lua_State *L) {
     /* stack: the obleth.http module table */
     lua_pushcfunction(L, l_proxy_stats);
     lua_setfield(L, -2, "proxy_stats");
-    if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.proxy_pool") != LUA_TNIL) {
-        lua_pop(L, 1);
-        return;
-    }
-    lua_pop(L, 1);
-    lua_newuserdatauv(L, 1, 0);
-    lua_createtable(L, 0, 1);
-    lua_pushcfunction(L, pool_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.proxy_pool");
+    obleth_sentinel(L, "obleth.http.proxy_pool", pool_gc);
 }

@@ -868,15 +868,7 @@ int luaopen_obleth_slurm_rest(lua_State *L) {
     lua_getfield(L, -1, "decode");
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.slurm.json_decode");
     lua_pop(L, 1);
-    if (luaL_newmetatable(L, CONN_MT)) {
-        luaL_newlib(L, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, conn_close);
-        lua_setfield(L, -2, "__close");
-        lua_pushcfunction(L, conn_tostring);
-        lua_setfield(L, -2, "__tostring");
-    }
-    lua_pop(L, 1);
+    obleth_newclass(L, CONN_MT, &(obleth_class){.methods = methods, .close = conn_close, .tostring = conn_tostring});
     luaL_newlib(L, funcs);
     lua_newtable(L);
     for (int i = 0; known[i]; i++) {
