@@ -70,6 +70,23 @@ local function string_error(line)
   return rest:match("^[\"'%(]") ~= nil or rest:match("^%[%[") ~= nil or rest:match("^[%w_.]+%s*%.%.") ~= nil
 end
 
+-- Every line of `paths` that test(line, lines, i, path) flags, as "path:line (note): text" (a
+-- string answer is the note). Comment lines are passed over.
+local function offending(paths, test)
+  local bad = {}
+  for _, path in ipairs(paths) do
+    local lines = lines_of(path)
+    for i, line in ipairs(lines) do
+      local hit = not line:match("^%s*%-%-") and test(line, lines, i, path)
+      if hit then
+        bad[#bad + 1] = ("%s:%d%s: %s"):format(path, i, type(hit) == "string" and " (" .. hit .. ")" or "",
+          line:match("^%s*(.-)%s*$"))
+      end
+    end
+  end
+  return bad
+end
+
 describe("one error shape", function()
   local sources = files("lua/obleth", "lua")
 
@@ -78,19 +95,11 @@ describe("one error shape", function()
   end)
 
   it("no function outside the listed leaf parsers returns nil and a string", function()
-    local bad = {}
-    for _, path in ipairs(sources) do
-      local lines = lines_of(path)
-      for i, line in ipairs(lines) do
-        if not line:match("^%s*%-%-") and string_error(line) then
-          local fns = enclosing(lines, i)
-          if not (any_of(fns, LEAF[path]) or any_of(fns, PREDICATES[path])) then
-            bad[#bad + 1] = ("%s:%d (%s): %s"):format(path, i, table.concat(fns, " in "), line:match("^%s*(.-)%s*$"))
-          end
-        end
-      end
-    end
-    assert.same({}, bad)
+    assert.same({}, offending(sources, function(line, lines, i, path)
+      if not string_error(line) then return false end
+      local fns = enclosing(lines, i)
+      return not (any_of(fns, LEAF[path]) or any_of(fns, PREDICATES[path])) and table.concat(fns, " in ")
+    end))
   end)
 
   it("every listed leaf parser still exists and still says so at its top", function()
@@ -108,34 +117,26 @@ describe("one error shape", function()
   end)
 
   it("no error table carries `kind`, and no code reads err.kind", function()
-    local bad = {}
-    local function scan(path, patterns)
-      for i, line in ipairs(lines_of(path)) do
-        for _, pat in ipairs(patterns) do
-          if line:find(pat) then bad[#bad + 1] = ("%s:%d: %s"):format(path, i, line:match("^%s*(.-)%s*$")) end
-        end
+    local function any(patterns)
+      return function(line)
+        for _, pat in ipairs(patterns) do if line:find(pat) then return true end end
+        return false
       end
     end
-    local lua_patterns = { "nil%s*,%s*{%s*kind%s*=", "[%w_]*err[%w_]*%.kind", "res%.kind", "{%s*kind%s*=%s*[%w_.]*kind",
-      "{%s*kind%s*=%s*\"[%w_]+\"%s*,%s*message" }
-    for _, path in ipairs(sources) do scan(path, lua_patterns) end
-    for _, path in ipairs(files("host", "c")) do scan(path, { 'setfield%(%s*[%w_]+%s*,%s*%-?%d+%s*,%s*"kind"%s*%)' }) end
-    for _, path in ipairs(files("web/src", "js")) do scan(path, { "err%.kind", "error%.kind", "error: { kind" }) end
-    assert.same({}, bad)
+    assert.same({}, offending(sources, any { "nil%s*,%s*{%s*kind%s*=", "[%w_]*err[%w_]*%.kind", "res%.kind",
+      "{%s*kind%s*=%s*[%w_.]*kind", "{%s*kind%s*=%s*\"[%w_]+\"%s*,%s*message" }))
+    assert.same({}, offending(files("host", "c"), any { 'setfield%(%s*[%w_]+%s*,%s*%-?%d+%s*,%s*"kind"%s*%)' }))
+    assert.same({}, offending(files("web/src", "js"), any { "err%.kind", "error%.kind", "error: { kind" }))
   end)
 
   it("Slurm's error number travels as slurm_code: no code = <number> in the Slurm modules", function()
-    local bad = {}
+    local slurm_side = {}
     for _, path in ipairs(sources) do
-      if path:find("^lua/obleth/slurm/") or path:find("^lua/obleth/provisioner/") then
-        for i, line in ipairs(lines_of(path)) do
-          if line:find("[^_]code%s*=%s*%d") or line:find("[^_]code%s*=%s*[%w_]+%[%d+%]")
-            or line:find("[^_]code%s*=%s*[%w_.]+%.slurm_code") then
-            bad[#bad + 1] = ("%s:%d: %s"):format(path, i, line:match("^%s*(.-)%s*$"))
-          end
-        end
-      end
+      if path:find("^lua/obleth/slurm/") or path:find("^lua/obleth/provisioner/") then slurm_side[#slurm_side + 1] = path end
     end
-    assert.same({}, bad)
+    assert.same({}, offending(slurm_side, function(line)
+      return line:find("[^_]code%s*=%s*%d") or line:find("[^_]code%s*=%s*[%w_]+%[%d+%]")
+        or line:find("[^_]code%s*=%s*[%w_.]+%.slurm_code")
+    end))
   end)
 end)
