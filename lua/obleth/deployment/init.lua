@@ -482,7 +482,7 @@ function M.preview(p)
   local rendered, rerrs = recipe.render(r, values.inputs, defaults, { api_name = values.api_name,
     id = p.model and p.model.id or nil }, values)
   if not rendered then
-    for _, e in ipairs(rerrs) do err(e.field, e.message, "invalid") end
+    for _, e in ipairs(rerrs.errors) do err(e.field, e.message, "invalid") end
   else
     local raw = recipe.managed_spec(r, values, rendered)
     raw.enabled = true

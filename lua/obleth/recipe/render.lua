@@ -212,7 +212,8 @@ end
 ---@param resources table|nil resolved resources (nodes, gpus_per_node, ...); default: the recipe's
 ---@return table|nil rendered {script_body=|nil, launch_command=|nil, image=|nil, preamble={lines},
 ---  environment={K=V}, argv=|nil (the launch argv for display: values literal, env refs as $NAME)}
----@return {field: string, message: string}[]|nil errors
+---@return {code: "invalid", field: string, message: string, errors: {field: string, message: string}[]}|nil err
+---  (schema.invalid)
 function M.render(recipe, inputs, defaults, model, resources)
   if type(recipe) ~= "table" then error("recipe.render: recipe must be a validated recipe", 2) end
   local res = {}
@@ -266,7 +267,7 @@ function M.render(recipe, inputs, defaults, model, resources)
   end
   -- the values script templates and preamble lines refer to
   for k, v in pairs(ctx.env) do out.environment[k] = v end
-  if #errors > 0 then return nil, errors end
+  if #errors > 0 then return nil, schema.invalid(errors) end
   return out
 end
 

@@ -312,11 +312,12 @@ end
 ---@param positions table|nil `pos` from obleth.yaml decode{positions=true}: pos[tbl][key] = {line, column}
 ---@return table|nil recipe normalized copy: inputs with coerced defaults, `input_order`,
 ---  resources.time_limit in minutes, `health` merged over the managed-spec defaults
----@return {field: string, message: string, line: integer|nil, column: integer|nil}[]|nil errors
+---@return {code: "invalid", field: string|nil, message: string, errors: {field: string, message: string,
+---  line: integer|nil, column: integer|nil}[]}|nil err every error in `errors`, sorted by line (schema.invalid)
 function M.validate(tbl, positions)
   local errors, add = _collector(positions)
   if type(tbl) ~= "table" then
-    return nil, { { field = "", message = "a recipe is a mapping (id, name, engine, ...)" } }
+    return nil, schema.invalid({ { field = "", message = "a recipe is a mapping (id, name, engine, ...)" } })
   end
   local out = {}
   for k in pairs(tbl) do
@@ -547,7 +548,7 @@ function M.validate(tbl, positions)
       if (a.line or 0) ~= (b.line or 0) then return (a.line or 0) < (b.line or 0) end
       return a.field < b.field
     end)
-    return nil, errors
+    return nil, schema.invalid(errors)
   end
   return out
 end
