@@ -471,7 +471,7 @@ local function do_launch(ctx)
       created_by = "admin", created_at = math.floor(app.now()) })
     need(store:put_spec(model.id, pv.spec))
     local saved
-    if save then saved = need(store:put_recipe(save.id, save.name or save.id, saved_text, true)) end
+    if save then saved = need(store:put_recipe(save.id, save.name or save.id, saved_text, true)).recipe end
     return { model_id = model.id, launch_id = lid, saved = saved }
   end)
   if not okp then

@@ -98,9 +98,9 @@ local function _save(ctx, id, create_only)
   local text = json.encode(doc)
   if b.id ~= nil and b.source == nil then text = ctx.req.body end
   local name = type(doc.name) == "string" and doc.name or nil
-  local saved, created = ctx.app.store:put_recipe(doc.id, name, text, create_only)
-  if not saved then return errors.store(created) end
-  return created and 201 or 200, saved
+  local put, perr = ctx.app.store:put_recipe(doc.id, name, text, create_only)
+  if not put then return errors.store(perr) end
+  return put.created and 201 or 200, put.recipe
 end
 
 local function create(ctx) return _save(ctx, nil, true) end
