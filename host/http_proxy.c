@@ -37,8 +37,10 @@
  * TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*), those the client's
  * Connection header names, Host, Content-Length, Expect and Authorization (the
  * client's obleth key) are not forwarded; X-Forwarded-For gets the client's
- * address appended. The answer's hop-by-hop headers and Content-Length are
- * dropped (the server frames the answer itself).
+ * address appended; the option via (e.g. "1.1 obleth-3f2a") is added as a
+ * Via header after the client's own (RFC 9110 section 7.6.3). The answer's
+ * hop-by-hop headers and Content-Length are dropped (the server frames the
+ * answer itself).
  *
  * Connections are kept alive and reused, at most POOL_MAX idle ones per
  * endpoint; an endpoint unused for POOL_IDLE_SECS is forgotten. An idle
@@ -83,6 +85,7 @@ typedef struct {
     int stream;
     double connect_timeout, timeout; /* seconds */
     size_t buffer_limit;             /* bytes */
+    const char *via;    /* NULL, or this proxy's Via entry ("1.1 obleth-..."), sent after the client's */
 } proxy_opts;
 
 /* How an exchange ended: status 0 when nothing reached the client (code says why:
@@ -536,7 +539,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     op_finish_later(op);
 }
 
-static int op_send(struct proxy_op *op);
+static int op_send(struct proxy_op *op, const char *via);
 
 static void up_input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg) {
     (void)buf;
@@ -709,7 +712,8 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Copy the client's end-to-end headers onto the upstream request. */
-static void copy_request_headers(struct evhttp_request *client, struct evhttp_request *up, endpoint *e) {
+static void copy_request_headers(struct evhttp_request *client, struct evhttp_request *up, endpoint *e,
+                                 const char *via) {
     struct evkeyvalq *in = evhttp_request_get_input_headers(client);
     struct evkeyvalq *out = evhttp_request_get_output_headers(up);
     char named[MAX_NAMED][64];
@@ -744,10 +748,11 @@ static void copy_request_headers(struct evhttp_request *client, struct evhttp_re
     } else if (xff) {
         evhttp_add_header(out, "X-Forwarded-For", xff);
     }
+    if (via) evhttp_add_header(out, "Via", via);
 }
 
-/* Send the client's request to the endpoint (once). 0 | -1. */
-static int op_send(struct proxy_op *op) {
+/* Send the client's request to the endpoint (once), with via (or NULL) as our Via entry. 0 | -1. */
+static int op_send(struct proxy_op *op, const char *via) {
     struct evhttp_request *client = op->res->req;
     op->conn = pool_take(op->ep, &op->fresh);
     if (!op->conn) return -1;
@@ -759,7 +764,7 @@ static int op_send(struct proxy_op *op) {
     evhttp_request_set_header_cb(up, up_header_cb);
     evhttp_request_set_chunked_cb(up, up_chunk_cb);
     evhttp_request_set_error_cb(up, up_error_cb);
-    copy_request_headers(client, up, op->ep);
+    copy_request_headers(client, up, op->ep, via);
     struct evbuffer *body = evhttp_request_get_input_buffer(client);
     size_t n = evbuffer_get_length(body);
     enum evhttp_cmd_type method = evhttp_request_get_command(client);
@@ -843,7 +848,7 @@ static struct proxy_op *proxy_start(response *r, const proxy_opts *o, const char
     op->buffer_limit = o->buffer_limit;
     op->err = -1;
     op->held = evbuffer_new();
-    if (!op->held || op_send(op) != 0) {
+    if (!op->held || op_send(op, o->via) != 0) {
         op_free(op);
         *why = "out of memory";
         return NULL;
@@ -879,9 +884,17 @@ int obleth_res_proxy(lua_State *L) {
         if (!obleth_http_target_ok(o.target))
             return luaL_error(L, "proxy: 'target' must not contain spaces, control characters or non-ASCII bytes");
     }
+    lua_getfield(L, 2, "via");
+    o.via = lua_tostring(L, -1);
+    if (o.via) {
+        size_t n = strlen(o.via);
+        int ok = n > 0 && n <= 128;
+        for (size_t i = 0; ok && i < n; i++) ok = o.via[i] >= 0x20 && o.via[i] < 0x7f;
+        if (!ok) return luaL_error(L, "proxy: 'via' must be 1..128 printable ASCII characters");
+    }
     lua_getfield(L, 2, "stream");
     o.stream = lua_toboolean(L, -1);
-    lua_pop(L, 1); /* host's and target's strings stay anchored on the stack until the call returns */
+    lua_pop(L, 1); /* host's, target's and via's strings stay anchored on the stack until the call returns */
     o.connect_timeout = opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6, "proxy");
     o.timeout = opt_number(L, 2, "timeout", 3600, 0.001, 1e7, "proxy");
     o.buffer_limit = (size_t)opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30, "proxy");

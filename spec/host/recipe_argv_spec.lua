@@ -357,6 +357,22 @@ describe("library recipes", function()
     assert.equal("/site/images/vllm.sif", out.image)
   end)
 
+  for _, name in ipairs({ "vllm", "sglang", "llamacpp", "ollama", "vllm-multinode" }) do
+    it(name .. ": an image given as a file name is taken from Cluster defaults' image dir", function()
+      local _, out = render(name, { image = "engine.sif" })
+      local where = out.image or out.environment.OBLETH_IN_IMAGE
+      assert.equal("/site/images/engine.sif", where)
+      local r = load(name)
+      local res = recipe.resolve(r, { inputs = { model = "/m", gguf_path = "/m/x.gguf", image = "engine.sif" },
+        api_name = "m" }, { model_cache_dir = "/c" }, nil)
+      local none, errs = recipe.render(r, res.values.inputs, { model_cache_dir = "/c" }, { api_name = "m" },
+        res.values)
+      assert.is_nil(none)
+      assert.equal("inputs.image", errs.errors[1].field)
+      assert.matches("set Image dir in Cluster defaults", errs.errors[1].message, 1, true)
+    end)
+  end
+
   it("sglang: launch_server with --model-path, --served-model-name and --tp-size; readiness /health", function()
     local r, out = render("sglang")
     assert.same({ "python3", "-m", "sglang.launch_server", "--model-path", "/site/models/llama", "--host", "0.0.0.0",

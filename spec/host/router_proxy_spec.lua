@@ -406,11 +406,23 @@ describe("router in-process (" .. transport .. ")", function()
     rig.servers[#rig.servers + 1] = up
     model("hop", { "http://127.0.0.1:" .. up:port() })
     local r = req("POST", "/v1/chat/completions", { model = "hop", messages = {} },
-      { Connection = "keep-alive, X-Hop-Secret", ["X-Hop-Secret"] = "1", ["X-Kept"] = "2" })
+      { Connection = "keep-alive, X-Hop-Secret", ["X-Hop-Secret"] = "1", ["X-Kept"] = "2", Via = "1.0 fred" })
     assert.equal(200, r.status)
     assert.is_nil(seen["x-hop-secret"])
     assert.equal("2", seen["x-kept"])
     assert.is_nil(seen.authorization) -- the client's key stays with obleth
+    -- obleth names itself after the client's Via entries (RFC 9110 7.6.3)
+    assert.matches("^1%.0 fred, 1%.1 obleth%-%x+$", seen.via)
+  end)
+
+  it("answers 508 loop_detected when an endpoint points back at obleth itself, at once", function()
+    local admin = { Authorization = "Bearer " .. ADMIN }
+    assert.equal(200, req("PUT", "/api/v1/settings/router", { keyless = true }, admin).status)
+    model("loop", { rig.base })
+    local r = req("POST", "/v1/chat/completions", { model = "loop", messages = {} }, { Authorization = false })
+    assert.equal(200, req("PUT", "/api/v1/settings/router", { keyless = false }, admin).status)
+    assert.equal(508, r.status)
+    assert.equal("loop_detected", decode(r).error.code)
   end)
 end)
 end

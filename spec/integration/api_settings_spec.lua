@@ -173,6 +173,19 @@ describe("obleth serve: against the harness cluster", function()
     assert.is_string(r.nodes[1].state.base)
     assert.is_table(r.user_accounts)
     assert.is_true(#r.user_accounts >= 1)
+    -- the harness's slurm.conf: debug AllowAccounts=research DenyQos=long; inference AllowQos=inference
+    local by = {}
+    for _, x in ipairs(r.partitions) do by[x.name] = x end
+    assert.same({ "research" }, by.debug.allowed_accounts)
+    assert.same({ "long" }, by.debug.denied_qos)
+    assert.same({ "inference" }, by.inference.allowed_qos)
+    assert.same({ "obleth-staff" }, by.staff.allowed_groups)
+    assert.equal(cjson.null, by.gpu.allowed_accounts) -- no restriction
+    -- the user's associations and the QoS the accounting database knows
+    assert.is_true(#r.associations >= 1)
+    local qos = {}
+    for _, q in ipairs(r.qos) do qos[q.name] = true end
+    assert.is_true(qos.long and qos.inference and true or false)
     local _, again = srv:request("GET", "/api/v1/slurm/resources")
     assert.is_true(again.cached)
   end)

@@ -41,6 +41,22 @@ describe("launch preview from a Hugging Face choice", function()
     for _, w in ipairs(p.warnings or {}) do assert.is_nil(w:find("has no input", 1, true), w) end
   end)
 
+  it("Also save these settings as a recipe: the saved recipe keeps the repo id and the GPUs the choice set", function()
+    local p = preview({ repo_id = "Qwen/Qwen2.5-0.5B-Instruct", engine = "vllm" })
+    local gpus = p.settings.gpus_per_node.value
+    assert.is_true(gpus > 0, "the choice sets GPUs")
+    local status, doc, raw = srv:request("POST", "/api/v1/deployments/launch", {
+      hf = { repo_id = "Qwen/Qwen2.5-0.5B-Instruct", engine = "vllm" }, api_model_name = "qwen-saved",
+      values = { replicas = 0, partition = "gpu" }, save_recipe = { id = "qwen-mine" } })
+    assert.equal(201, status, raw)
+    assert.equal("qwen-mine", doc.recipe.id)
+    local again = plain(select(2, srv:request("POST", "/api/v1/deployments/preview", { recipe_id = "qwen-mine",
+      api_model_name = "qwen-2" })))
+    assert.same({ value = "Qwen/Qwen2.5-0.5B-Instruct", provenance = "recipe" }, again.settings["inputs.model"])
+    assert.same({ value = gpus, provenance = "recipe" }, again.settings.gpus_per_node)
+    assert.same({}, again.errors or {})
+  end)
+
   it("an engine that cannot run the repo is a field error", function()
     local status, doc = srv:request("POST", "/api/v1/deployments/preview",
       { hf = { repo_id = "bartowski/Llama-3.2-1B-Instruct-GGUF", engine = "vllm" }, api_model_name = "m" })

@@ -208,6 +208,9 @@ describe("the launch flow on the harness cluster", function()
     assert.equal("admin", first.launch.created_by)
     local _, saved = srv:request("GET", "/api/v1/recipes/my-smoke")
     assert.equal(25, saved.recipe.resources.time_limit)
+    -- the form's account and QoS are kept in the saved recipe too
+    assert.same({ "teaching", "long" }, { saved.recipe.resources.account, saved.recipe.resources.qos })
+    assert.same({ value = "teaching", provenance = "recipe" }, preview({ recipe_id = "my-smoke" }).settings.account)
     -- three launches of the saved recipe, all with teaching / long (the policy's window is 3)
     local ids = {}
     for i = 1, 3 do

@@ -159,6 +159,25 @@ describe("obleth-provisioner on the harness cluster", function()
     wait_until(function() return #model(mid).endpoints == 0 end, 15, "endpoints removed")
   end)
 
+  it("takes a change of the saved connection on its next pass, without a restart: Slurm off, then on", function()
+    local mid = launch({ replicas = 1 })
+    wait_until(function() return healthy(mid) == 1 end, 60, "a healthy replica")
+    local first = slurm_jobs(mid)[1]
+    local s = ok("GET", "/api/v1/settings/slurm")
+    s.enabled = false
+    ok("PUT", "/api/v1/settings/slurm?confirm=true", s)
+    wait_until(function() return #slurm_jobs(mid) == 0 end, 60, "the job cancelled once Slurm is off")
+    local ended
+    for _, r in ipairs(replicas(mid)) do if r.job_id == first.id then ended = r end end
+    assert.equal("Slurm turned off", ended.cancel_why)
+    s.enabled = true
+    ok("PUT", "/api/v1/settings/slurm", s)
+    wait_until(function() return healthy(mid) == 1 end, 60, "a healthy replica once Slurm is on again")
+    assert.are_not.equal(first.id, slurm_jobs(mid)[1].id)
+    ok("DELETE", "/api/v1/models/" .. mid .. "/managed")
+    wait_until(function() return #slurm_jobs(mid) == 0 end, 30, "no job after DELETE")
+  end)
+
   it("gives two replicas on the same node different ports, and both become healthy", function()
     local mid = launch({ replicas = 2, exclude = "n[1-3]" })
     wait_until(function() return healthy(mid) == 2 end, 60, "2 healthy replicas on n0")

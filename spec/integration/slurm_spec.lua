@@ -117,6 +117,18 @@ describe("obleth.slurm on the harness cluster", function()
     assert.truthy(ended, "the job never showed as CANCELLED")
   end)
 
+  it("0 CPUs per node gets the whole node: every CPU, and no other job beside it", function()
+    local id, warnings = submit(desc({ cpus_per_node = 0 }))
+    assert.is_number(id, warnings and warnings.message)
+    local j = eventually(function() -- Slurm counts the node's CPUs once it allocates it
+      local x = conn:job(id)
+      return x and x.state.base == "RUNNING" and x
+    end)
+    assert.truthy(j, "the job never ran")
+    assert.equal(8, j.cpus) -- the harness's nodes have 8
+    assert.is_true(conn:cancel(id))
+  end)
+
   describe("refusals name the field", function()
     local cases = {
       { "an account Slurm does not know", { account = "nosuch" }, "account", 2045 },
@@ -229,10 +241,19 @@ describe("obleth.slurm on the harness cluster", function()
       util.shq(util.obleth())))
     local out = fh:read("a")
     fh:close()
+    -- and token-expiry reads the saved token's expiry, never printing the token
+    fh = io.popen(("env -u OBLETH_SLURM_URL -u OBLETH_SLURM_TOKEN OBLETH_ADMIN_BASE_URL=%s "
+      .. "OBLETH_ADMIN_TOKEN=%s %s slurm token-expiry --json 2>&1"):format(util.shq(srv.base), util.shq(srv.token),
+      util.shq(util.obleth())))
+    local exp_out = fh:read("a")
+    fh:close()
     srv:stop()
     srv:cleanup()
     local doc = require("cjson").decode(out)
     assert.is_true(doc.ok)
     assert.equal("22.05.8", doc.release)
+    local exp = require("cjson").decode(exp_out)
+    assert.equal(require("obleth.slurm").token_expiry(TOKEN), exp.exp)
+    assert.is_nil(exp_out:find(TOKEN, 1, true))
   end)
 end)

@@ -50,7 +50,7 @@ describe("validate.managed_spec", function()
   end)
 
   it("range-checks every integer field at both ends", function()
-    local ranges = { replicas = { 0, 64 }, nodes = { 1, 64 }, gpus_per_node = { 0, 64 }, cpus_per_node = { 1, 1024 },
+    local ranges = { replicas = { 0, 64 }, nodes = { 1, 64 }, gpus_per_node = { 0, 64 }, cpus_per_node = { 0, 1024 },
       memory_per_node = { 0, 16777216 } }
     for f, r in pairs(ranges) do
       -- more than one node needs a script_body (launch_command runs on one node)
@@ -62,7 +62,8 @@ describe("validate.managed_spec", function()
       refused(spec { [f] = r[1] - 1 }, f)
       refused(spec { [f] = r[2] + 1 }, f)
       refused(spec { [f] = "2" }, f, "whole number")
-      refused(spec { [f] = 1.25 }, f)
+      refused(spec { [f] = 1.25 }, f, "whole number, got 1.25")
+      refused(spec { [f] = 1e30 }, f, "got 1e+30")
     end
   end)
 

@@ -256,25 +256,47 @@ describe("obleth.deployment helpers", function()
     assert.same({ value = 2, provenance = "recipe" }, res.settings.gpus_per_node)
   end)
 
-  it("saved_recipe: writes only what the user changed; account and QoS are left to learning", function()
+  it("saved_recipe: keeps what the user changed or was learned, with account, QoS, job logs and rollover; "
+    .. "cluster defaults stay defaults", function()
     local doc = { id = "eng", name = "Engine", engine = "custom", resources = { cpus_per_node = 4 },
       inputs = { model = { type = "string", required = true }, tp = { type = "integer", default = 1 } },
       launch = { "engine" } }
     local out = launch.saved_recipe(doc, { id = "mine", name = "Mine" },
-      { partition = "gpu", nodes = 2, time_limit = 90, account = "teaching", replicas = 3,
+      { partition = "gpu", nodes = 2, time_limit = 90, account = "teaching", qos = "long", replicas = 3,
+        stdout = "/logs/%j.out", stderr = "/site/%j.err", rollover_margin = 15,
         health = { path = "/ready" }, inputs = { model = "m", tp = 1 } },
-      { partition = "cluster_default", nodes = "user", time_limit = "user", account = "user", replicas = "user",
+      { partition = "cluster_default", nodes = "user", time_limit = "user", account = "user", qos = "learned",
+        replicas = "user", stdout = "user", stderr = "cluster_default", rollover_margin = "user",
         ["health.path"] = "user", ["inputs.model"] = "user", ["inputs.tp"] = "recipe" })
     assert.equal("mine", out.id)
     assert.equal("Mine", out.name)
-    assert.same({ cpus_per_node = 4, nodes = 2, time_limit = 90 }, out.resources)
+    assert.same({ cpus_per_node = 4, nodes = 2, time_limit = 90, account = "teaching", qos = "long" }, out.resources)
     assert.equal(3, out.replicas)
+    assert.equal("/logs/%j.out", out.stdout)
+    assert.is_nil(out.stderr) -- from the cluster's log dir: the recipe keeps following it
+    assert.equal(15, out.rollover_margin)
     assert.same({ path = "/ready" }, out.health)
     assert.equal("m", out.inputs.model.default)
     assert.equal(1, out.inputs.tp.default)
-    assert.is_nil(out.account)
     assert.is_nil(doc.inputs.model.default) -- the original is untouched
-    assert.is_truthy(recipe.validate(out))
+    local r = assert(recipe.validate(out))
+    assert.equal("teaching", r.resources.account)
+    assert.equal(15, r.rollover_margin)
+  end)
+
+  it("saved_recipe: a Hugging Face choice's repo id and GPUs are written into the saved recipe", function()
+    local r2, _, applied = launch.apply_prefill(R, { inputs = { model = "org/repo" }, gpus_per_node = 2,
+      gpu_type = "h100" })
+    assert.same({ ["inputs.model"] = true, gpus_per_node = true, gpu_type = true }, applied)
+    local res = pv({ recipe = r2, values = {} })
+    local prov = {}
+    for _, f in ipairs(res.fields) do prov[f.field] = f.provenance end
+    local doc = { id = R.id, name = "x", engine = R.engine, inputs = { model = { type = "string", required = true } },
+      launch = { "engine", "{{ inputs.model }}" } }
+    local out = launch.saved_recipe(doc, { id = "from-hf" }, res.values, prov, applied)
+    assert.equal("org/repo", out.inputs.model.default)
+    assert.equal(2, out.resources.gpus_per_node)
+    assert.equal("h100", out.resources.gpu_type)
   end)
 
   it("yaml_values: unknown keys and lists where a value belongs are diagnostics at their key's position", function()

@@ -61,6 +61,16 @@ describe("policy.partition_fit", function()
     assert.equal(2, one.free_fitting_nodes) -- n0 and n1 (one free A100 is enough)
   end)
 
+  it("0 CPUs per node (the whole node) fits any node, but only one with no job on it is free", function()
+    local nodes = cluster()
+    nodes[2] = node("n1", "a100", 4, { a100 = true }, { base = "MIXED", flags = {} }, { alloc_cpus = 2 })
+    local r = fit.partition(gpu, nodes, { nodes = 1, cpus_per_node = 0, gpus_per_node = 1 })
+    assert.equal(4, r.fitting_nodes)
+    assert.equal(3, r.free_fitting_nodes) -- n1 runs a job: not free for a whole-node job
+    local some = fit.partition(gpu, nodes, { nodes = 1, cpus_per_node = 2, gpus_per_node = 1 })
+    assert.equal(4, some.free_fitting_nodes)
+  end)
+
   it("a node drained while idle never counts as idle, whatever its base state says", function()
     local nodes = cluster()
     for i = 1, 3 do nodes[i].state = { base = "IDLE", flags = { DRAIN = true } }; nodes[i].idle = false end

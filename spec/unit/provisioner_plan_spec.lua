@@ -310,6 +310,7 @@ describe("provisioner plan: health", function()
     assert.same({}, eps["1"])
     assert.equal(1, #cancels)
     assert.equal(5, cancels[1].job_id)
+    assert.equal("startup grace exceeded", row.cancel_why) -- reported, so the page can say why
   end)
 
   it("a healthy replica leaves the endpoints after failure_threshold failed checks in a row", function()

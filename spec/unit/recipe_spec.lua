@@ -67,6 +67,21 @@ describe("obleth.recipe", function()
       assert.same({ 9, 1 }, { by.colour.line, by.colour.column })
     end)
 
+    it("takes account and QoS under resources, and job logs and the rollover margin at the top", function()
+      local r = valid(base({ resources = { account = "teaching", qos = "long" }, stdout = "/logs/%x-%j.out",
+        stderr = "/logs/%x-%j.err", rollover_margin = 20, replicas = 2 }))
+      assert.same({ "teaching", "long", "/logs/%x-%j.out", 20, 2 },
+        { r.resources.account, r.resources.qos, r.stdout, r.rollover_margin, r.replicas })
+      local res = recipe.resolve(r, {}, {})
+      assert.same({ value = "teaching", provenance = "recipe" }, { value = res.values.account,
+        provenance = res.provenance.account })
+      assert.same({ "/logs/%x-%j.err", "recipe" }, { res.values.stderr, res.provenance.stderr })
+      local _, errs = recipe.validate(base({ resources = { account = "a b", replicas = 2, stdout = "/x" },
+        stdout = "/a\nb", rollover_margin = -1 }))
+      assert.same({ "resources.account", "resources.replicas", "resources.stdout", "rollover_margin", "stdout" },
+        fields_of(errs))
+    end)
+
     it("requires exactly one of script and launch", function()
       local both = base({ script = "#!/bin/sh\nx\n" })
       assert.same({ "launch" }, fields_of(select(2, recipe.validate(both))))
@@ -273,6 +288,16 @@ describe("obleth.recipe", function()
       local out = assert(recipe.render(r, { model = "m" }, { image_dir = "/img", model_cache_dir = "/c" }, {}))
       assert.equal("/img/vllm.sif", out.image)
       assert.same({ HF_HOME = "/c", N = "3" }, out.environment)
+    end)
+
+    it("takes a file name from Cluster defaults' image dir through the in_image_dir filter", function()
+      local r = valid(base({ image = "{{ inputs.model | in_image_dir }}" }))
+      assert.equal("/img/v.sif", assert(recipe.render(r, { model = "v.sif" }, { image_dir = "/img/" }, {})).image)
+      assert.equal("/abs/v.sif", assert(recipe.render(r, { model = "/abs/v.sif" }, {}, {})).image)
+      assert.is_nil(recipe.render(r, { model = "" }, {}, {}).image)
+      local out, errs = recipe.render(r, { model = "v.sif" }, {}, {})
+      assert.is_nil(out)
+      assert.equal("inputs.model", errs.errors[1].field)
     end)
 
     it("passes the first shard of a split GGUF through the first_shard filter", function()

@@ -87,6 +87,17 @@ describe("obleth.slurm.submit", function()
       assert.same({ set = true, infinite = false, number = 0 }, b.job.memory_per_node)
     end)
 
+    it("asks for the whole node with 0 CPUs: the --exclusive of each version", function()
+      local b = assert(submit.body({ script = "x", cpus_per_node = 0, working_directory = "/w" }, "v0.0.38"))
+      assert.same({ "exclusive", nil }, { b.job.exclusive, b.job.minimum_cpus_per_node })
+      for _, v in ipairs({ "v0.0.39", "v0.0.41", "v0.0.44" }) do
+        b = assert(submit.body({ script = "x", cpus_per_node = 0, working_directory = "/w" }, v))
+        assert.same({ { "none" }, nil }, { b.job.shared, b.job.minimum_cpus_per_node }, v)
+      end
+      b = assert(submit.body({ script = "x", cpus_per_node = 4, working_directory = "/w" }, "v0.0.41"))
+      assert.same({ nil, 4 }, { b.job.shared, b.job.minimum_cpus_per_node })
+    end)
+
     it("sends a node range as a \"min-max\" string (v0.0.38 ignores a [min, max] array)", function()
       local b = assert(submit.body({ script = "x", nodes = { min = 1, max = 3 }, working_directory = "/w" },
         "v0.0.42"))

@@ -318,7 +318,7 @@ end
 --- Everything a preview needs, computed. Returns preview, context or nil, failure.
 function M.prepare(app, b, values)
   local warnings = {}
-  local rid, picked, prefill = b.recipe_id, nil, nil
+  local rid, picked, prefill, prefilled = b.recipe_id, nil, nil, nil
   if not _null(b.hf) then
     local h, f = _hf(app, b.hf, values.gpu_type)
     if not h then return nil, f end
@@ -331,8 +331,8 @@ function M.prepare(app, b, values)
     return nil, doc
   end
   if prefill then
-    local pr, pw = launch.apply_prefill(r, prefill)
-    r = pr
+    local pr, pw, applied = launch.apply_prefill(r, prefill)
+    r, prefilled = pr, applied
     for _, w in ipairs(pw) do warnings[#warnings + 1] = w end
   end
   local settings = app:slurm_settings()
@@ -348,7 +348,8 @@ function M.prepare(app, b, values)
     and b.api_model_name or nil, defaults = settings.defaults, launches = launches, facts = facts,
     api_version = api_version, policy = policy, bindir = exe and exe:match("^(.*)/[^/]*$"), exe = exe,
     warnings = warnings, instance = app.store.instance and app.store:instance() or nil }
-  return pv, { recipe = r, doc = doc, source = source, picked = picked, settings = settings, facts = facts }
+  return pv, { recipe = r, doc = doc, source = source, picked = picked, prefilled = prefilled, settings = settings,
+    facts = facts }
 end
 
 --- The preview as the API answers it.
@@ -441,7 +442,7 @@ local function do_launch(ctx)
       local prov = {}
       for _, f in ipairs(pv.fields) do prov[f.field] = f.provenance end
       return prov
-    end)())
+    end)(), c.prefilled)
     local ok, rerr = recipe.validate(doc)
     if not ok then
       local out = {}

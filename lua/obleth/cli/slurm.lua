@@ -246,7 +246,19 @@ function M.main(argv)
   end
   if cmd == "token-expiry" then
     local token = o[2] or os.getenv("OBLETH_SLURM_TOKEN")
-    if not token then return die("token-expiry: give a token or set OBLETH_SLURM_TOKEN", 2) end
+    local base, admin = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
+    if not token and base and admin then -- the token saved in obleth serve, as `connect` uses it
+      local snap, serr = require("obleth.provisioner.client").new(base, admin):snapshot()
+      if not snap then return die("token-expiry: " .. tostring(serr.message)) end
+      token = type((snap.settings or {}).token) == "string" and snap.settings.token or nil
+      if token then require("obleth.log").add_secret(token)
+      else return die("token-expiry: obleth serve has no static Slurm token saved (token_source "
+        .. tostring((snap.settings or {}).token_source or "static") .. ")") end
+    end
+    if not token then
+      return die("token-expiry: give a token, set OBLETH_SLURM_TOKEN, or set OBLETH_ADMIN_BASE_URL and "
+        .. "OBLETH_ADMIN_TOKEN to read the one saved in obleth serve", 2)
+    end
     local exp, e = slurm.token_expiry(token)
     if not exp then return die("token-expiry: " .. errmsg(e)) end
     if o.json then print(cjson.encode({ exp = exp, seconds_left = exp - os.time() }))

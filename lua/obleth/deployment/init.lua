@@ -80,8 +80,9 @@ end
 ---@param prefill {inputs: table|nil, gpus_per_node: integer|nil, gpu_type: string|nil}
 ---@return table recipe a modified copy
 ---@return string[] warnings prefill inputs the recipe does not declare, or values it refuses
+---@return table<string, true> applied the fields the choice set ("inputs.x", "gpus_per_node", "gpu_type")
 function M.apply_prefill(r, prefill)
-  local out, warnings = _copy(r), {}
+  local out, warnings, applied = _copy(r), {}, {}
   out.inputs, out.resources = {}, _copy(r.resources)
   for k, def in pairs(r.inputs or {}) do out.inputs[k] = def end
   local names = {}
@@ -101,15 +102,20 @@ function M.apply_prefill(r, prefill)
         local d = _copy(def)
         d.default = ok
         out.inputs[k] = d
+        applied["inputs." .. k] = true
       end
     end
   end
   local g = _v(prefill.gpus_per_node)
   if math.type(g) == "integer" or (type(g) == "number" and g == math.floor(g)) then
     out.resources.gpus_per_node = math.tointeger(g)
-    if _v(prefill.gpu_type) ~= nil and g > 0 then out.resources.gpu_type = prefill.gpu_type end
+    applied.gpus_per_node = true
+    if _v(prefill.gpu_type) ~= nil and g > 0 then
+      out.resources.gpu_type = prefill.gpu_type
+      applied.gpu_type = true
+    end
   end
-  return out, warnings
+  return out, warnings, applied
 end
 
 --- Launch history → what obleth.policy.learned takes: {id, account, qos}, newest first.
@@ -563,39 +569,49 @@ end
 -- "Also save these settings as a recipe"
 ---------------------------------------------------------------------------
 
-local RESOURCE_FIELDS = { "partition", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node", "memory_per_node",
-  "time_limit", "constraint", "exclude" }
+local RESOURCE_FIELDS = { "partition", "account", "qos", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
+  "memory_per_node", "time_limit", "constraint", "exclude" }
+local TOP_FIELDS = { "replicas", "stdout", "stderr", "rollover_margin" }
 
 --- The recipe document to save: the launched recipe's own document with the
---- settings the user changed written in (resources, replicas, health, input
---- defaults). Account and QoS are not recipe fields: the next launch learns
---- them from this recipe's launches.
+--- form's settings written in (resources with account and QoS, replicas, job logs,
+--- rollover margin, health, input defaults): every value the user changed, that was
+--- learned from past launches, or that a Hugging Face choice set (`prefilled`).
+--- Values from cluster defaults stay out, so the recipe keeps following them.
 ---@param doc table the launched recipe's document (as decoded from YAML / JSON)
 ---@param save {id: string, name: string|nil}
 ---@param values table resolved values
 ---@param provenance table<string, string> resolve's provenance (keys "partition", "inputs.x", "health.path")
+---@param prefilled table<string, true>|nil fields a Hugging Face choice set (apply_prefill's third result)
 ---@return table doc a new document
-function M.saved_recipe(doc, save, values, provenance)
+function M.saved_recipe(doc, save, values, provenance, prefilled)
+  prefilled = prefilled or {}
+  local function keep(f)
+    local p = provenance[f]
+    return p == "user" or p == "learned" or (prefilled[f] and p == "recipe")
+  end
   local out = {}
   for k, v in pairs(doc) do out[k] = v end
   out.id = save.id
   out.name = save.name or save.id
   out.resources = _copy(_v(doc.resources))
   for _, f in ipairs(RESOURCE_FIELDS) do
-    if provenance[f] == "user" then out.resources[f] = values[f] end
+    if keep(f) then out.resources[f] = values[f] end
   end
   if next(out.resources) == nil then out.resources = nil end
-  if provenance.replicas == "user" then out.replicas = values.replicas end
+  for _, f in ipairs(TOP_FIELDS) do
+    if keep(f) then out[f] = values[f] end
+  end
   local health = _copy(_v(doc.health))
   for _, k in ipairs(M.HEALTH_KEYS) do
-    if provenance["health." .. k] == "user" then health[k] = values.health[k] end
+    if keep("health." .. k) then health[k] = values.health[k] end
   end
   if next(health) ~= nil then out.health = health end
   if type(_v(doc.inputs)) == "table" then
     out.inputs = {}
     for name, def in pairs(doc.inputs) do
       local d = _copy(def)
-      if provenance["inputs." .. name] == "user" then d.default = values.inputs[name] end
+      if keep("inputs." .. name) then d.default = values.inputs[name] end
       out.inputs[name] = d
     end
   end

@@ -61,6 +61,11 @@ end
 --- An integer (JSON numbers arrive as floats) in [lo, hi].
 local function _int(v, field, lo, hi)
   local n = type(v) == "number" and math.tointeger(v)
+  if not n and type(v) == "number" and v == v and v == math.floor(v) then -- whole, but past 2^63
+    return _err(field, "must be from %d to %d, got %.14g", lo, hi, v)
+  elseif not n and type(v) == "number" then
+    return _err(field, "must be a whole number, got %.14g", v)
+  end
   if not n then return _err(field, "must be a whole number, got %s", _tname(v)) end
   if n < lo or n > hi then return _err(field, "must be from %d to %d, got %d", lo, hi, n) end
   return n
@@ -259,7 +264,7 @@ function M.managed_spec(input)
     { "nodes", function(v, f) return _int(v, f, 1, 64) end },
     { "gpus_per_node", function(v, f) return _int(v, f, 0, 64) end },
     { "gpu_type", _slurm_name },
-    { "cpus_per_node", function(v, f) return _int(v, f, 1, 1024) end },
+    { "cpus_per_node", function(v, f) return _int(v, f, 0, 1024) end }, -- 0: the whole node
     { "memory_per_node", function(v, f) return _int(v, f, 0, 16777216) end },
     { "constraint", function(v, f)
       return _ostr(v, f, { max = 1024, pattern = "^[A-Za-z0-9_&|,()!*:%-]+$",
@@ -560,6 +565,7 @@ local REPLICA_FIELDS = {
   check_failures = function(v, f) return _int(v, f, 0, 1000000) end,
   problem = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
   pending_reason = function(v, f) return _str(v, f, { max = 1024 }) end,
+  cancel_why = function(v, f) return _str(v, f, { max = 256 }) end,
   successor_of = function(v, f)
     if type(v) == "string" then
       return _str(v, f, { max = 16, pattern = "^%x+$", rule = "a replica nonce (hex) or id" })

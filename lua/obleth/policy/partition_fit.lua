@@ -136,7 +136,7 @@ local function new(defaults)
 
   -- Why a node's configuration cannot hold one replica's share, or nil.
   local function node_misfit(node, req, pred)
-    if (req.cpus_per_node or 1) > (node.cpus or 0) then
+    if (req.cpus_per_node or 1) > (node.cpus or 0) then -- 0 (the whole node) fits any
       return ("%s has %d CPUs, %d wanted"):format(node.name, node.cpus or 0, req.cpus_per_node)
     end
     local mem = req.memory_per_node or 0
@@ -160,6 +160,7 @@ local function new(defaults)
     local st = node.state or {}
     if st.base ~= "MIXED" and st.base ~= "IDLE" then return false end
     local cpus = (node.cpus or 0) - (node.alloc_cpus or 0)
+    if req.cpus_per_node == 0 and (node.alloc_cpus or 0) > 0 then return false end -- the whole node is wanted
     if (req.cpus_per_node or 1) > cpus then return false end
     local mem = req.memory_per_node or 0
     if mem == 0 then

@@ -20,7 +20,7 @@ local M = {}
 
 local REPLICA_FIELDS = { "model_id", "slot", "nonce", "state", "job_id", "node", "port", "endpoint",
   "submitted_at", "started_at", "healthy_at", "ended_at", "check_failures", "problem", "pending_reason",
-  "successor_of", "launch_id", "end", "generation", "slurm" }
+  "successor_of", "launch_id", "end", "generation", "slurm", "cancel_why" }
 local CLEARABLE = { node = true, endpoint = true, problem = true, pending_reason = true, successor_of = true }
 
 local function bindir()

@@ -450,7 +450,8 @@ function M.health(state, results, now)
             row.problem = ("not healthy %d s after start (startup grace %d s): %s"):format(
               math.floor(now - (row.started_at or now)), grace, res.error or ("HTTP " .. tostring(res.status)))
             row.state = "ending"
-            cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = "startup grace exceeded" }
+            row.cancel_why = "startup grace exceeded"
+            cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = row.cancel_why }
           end
         elseif row.state == "healthy" then
           if res.ok then
@@ -472,7 +473,8 @@ function M.health(state, results, now)
           elseif now - (row.unhealthy_since or now) > grace then
             row.state = "ending"
             row.problem = "unhealthy for longer than the grace period"
-            cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = "unhealthy past grace" }
+            row.cancel_why = "unhealthy past grace"
+            cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = row.cancel_why }
           end
         end
         row._touched = true

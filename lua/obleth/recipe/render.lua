@@ -28,9 +28,31 @@ local function _lookup(ctx, ns, name)
   return v
 end
 
+-- A value or template that cannot be rendered: the one error shape, on the field it is about.
+local function _bad(field, message) return { code = "invalid", field = field, message = message } end
+
+-- `| in_image_dir`: a file name is taken from Cluster defaults' image_dir; an absolute path
+-- or a blank stays as it is. A file name with no image_dir set is an error on the reference.
+local function _in_image_dir(ctx, v, ref)
+  if type(v) ~= "string" or v == "" or v:sub(1, 1) == "/" then return v end
+  local dir = _v(ctx.defaults.image_dir)
+  if type(dir) ~= "string" or dir == "" then
+    return nil, _bad(ref.ns .. "." .. ref.name, ("%s.%s: %q is a file name: set Image dir in Cluster defaults, "
+      .. "or give an absolute path"):format(ref.ns, ref.name, v))
+  end
+  return (dir:gsub("/+$", "")) .. "/" .. v
+end
+
+-- A reference's value (lists stay lists), or nil, err {code = "invalid", field = the reference, message}
+-- when its filter refuses it.
 local function _value(ctx, ref)
   local v = _lookup(ctx, ref.ns, ref.name)
   if ref.filter == "first_shard" then v = _first_shard(v) end
+  if ref.filter == "in_image_dir" then
+    local err
+    v, err = _in_image_dir(ctx, v, ref)
+    if err then return nil, err end
+  end
   if v == nil and ref.ns == "defaults" and ref.name == "modules" then return {} end
   if v == nil then return "" end
   if type(v) == "table" then
@@ -51,9 +73,6 @@ local function _when_holds(ctx, when)
   if type(v) == "table" and next(v) == nil then return false end
   return true
 end
-
--- A value or template that cannot be rendered: the one error shape, on the field it is about.
-local function _bad(field, message) return { code = "invalid", field = field, message = message } end
 
 -- The error when a value holds a NUL byte, else nil.
 local function _nul_check(v, field)
@@ -87,7 +106,8 @@ local function _render_argv_element(ctx, text, field)
   local items, err = _parse_argv_element(text)
   if not items then return nil, _bad(field, field .. ": " .. err) end
   if #items == 1 and items[1].kind == "ref" then
-    local v = _value(ctx, items[1])
+    local v, ferr = _value(ctx, items[1])
+    if ferr then return nil, ferr end
     local e = _nul_check(v, field) or _dash_check(items[1], v)
     if e then return nil, e end
     if type(v) == "table" then
@@ -109,7 +129,8 @@ local function _render_argv_element(ctx, text, field)
         word[#word + 1] = ('"${%s}"'):format(it.name); shown[#shown + 1] = "$" .. it.name
       end
     else
-      local v = _value(ctx, it)
+      local v, ferr = _value(ctx, it)
+      if ferr then return nil, ferr end
       if type(v) == "table" then
         return nil, _bad(field, field .. ": " .. it.raw .. " is a list; a list must be an argument of its own")
       end
@@ -158,7 +179,8 @@ local function _render_script(ctx, text, field)
     if p.kind == "text" then
       out[#out + 1] = p.text
     else
-      local v = _value(ctx, p)
+      local v, ferr = _value(ctx, p)
+      if ferr then return nil, ferr end
       local e = _nul_check(v, field)
       if e then return nil, e end
       local before, after = parts[pi - 1], parts[pi + 1]
@@ -194,7 +216,8 @@ local function _render_raw(ctx, text, field)
     if p.kind == "text" then
       out[#out + 1] = p.text
     else
-      local v = _value(ctx, p)
+      local v, ferr = _value(ctx, p)
+      if ferr then return nil, ferr end
       if type(v) == "table" then v = table.concat(v, " ") end
       out[#out + 1] = v
     end

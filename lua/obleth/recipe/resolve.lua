@@ -59,13 +59,6 @@ local function _check_setting(name, v)
       return _invalid(name, "api_name must be " .. schema.API_NAME_RULE)
     end
     return s
-  elseif name == "account" or name == "qos" then
-    local s, err = _check_text(v, name)
-    if not s then return nil, err end
-    if not s:match("^[A-Za-z0-9_.-]+$") then return _invalid(name, name .. " contains characters Slurm does not accept") end
-    return s
-  elseif name == "stdout" or name == "stderr" then
-    return _check_text(v, name)
   end
   local ok, msg = _check_rule(RES_RULES[name], v, name) -- a leaf check: its message, wrapped here
   if ok == nil then return _invalid(name, msg) end
@@ -121,7 +114,9 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
     if name == "api_name" then v, source = recipe.id, "recipe" end
     if cd[name] ~= nil then v, source = cd[name], "cluster_default" end
     local rv = recipe.resources[name]
-    if name == "replicas" then rv = recipe.replicas end
+    if name == "replicas" or name == "rollover_margin" or name == "stdout" or name == "stderr" then
+      rv = recipe[name]
+    end
     if rv ~= nil then v, source = rv, "recipe" end
     if learned and (name == "account" or name == "qos") and _v(learned[name]) ~= nil then
       v, source = learned[name], "learned"

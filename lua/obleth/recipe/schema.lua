@@ -64,9 +64,9 @@ M.DEFAULT_KEYS = {
 M.MODEL_KEYS = { api_name = true, id = true }
 M.RESOURCE_KEYS = {
   partition = true, nodes = true, gpus_per_node = true, gpu_type = true, cpus_per_node = true,
-  memory_per_node = true, time_limit = true, constraint = true, exclude = true,
+  memory_per_node = true, time_limit = true, constraint = true, exclude = true, account = true, qos = true,
 }
-M.FILTERS = { first_shard = true }
+M.FILTERS = { first_shard = true, in_image_dir = true }
 
 --- Managed-spec health defaults (docs/managed-spec.md).
 M.HEALTH_DEFAULTS = { path = "/health", interval = 10, timeout = 5, startup_grace = 600, failure_threshold = 3 }
@@ -77,7 +77,7 @@ M.SPEC_DEFAULTS = { time_limit = 60, nodes = 1, gpus_per_node = 0, cpus_per_node
 local TOP_KEYS = {
   id = true, name = true, engine = true, description = true, inputs = true, resources = true,
   health = true, script = true, image = true, launch = true, preamble = true, environment = true,
-  replicas = true, one_of = true, requires = true,
+  replicas = true, rollover_margin = true, stdout = true, stderr = true, one_of = true, requires = true,
 }
 local INPUT_KEYS = {
   type = true, default = true, required = true, description = true, pattern = true, min = true,

@@ -58,7 +58,7 @@ local function _check_ref(ref, inputs)
     return ("%s: the namespaces are inputs, defaults, model and resources"):format(ref.raw)
   end
   if ref.filter and not M.FILTERS[ref.filter] then
-    return ("%s: unknown filter %q (known: first_shard)"):format(ref.raw, ref.filter)
+    return ("%s: unknown filter %q (known: first_shard, in_image_dir)"):format(ref.raw, ref.filter)
   end
   return nil
 end

@@ -204,12 +204,18 @@ local RES_RULES = {
   exclude = { kind = "string", pattern = "^[A-Za-z0-9_.,%[%]-]+$", maxlen = 4096 },
   nodes = { kind = "integer", min = 1, max = 64 },
   gpus_per_node = { kind = "integer", min = 0, max = 64 },
-  cpus_per_node = { kind = "integer", min = 1, max = 1024 },
+  cpus_per_node = { kind = "integer", min = 0, max = 1024 }, -- 0: the whole node
   memory_per_node = { kind = "integer", min = 0, max = 16777216 },
   time_limit = { kind = "time" },
   replicas = { kind = "integer", min = 0, max = 64 },
   rollover_margin = { kind = "integer", min = 0, max = 525600 },
+  account = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 256 },
+  qos = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 256 },
+  stdout = { kind = "text", maxlen = 4096 },
+  stderr = { kind = "text", maxlen = 4096 },
 }
+-- settings a recipe gives at its top level (the rest of RES_RULES go under resources:)
+local TOP_SETTINGS = { replicas = true, rollover_margin = true, stdout = true, stderr = true }
 local HEALTH_RULES = {
   path = { kind = "path" },
   interval = { kind = "seconds" },
@@ -224,6 +230,11 @@ local function _check_rule(rule, v, field)
     if type(v) ~= "string" or v == "" then return nil, field .. " must be a non-empty string" end
     if #v > rule.maxlen then return nil, ("%s must be at most %d characters"):format(field, rule.maxlen) end
     if not v:match(rule.pattern) then return nil, field .. " contains characters Slurm does not accept here" end
+    return v
+  elseif rule.kind == "text" then
+    if type(v) ~= "string" or v == "" then return nil, field .. " must be a non-empty string" end
+    if #v > rule.maxlen then return nil, ("%s must be at most %d characters"):format(field, rule.maxlen) end
+    if v:find("[\0\n\r]") then return nil, field .. " must not contain control characters" end
     return v
   elseif rule.kind == "integer" then
     if type(v) == "string" and v:match("^%s*%d+%s*$") then v = tonumber(v) end
@@ -352,7 +363,7 @@ function M.validate(tbl, positions)
   elseif res then
     for k, val in pairs(res) do
       local rule = RES_RULES[k]
-      if not rule or k == "replicas" or k == "rollover_margin" then
+      if not rule or TOP_SETTINGS[k] then
         add(res, k, "resources." .. tostring(k), ("unknown resource %q"):format(tostring(k)))
       elseif _v(val) ~= nil then
         local v, err = _check_rule(rule, val, "resources." .. k)
@@ -360,10 +371,12 @@ function M.validate(tbl, positions)
       end
     end
   end
-  local replicas = _v(tbl.replicas)
-  if replicas ~= nil then
-    local v, err = _check_rule(RES_RULES.replicas, replicas, "replicas")
-    if v == nil then add(tbl, "replicas", "replicas", err) else out.replicas = v end
+  for k in pairs(TOP_SETTINGS) do
+    local val = _v(tbl[k])
+    if val ~= nil then
+      local v, err = _check_rule(RES_RULES[k], val, k)
+      if v == nil then add(tbl, k, k, err) else out[k] = v end
+    end
   end
 
   -- health

@@ -194,8 +194,12 @@ function M.new(opts)
     registry = reg, use_proxy = transport == "proxy",
     _label_sets = {}, _status_sets = {}, _nstatus_sets = 0, _inflight = {},
   }, Router)
+  -- this router's name in the Via header it adds (RFC 9110 7.6.3): a request that comes back
+  -- carrying it went round a loop (an endpoint that points at obleth itself)
+  self.via_name = "obleth-" .. require("obleth.sys").random_hex(6)
+  self.via = "1.1 " .. self.via_name
   self._proxy_opts = { connect_timeout = self.connect_timeout, timeout = self.timeout,
-    buffer_limit = M.BUFFER_LIMIT }
+    buffer_limit = M.BUFFER_LIMIT, via = self.via }
   local http = self.http
   self.balancer = balancer.new(opts.balancer)
   self:invalidate()
@@ -425,6 +429,8 @@ function Router:_through_client(req, res, url, stream)
     local xff = req.headers["x-forwarded-for"]
     headers["x-forwarded-for"] = xff and (xff .. ", " .. req.remote_addr) or req.remote_addr
   end
+  local via = req.headers.via
+  headers.via = via and (via .. ", " .. self.via) or self.via
   local body = req.body
   if body == "" and (req.method == "GET" or req.method == "HEAD" or req.method == "DELETE") then body = nil end
   local t0 = self.clock()
@@ -541,6 +547,11 @@ function Router:_route(req, res)
     end
     res:send(200, { ["Content-Type"] = metrics.CONTENT_TYPE, ["Cache-Control"] = "no-store" }, self:metrics_text())
     return 200
+  end
+  local via = req.headers.via
+  if via and via:find(self.via_name, 1, true) then
+    return _fail(res, 508, "This request came back to the obleth that passed it on (its Via header names this "
+      .. "server): an endpoint points at obleth itself.", "server_error", nil, "loop_detected")
   end
   self:_fresh()
   local allowed, aerr = self:_authorize(req)

@@ -6,7 +6,7 @@
 --     time_limit         = minutes (integer),
 --     nodes              = integer | {min, max},
 --     gpus_per_node      = integer, gpu_type = string|nil ("a100"),
---     cpus_per_node      = integer,
+--     cpus_per_node      = integer (0 = all the CPUs of each node: the nodes are the job's alone),
 --     memory_per_node    = MiB (0 = all the memory of each node),
 --     constraint         = feature expression ("a100&ib"),
 --     exclude            = hostlist string or array of names,
@@ -63,7 +63,9 @@ for _, v in ipairs(VERSIONS) do
       or { property = "job.tres_per_node", shape = 'string "gres/gpu:N" or "gres/gpu:type:N"' },
     gpu_type = old and { property = "job.gpus_per_node", shape = "type prefix of gpus_per_node" }
       or { property = "job.tres_per_node", shape = "type inside tres_per_node" },
-    cpus_per_node = { property = "job.minimum_cpus_per_node", shape = "integer" },
+    cpus_per_node = { property = "job.minimum_cpus_per_node",
+      shape = old and 'integer; 0 = whole node: job.exclusive = "exclusive" (the --exclusive option, checked live on 22.05)'
+        or 'integer; 0 = whole node: job.shared = ["none"] (what --exclusive sets: JOB_SHARED_NONE)' },
     memory_per_node = { property = "job.memory_per_node",
       shape = nv and "NV {set=true, infinite=false, number=MiB}" or "integer MiB" },
     constraint = { property = "job.constraints", shape = "string" },
@@ -154,10 +156,14 @@ function M.body(desc, version)
     if n == 38 then job.gpus_per_node = spec else job.tres_per_node = "gres/gpu:" .. spec end
   end
   if desc.cpus_per_node ~= nil then
-    if not _is_int(desc.cpus_per_node) or desc.cpus_per_node < 1 then
-      return nil, _err("invalid", "cpus_per_node", "cpus_per_node must be a positive count")
+    if not _is_int(desc.cpus_per_node) or desc.cpus_per_node < 0 then
+      return nil, _err("invalid", "cpus_per_node", "cpus_per_node must be a count (0 = whole node)")
     end
-    job.minimum_cpus_per_node = math.tointeger(desc.cpus_per_node)
+    if desc.cpus_per_node == 0 then -- every CPU of each node: the nodes are the job's alone
+      if n == 38 then job.exclusive = "exclusive" else job.shared = { "none" } end
+    else
+      job.minimum_cpus_per_node = math.tointeger(desc.cpus_per_node)
+    end
   end
   if desc.memory_per_node ~= nil then
     if not _is_int(desc.memory_per_node) then

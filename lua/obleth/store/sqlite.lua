@@ -152,6 +152,11 @@ M.migrations = {
     ALTER TABLE provisioner_status ADD COLUMN policy_error TEXT;
     ALTER TABLE provisioner_status ADD COLUMN token_status TEXT;
   ]],
+  -- 6: why obleth cancelled a replica's job (restart asked, spec paused, Slurm turned off, ...),
+  -- as the provisioner reports it (docs/replicas-and-failures.md)
+  [6] = [[
+    ALTER TABLE replicas ADD COLUMN cancel_why TEXT;
+  ]],
 }
 
 local Store = {}
@@ -540,6 +545,7 @@ local function _replica_out(r)
     healthy_at = n(r.healthy_at), ended_at = n(r.ended_at), check_failures = r.check_failures,
     problem = n(r.problem), pending_reason = n(r.pending_reason), successor_of = n(r.successor_of),
     launch_id = n(r.launch_id), ["end"] = e, restart_requested = r.restart_requested == 1,
+    cancel_why = n(r.cancel_why),
     slurm = r.slurm and _dec(r.slurm) or NULL, updated_at = r.updated_at,
   }
 end
@@ -774,7 +780,7 @@ end
 
 local REPLICA_COLS = { "state", "generation", "job_id", "node", "port", "endpoint", "submitted_at", "started_at",
   "healthy_at", "ended_at", "check_failures", "problem", "pending_reason", "successor_of", "launch_id",
-  "restart_requested", "slot" }
+  "restart_requested", "slot", "cancel_why" }
 local END_COLS = { state = "end_state", reason = "end_reason", exit_code = "end_exit_code",
   signal = "end_signal", node = "end_node" }
 

@@ -52,6 +52,7 @@ function slurmCell(r, now) {
   if (r.state === 'submitted' && s.start_time && s.estimated) {
     lines.push(html`<span class="muted small">est. start ${relative(s.start_time, now)} (${timestamp(s.start_time)})</span>`);
   }
+  if (r.cancel_why && ['ending', 'ended'].includes(r.state)) lines.push(html`<span class="muted small">cancelled by obleth: ${r.cancel_why}</span>`);
   if (r.problem) lines.push(html`<span class="error-text">${r.problem}</span>`);
   return lines.length ? lines.map((l, i) => html`<div key=${i}>${l}</div>`) : html`<span class="muted">—</span>`;
 }
