@@ -85,10 +85,25 @@ int luaopen_obleth_jsonscan(lua_State *L);
 
 void obleth_open_modules(lua_State *L);
 
-/* Register the metatable `name` (once): __index = a table of `methods`
-   (may be NULL), __gc = gc (only frees memory), __close = close (either may
-   be NULL). Leaves the stack as it was. */
-void obleth_newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
-                     lua_CFunction close);
+/* A userdata class: every field may be NULL.
+   methods   its methods: __index is a table of them (or, with `index`, the
+             metatable's field "methods", for `index` to look in)
+   index     an __index function instead of the methods table
+   gc        __gc: only frees memory
+   close     __close (and what :close() does, when it is one of `methods`)
+   tostring  __tostring */
+typedef struct {
+    const luaL_Reg *methods;
+    lua_CFunction index, gc, close, tostring;
+} obleth_class;
+
+/* Register the metatable `name` (once, "obleth.<type>") for class c, e.g.
+     obleth_newclass(L, DB_MT, &(obleth_class){.methods = db_m, .gc = db_close, .close = db_close});
+   Leaves the stack as it was. */
+void obleth_newclass(lua_State *L, const char *name, const obleth_class *c);
+
+/* Keep a userdata under registry[key] whose __gc is gc (once): module-wide
+   state released at lua_close. Leaves the stack as it was. */
+void obleth_sentinel(lua_State *L, const char *key, lua_CFunction gc);
 
 #endif

@@ -591,24 +591,11 @@ void obleth_http_client_open(lua_State *L) {
         curl_multi_setopt(g_multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
         curl_multi_setopt(g_multi, CURLMOPT_TIMERFUNCTION, multi_timer_cb);
         g_timer = evtimer_new(obleth_base(), timer_cb, NULL);
-        lua_newuserdatauv(L, 1, 0);
-        lua_newtable(L);
-        lua_pushcfunction(L, global_gc);
-        lua_setfield(L, -2, "__gc");
-        lua_setmetatable(L, -2);
-        lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.client");
+        obleth_sentinel(L, "obleth.http.client", global_gc);
     }
     static const luaL_Reg methods[] = {{"read", resp_read}, {"close", resp_close}, {NULL, NULL}};
-    luaL_newmetatable(L, REQ_MT);
-    lua_pushcfunction(L, resp_index);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, req_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, resp_close);
-    lua_setfield(L, -2, "__close");
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "methods");
-    lua_pop(L, 1);
+    obleth_newclass(L, REQ_MT,
+                    &(obleth_class){.methods = methods, .index = resp_index, .gc = req_gc, .close = resp_close});
     lua_pushcfunction(L, l_request);
     lua_setfield(L, -2, "request");
     lua_pushcfunction(L, l_held);

@@ -18,7 +18,7 @@
  * It must be called from the handler's task, before anything was sent
  * through res. It returns when the exchange is over:
  *   status, nil, nil, ttfb        the answer went through (status is the endpoint's)
- *   nil, code, message            nothing reached the client; code is
+ *   nil, {code, message}          nothing reached the client; code is
  *       "unreachable"      the connection was refused or could not be made
  *       "connect_timeout"  no connection within connect_timeout
  *       "closed"           the endpoint closed the connection before answering
@@ -623,11 +623,14 @@ static void proxy_done(response *r, const proxy_result *res) {
     lua_State *co = r->w.co;
     if (!co) return;
     int nret = 4;
-    if (res->status == 0) {
+    if (res->status == 0) { /* nil, {code, message} (docs/errors.md) */
         lua_pushnil(co);
+        lua_createtable(co, 0, 2);
         lua_pushstring(co, res->code);
+        lua_setfield(co, -2, "code");
         lua_pushstring(co, res->message);
-        nret = 3;
+        lua_setfield(co, -2, "message");
+        nret = 2;
     } else {
         lua_pushinteger(co, res->status);
         if (res->code) lua_pushstring(co, res->code);
@@ -967,15 +970,5 @@ void obleth_http_proxy_open(lua_State *L) {
     /* stack: the obleth.http module table */
     lua_pushcfunction(L, l_proxy_stats);
     lua_setfield(L, -2, "proxy_stats");
-    if (lua_getfield(L, LUA_REGISTRYINDEX, "obleth.http.proxy_pool") != LUA_TNIL) {
-        lua_pop(L, 1);
-        return;
-    }
-    lua_pop(L, 1);
-    lua_newuserdatauv(L, 1, 0);
-    lua_createtable(L, 0, 1);
-    lua_pushcfunction(L, pool_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.proxy_pool");
+    obleth_sentinel(L, "obleth.http.proxy_pool", pool_gc);
 }

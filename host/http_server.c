@@ -508,8 +508,8 @@ void obleth_http_server_open(lua_State *L) {
     static const luaL_Reg res_m[] = {{"send", res_send}, {"start", res_start}, {"write", res_write},
                                      {"finish", res_finish}, {"sent", res_sent}, {"closed", res_closed},
                                      {"proxy", obleth_res_proxy}, {NULL, NULL}};
-    obleth_newclass(L, SERVER_MT, server_m, server_gc, server_close);
-    obleth_newclass(L, RES_MT, res_m, res_gc, NULL);
+    obleth_newclass(L, SERVER_MT, &(obleth_class){.methods = server_m, .gc = server_gc, .close = server_close});
+    obleth_newclass(L, RES_MT, &(obleth_class){.methods = res_m, .gc = res_gc});
     if (luaL_loadbuffer(L, trampoline_src, sizeof trampoline_src - 1, "=http.trampoline") != LUA_OK)
         lua_error(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.trampoline");

@@ -382,11 +382,6 @@ int luaopen_obleth_log(lua_State *L) {
         {"add_secret", l_add_secret}, {"redact", l_redact}, {NULL, NULL}};
     luaL_newlib(L, funcs);
     /* a sentinel whose __gc releases the secrets at lua_close */
-    lua_newuserdatauv(L, 1, 0);
-    lua_newtable(L);
-    lua_pushcfunction(L, secrets_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.log.sentinel");
+    obleth_sentinel(L, "obleth.log.sentinel", secrets_gc);
     return 1;
 }

@@ -578,10 +578,10 @@ int luaopen_obleth_loop(lua_State *L) {
     static const luaL_Reg notifier_m[] = {
         {"wait", notifier_wait}, {"notify", notifier_notify}, {NULL, NULL}};
 
-    obleth_newclass(L, "obleth.sleeper", NULL, sleeper_gc, NULL);
-    obleth_newclass(L, TIMER_MT, timer_m, timer_gc, timer_cancel);
-    obleth_newclass(L, NOTIFIER_MT, notifier_m, notifier_gc, NULL);
-    obleth_newclass(L, SIGNAL_MT, signal_m, signal_gc, signal_cancel);
+    obleth_newclass(L, "obleth.sleeper", &(obleth_class){.gc = sleeper_gc});
+    obleth_newclass(L, TIMER_MT, &(obleth_class){.methods = timer_m, .gc = timer_gc, .close = timer_cancel});
+    obleth_newclass(L, NOTIFIER_MT, &(obleth_class){.methods = notifier_m, .gc = notifier_gc});
+    obleth_newclass(L, SIGNAL_MT, &(obleth_class){.methods = signal_m, .gc = signal_gc, .close = signal_cancel});
 
     luaL_newlib(L, funcs);
     return 1;

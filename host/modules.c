@@ -19,15 +19,27 @@ void obleth_open_modules(lua_State *L) {
     lua_pop(L, 1);
 }
 
-void obleth_newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
-                     lua_CFunction close) {
+void obleth_newclass(lua_State *L, const char *name, const obleth_class *c) {
     if (!luaL_newmetatable(L, name)) { lua_pop(L, 1); return; }
-    if (methods) {
+    if (c->methods) {
         lua_newtable(L);
-        luaL_setfuncs(L, methods, 0);
-        lua_setfield(L, -2, "__index");
+        luaL_setfuncs(L, c->methods, 0);
+        lua_setfield(L, -2, c->index ? "methods" : "__index");
     }
-    if (gc) { lua_pushcfunction(L, gc); lua_setfield(L, -2, "__gc"); }
-    if (close) { lua_pushcfunction(L, close); lua_setfield(L, -2, "__close"); }
+    if (c->index) { lua_pushcfunction(L, c->index); lua_setfield(L, -2, "__index"); }
+    if (c->gc) { lua_pushcfunction(L, c->gc); lua_setfield(L, -2, "__gc"); }
+    if (c->close) { lua_pushcfunction(L, c->close); lua_setfield(L, -2, "__close"); }
+    if (c->tostring) { lua_pushcfunction(L, c->tostring); lua_setfield(L, -2, "__tostring"); }
     lua_pop(L, 1);
+}
+
+void obleth_sentinel(lua_State *L, const char *key, lua_CFunction gc) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, key) != LUA_TNIL) { lua_pop(L, 1); return; }
+    lua_pop(L, 1);
+    lua_newuserdatauv(L, 0, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, key);
 }

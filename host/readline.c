@@ -125,11 +125,6 @@ int luaopen_obleth_readline(lua_State *L) {
         {"write_history", l_write_history}, {"set_completer", l_set_completer}, {NULL, NULL}};
     rl_readline_name = "obleth";
     luaL_newlib(L, funcs);
-    lua_newuserdatauv(L, 1, 0);
-    lua_newtable(L);
-    lua_pushcfunction(L, rl_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, "obleth.readline.sentinel");
+    obleth_sentinel(L, "obleth.readline.sentinel", rl_gc);
     return 1;
 }

@@ -1,6 +1,6 @@
 /*
  * slurm.c — the slurmrestd transport (obleth.slurm.rest): JWT auth, HTTP(S)
- * or unix socket, API version negotiation, error kinds. The per-version
+ * or unix socket, API version negotiation, error codes. The per-version
  * response shapes are mapped by lua/obleth/slurm/normalize.lua; the calls
  * users make (ping, jobs, submit, ...) are in lua/obleth/slurm/init.lua.
  *
@@ -16,7 +16,7 @@
  *   conn:set_token(jwt); conn:info() -> {url=, socket=, user=, version=}
  *   rest.known_versions -> {"v0.0.44", ..., "v0.0.38"} (newest first)
  *
- * err = {kind = "unreachable"|"timeout"|"auth"|"bad_response"|"unsupported",
+ * err = {code = "unreachable"|"timeout"|"auth"|"bad_response"|"unsupported",
  *        message = "...", http_status = n?, expired = true?}
  * A token is never part of a message. Discovery: GET /openapi/v3 and read
  * the /slurm/vX/ paths (Slurm's rest_api.shtml), then ping the newest listed: a
@@ -58,11 +58,11 @@ static conn *check_conn(lua_State *L, int i) {
     return c;
 }
 
-static void push_err(lua_State *L, const char *kind, const char *msg, int http_status) {
+static void push_err(lua_State *L, const char *code, const char *msg, int http_status) {
     lua_pushnil(L);
     lua_createtable(L, 0, 3);
-    lua_pushstring(L, kind);
-    lua_setfield(L, -2, "kind");
+    lua_pushstring(L, code);
+    lua_setfield(L, -2, "code");
     lua_pushstring(L, msg);
     lua_setfield(L, -2, "message");
     if (http_status) {
@@ -116,7 +116,7 @@ static long long jwt_exp(const char *tok) {
 }
 
 /* When the token of the connection at conn_idx has an exp in the past, push
-   nil, {kind = "auth", expired = true, message} and return 1 (the caller
+   nil, {code = "auth", expired = true, message} and return 1 (the caller
    returns 2); else leave the stack as it was and return 0. */
 static int push_if_expired(lua_State *L, int conn_idx) {
     int top = lua_gettop(L);
@@ -868,15 +868,7 @@ int luaopen_obleth_slurm_rest(lua_State *L) {
     lua_getfield(L, -1, "decode");
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.slurm.json_decode");
     lua_pop(L, 1);
-    if (luaL_newmetatable(L, CONN_MT)) {
-        luaL_newlib(L, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, conn_close);
-        lua_setfield(L, -2, "__close");
-        lua_pushcfunction(L, conn_tostring);
-        lua_setfield(L, -2, "__tostring");
-    }
-    lua_pop(L, 1);
+    obleth_newclass(L, CONN_MT, &(obleth_class){.methods = methods, .close = conn_close, .tostring = conn_tostring});
     luaL_newlib(L, funcs);
     lua_newtable(L);
     for (int i = 0; known[i]; i++) {

@@ -919,14 +919,10 @@ int luaopen_obleth_sqlite(lua_State *L)
         {"bind", stmt_bind},   {"step", stmt_step},   {"rows", stmt_rows},
         {"reset", stmt_reset}, {"close", stmt_close}, {NULL, NULL},
     };
-    obleth_newclass(L, DB_MT, db_methods, db_close, db_close);
-    obleth_newclass(L, STMT_MT, stmt_methods, stmt_close, stmt_close);
-    obleth_newclass(L, ROWS_MT, NULL, NULL, rows_close);
-    if (luaL_newmetatable(L, ERROR_MT)) {
-        lua_pushcfunction(L, error_tostring);
-        lua_setfield(L, -2, "__tostring");
-    }
-    lua_pop(L, 1);
+    obleth_newclass(L, DB_MT, &(obleth_class){.methods = db_methods, .gc = db_close, .close = db_close});
+    obleth_newclass(L, STMT_MT, &(obleth_class){.methods = stmt_methods, .gc = stmt_close, .close = stmt_close});
+    obleth_newclass(L, ROWS_MT, &(obleth_class){.close = rows_close});
+    obleth_newclass(L, ERROR_MT, &(obleth_class){.tostring = error_tostring});
     luaL_newlib(L, funcs);
     lua_pushstring(L, sqlite3_libversion());
     lua_setfield(L, -2, "version");

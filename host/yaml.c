@@ -720,13 +720,9 @@ int luaopen_obleth_yaml(lua_State *L)
         {"null", NULL},
         {NULL, NULL},
     };
-    obleth_newclass(L, DECODER_MT, NULL, decoder_gc, decoder_gc);
+    obleth_newclass(L, DECODER_MT, &(obleth_class){.gc = decoder_gc, .close = decoder_gc});
     obleth_yaml_emit_open(L);
-    if (luaL_newmetatable(L, ERROR_MT)) {
-        lua_pushcfunction(L, error_tostring);
-        lua_setfield(L, -2, "__tostring");
-    }
-    lua_pop(L, 1);
+    obleth_newclass(L, ERROR_MT, &(obleth_class){.tostring = error_tostring});
     luaL_newlib(L, funcs);
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");

@@ -377,5 +377,5 @@ failed:
 
 void obleth_yaml_emit_open(lua_State *L)
 {
-    obleth_newclass(L, ENCODER_MT, NULL, encoder_gc, encoder_gc);
+    obleth_newclass(L, ENCODER_MT, &(obleth_class){.gc = encoder_gc, .close = encoder_gc});
 }

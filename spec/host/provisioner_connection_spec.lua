@@ -9,7 +9,7 @@ describe("the provisioner without a Slurm connection", function()
     for _, settings in ipairs({ {}, { url = nil, socket = nil, user = "obleth" } }) do
       local conn, err = p:_connection(settings)
       assert.is_nil(conn)
-      assert.equal("config", err.kind)
+      assert.equal("not_configured", err.code)
       assert.matches("the Slurm connection on Deployments", err.message, 1, true)
       assert.is_nil(err.message:find("Settings", 1, true), err.message)
     end

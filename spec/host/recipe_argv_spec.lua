@@ -177,7 +177,7 @@ describe("recipe rendering against /bin/sh", function()
         v.v3 = "--trust-remote-code"
         local rendered, errs = recipe.render(r, v, { model_cache_dir = "/c", modules = {} }, { api_name = "m" })
         assert.is_nil(rendered)
-        assert.equal("inputs.v3", errs[1].field)
+        assert.equal("inputs.v3", errs.errors[1].field)
       end)
   end
 
@@ -200,12 +200,12 @@ describe("recipe rendering against /bin/sh", function()
         function()
           local r, errs = recipe.validate(tbl)
           assert.is_nil(r)
-          assert.matches("^line %d+: {{ inputs.x }} is ", errs[1].message)
+          assert.matches("^line %d+: {{ inputs.x }} is ", errs.errors[1].message)
         end)
     else
       it(("a script template with %s is accepted and never runs a hostile value"):format(t[1]), function()
         local r, errs = recipe.validate(tbl)
-        assert.is_table(r, errs and errs[1] and errs[1].message)
+        assert.is_table(r, errs and errs.errors[1] and errs.errors[1].message)
         local value = "$(touch " .. pwned .. ")`touch " .. pwned .. "`;touch " .. pwned
         local rendered = assert(recipe.render(r, { x = value }, {}, { api_name = "m" }))
         local envs = {}
@@ -265,7 +265,7 @@ describe("recipe rendering against /bin/sh", function()
     v.v1 = "a\0b"
     local rendered, errs = recipe.render(r, v, {}, { api_name = "m" })
     assert.is_nil(rendered)
-    assert.equal("launch[2]", errs[1].field)
+    assert.equal("launch[2]", errs.errors[1].field)
   end)
 
   describe("YAML errors carry line and column", function()
@@ -273,15 +273,15 @@ describe("recipe rendering against /bin/sh", function()
       local text = "id: x\nengine: custom\ninputs:\n  tp:\n    type: integer\n    max: eight\nlaunch: [e]\n"
       local r, errs = recipe.load_text(text)
       assert.is_nil(r)
-      assert.equal("inputs.tp.max", errs[1].field)
-      assert.equal(6, errs[1].line)
-      assert.equal(5, errs[1].column)
+      assert.equal("inputs.tp.max", errs.errors[1].field)
+      assert.equal(6, errs.errors[1].line)
+      assert.equal(5, errs.errors[1].column)
     end)
 
     it("a syntax error gives the parser's position", function()
       local r, errs = recipe.load_text("id: [x\n")
       assert.is_nil(r)
-      assert.is_number(errs[1].line)
+      assert.is_number(errs.errors[1].line)
     end)
   end)
 end)
@@ -295,8 +295,8 @@ describe("library recipes", function()
 
   local function load(name)
     local r, errs = recipe.load_file(root() .. "/recipes/" .. name .. ".yaml")
-    assert(r, name .. ": " .. (errs and errs[1] and (errs[1].field .. " " .. tostring(errs[1].line) .. ": "
-      .. errs[1].message) or "?"))
+    assert(r, name .. ": " .. (errs and errs.errors[1] and (errs.errors[1].field .. " " .. tostring(errs.errors[1].line) .. ": "
+      .. errs.errors[1].message) or "?"))
     return r
   end
 
@@ -315,7 +315,7 @@ describe("library recipes", function()
     local res = recipe.resolve(r, { inputs = { model = "--trust-remote-code" }, api_name = "m" }, defaults, nil)
     local out, errs = recipe.render(r, res.values.inputs, defaults, { api_name = "m" }, res.values)
     assert.is_nil(out)
-    assert.equal("inputs.model", errs[1].field)
+    assert.equal("inputs.model", errs.errors[1].field)
   end)
 
   for _, name in ipairs(names) do
@@ -374,8 +374,8 @@ describe("library recipes", function()
       local none, errs = recipe.render(r, res.values.inputs, { model_cache_dir = "/c" }, { api_name = "m" },
         res.values)
       assert.is_nil(none)
-      assert.equal("inputs.image", errs[1].field)
-      assert.matches("set Image dir in Cluster defaults", errs[1].message, 1, true)
+      assert.equal("inputs.image", errs.errors[1].field)
+      assert.matches("set Image dir in Cluster defaults", errs.errors[1].message, 1, true)
     end)
   end
 
@@ -516,8 +516,8 @@ describe("recipe scripts: name and arithmetic contexts under bash", function()
         assert.is_false(exists(canary), "bash ran the value as code in: " .. line)
       end
       assert.is_nil(r, "accepted: " .. line)
-      assert.equal("script", errs[1].field)
-      assert.matches("line %d+", errs[1].message)
+      assert.equal("script", errs.errors[1].field)
+      assert.matches("line %d+", errs.errors[1].message)
     end)
   end
 
@@ -533,8 +533,8 @@ describe("recipe scripts: name and arithmetic contexts under bash", function()
       assert.is_false(exists(canary), "bash ran the value as code")
     end
     assert.is_nil(out)
-    assert.equal("inputs.x", errs[1].field)
-    assert.matches("subscript", errs[1].message)
+    assert.equal("inputs.x", errs.errors[1].field)
+    assert.matches("subscript", errs.errors[1].message)
     -- plain numbers and names still pass
     out = assert(recipe.render(r, { x = "8" }, {}, {}))
     assert.equal("8", out.environment.OBLETH_IN_X)

@@ -278,12 +278,12 @@ describe("router in-process (" .. transport .. ")", function()
     assert.equal(0, reads)
   end)
 
-  it("answers for an endpoint whose host is longer than a DNS name without a 500", function()
+  it("answers through the other endpoint when one's host is longer than a DNS name (a retry, never a 500)", function()
     local _, live = engine("long-live", { model = "long-host" })
     model("long-host", { "http://" .. ("a"):rep(300) .. ":8000", live })
     for _ = 1, 4 do
       local r = chat("long-host")
-      assert.is_true(r.status == 200 or r.status == 502, r.status .. " " .. r.body)
+      assert.equal(200, r.status, r.body)
     end
   end)
 

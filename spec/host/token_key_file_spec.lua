@@ -31,7 +31,8 @@ describe("token_source key file", function()
       dir .. "/missing", dir }) do
       local k, err = ts.read_key_file(p)
       assert.is_nil(k, p)
-      msgs[#msgs + 1] = err:gsub("^.-: ", "")
+      assert.same({ "token_source", "token_key_file" }, { err.code, err.field })
+      msgs[#msgs + 1] = err.message:gsub("^.-: ", "")
     end
     for i = 2, #msgs do assert.equal(msgs[1], msgs[i]) end
     assert.matches("not usable as a JWT key file", msgs[1], 1, true)

@@ -110,7 +110,8 @@ describe("obleth serve: replicas and the provisioner protocol", function()
       outcomes = { { nonce = NONCE2, model_id = m.id, slot = 2, job_id = 41, state = "NODE_FAIL", reason = "n2 died",
         exit_code = 0, node = "n2", ended_at = 1764496700 } },
       endpoints = { [tostring(m.id)] = { "http://127.0.0.1:20001" } },
-      provision_errors = { [tostring(m.id)] = { message = "Invalid account", field = "account", code = 2045 } },
+      provision_errors = { [tostring(m.id)] = { message = "Invalid account", field = "account", code = "refused",
+        slurm_code = 2045 } },
     })
     assert.equal(200, st)
     assert.is_true(res.ok)
@@ -129,6 +130,8 @@ describe("obleth serve: replicas and the provisioner protocol", function()
     assert.equal(1, reps.replicas[1].check_failures)
     local _, spec = srv:request("GET", "/api/v1/models/" .. m.id .. "/managed")
     assert.equal("account", spec.provision_error.field)
+    assert.equal("refused", spec.provision_error.code)
+    assert.equal(2045, spec.provision_error.slurm_code)
     local _, snap = srv:request("GET", "/api/v1/provisioner/snapshot")
     local sm = snap.models[1]
     assert.equal(2, #sm.replicas)

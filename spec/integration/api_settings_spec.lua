@@ -105,7 +105,7 @@ describe("obleth serve: Slurm settings", function()
     local took = loop.monotonic() - t0
     assert.equal(200, st)
     assert.is_false(r.reachable)
-    assert.equal("unreachable", r.error.kind)
+    assert.equal("unreachable", r.error.code)
     assert.is_true(took < 2, "took " .. took .. " s")
     -- the saved token goes to the saved URL only: a test against another one has none
     assert.equal(require("cjson").null, r.token)

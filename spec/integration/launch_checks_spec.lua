@@ -98,7 +98,7 @@ describe("launch checks on the harness cluster", function()
     assert.equal("GroupNotAllowed", error_for(pv, "partition").code)
     local id, res = submit(pv)
     assert.is_nil(id)
-    assert.equal("refused", res.kind)
+    assert.equal("refused", res.code)
     assert.matches("group not permitted", res.message)
   end)
 
@@ -183,7 +183,7 @@ describe("launch checks on the harness cluster", function()
           assert.is_true(c[4][j.reason] == true, j.reason)
         else
           assert.is_nil(id, "Slurm took the job the preview refused")
-          assert.equal("refused", res.kind)
+          assert.equal("refused", res.code)
         end
       end)
     end

@@ -232,6 +232,8 @@ describe("obleth-provisioner on the harness cluster", function()
     end, 30, "provision_error")
     assert.matches("Invalid account", perr.message)
     assert.equal("account", perr.field)
+    assert.equal("refused", perr.code)
+    assert.equal(2045, perr.slurm_code) -- ESLURM_INVALID_ACCOUNT, in its own field
     loop.sleep(4) -- several passes
     local after = select(2, prov:log():gsub("event=job_refused", ""))
     assert.equal(1, after - before)

@@ -54,7 +54,7 @@ describe("Slurm JWT renewal from the key file", function()
     local p, perr
     if c2 then p, perr = c2:ping() end
     assert.is_nil(p)
-    assert.equal("auth", (perr or err).kind)
+    assert.equal("auth", (perr or err).code)
   end)
 
   it("keeps passes succeeding and replicas healthy across token expiries, and shows the expiry", function()

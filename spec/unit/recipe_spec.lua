@@ -21,16 +21,23 @@ local function base(over)
   return r
 end
 
+-- The fields of a list of field errors ({field, message}), or of an error in the one shape
+-- ({code = "invalid", field, message, errors = that list}: recipe.validate's and render's).
 local function fields_of(errs)
+  if errs.code ~= nil then
+    assert.equal("invalid", errs.code)
+    assert.equal(errs.errors[1].message, errs.message)
+    errs = errs.errors
+  end
   local out = {}
-  for _, e in ipairs(errs or {}) do out[#out + 1] = e.field end
+  for _, e in ipairs(errs) do out[#out + 1] = e.field end
   table.sort(out)
   return out
 end
 
 local function valid(tbl)
   local r, errs = recipe.validate(tbl)
-  assert(r, errs and errs[1] and (errs[1].field .. ": " .. errs[1].message))
+  assert(r, errs and errs.errors[1] and (errs.errors[1].field .. ": " .. errs.errors[1].message))
   return r
 end
 
@@ -54,7 +61,7 @@ describe("obleth.recipe", function()
       assert.is_nil(r)
       assert.same({ "colour", "engine", "inputs.tp.max" }, fields_of(errs))
       local by = {}
-      for _, e in ipairs(errs) do by[e.field] = e end
+      for _, e in ipairs(errs.errors) do by[e.field] = e end
       assert.same({ 3, 1 }, { by.engine.line, by.engine.column })
       assert.same({ 7, 5 }, { by["inputs.tp.max"].line, by["inputs.tp.max"].column })
       assert.same({ 9, 1 }, { by.colour.line, by.colour.column })
@@ -221,14 +228,14 @@ describe("obleth.recipe", function()
       local r = valid(base({ launch = { "e", "--m={{ defaults.modules }}" } }))
       local out, errs = recipe.render(r, {}, { modules = { "a" } }, {})
       assert.is_nil(out)
-      assert.equal("launch[2]", errs[1].field)
+      assert.equal("launch[2]", errs.errors[1].field)
     end)
 
     it("refuses a value holding a NUL byte", function()
       local r = valid(base())
       local out, errs = recipe.render(r, { model = "a\0b" }, {}, {})
       assert.is_nil(out)
-      assert.equal("launch[2]", errs[1].field)
+      assert.equal("launch[2]", errs.errors[1].field)
     end)
 
     it("renders a script whose values never become script text: each is a quoted environment reference", function()
@@ -246,8 +253,8 @@ describe("obleth.recipe", function()
       local r = valid(base())
       local out, errs = recipe.render(r, { model = "--trust-remote-code" }, {}, {})
       assert.is_nil(out)
-      assert.equal("inputs.model", errs[1].field)
-      assert.matches("must not start with '%-'", errs[1].message)
+      assert.equal("inputs.model", errs.errors[1].field)
+      assert.matches("must not start with '%-'", errs.errors[1].message)
       -- glued to an option it is that option's value: fine
       local glued = valid(base({ launch = { "engine", "--model={{ inputs.model }}" } }))
       assert.is_truthy(recipe.render(glued, { model = "-x" }, {}, {}))
@@ -256,7 +263,7 @@ describe("obleth.recipe", function()
       tbl.launch = nil
       out, errs = recipe.render(valid(tbl), { model = "-rf", tp = 1 }, {}, {})
       assert.is_nil(out)
-      assert.equal("inputs.model", errs[1].field)
+      assert.equal("inputs.model", errs.errors[1].field)
       -- numbers may be negative
       local neg = valid(base({ inputs = { model = { type = "string" }, n = { type = "integer", min = -5 } },
         launch = { "engine", "{{ inputs.n }}" } }))
@@ -271,7 +278,7 @@ describe("obleth.recipe", function()
         tbl.launch = nil
         local r, errs = recipe.validate(tbl)
         assert.is_nil(r, script)
-        assert.equal("script", errs[1].field, script)
+        assert.equal("script", errs.errors[1].field, script)
       end
     end)
 
@@ -290,7 +297,7 @@ describe("obleth.recipe", function()
       assert.is_nil(recipe.render(r, { model = "" }, {}, {}).image)
       local out, errs = recipe.render(r, { model = "v.sif" }, {}, {})
       assert.is_nil(out)
-      assert.equal("inputs.model", errs[1].field)
+      assert.equal("inputs.model", errs.errors[1].field)
     end)
 
     it("passes the first shard of a split GGUF through the first_shard filter", function()
@@ -401,7 +408,7 @@ describe("obleth.recipe input patterns stay cheap", function()
   it("refuses a pattern with more than two repetition operators", function()
     local r, errs = with_pattern(".-.-.-.-.-!")
     assert.is_nil(r)
-    assert.equal("inputs.x.pattern", errs[1].field)
+    assert.equal("inputs.x.pattern", errs.errors[1].field)
   end)
 
   it("checks the worst allowed pattern against the longest allowed value quickly", function()
@@ -443,9 +450,9 @@ describe("obleth.recipe rules across inputs", function()
   it("refuses rules that name inputs the recipe does not have", function()
     local r, errs = rec({ one_of = { { "a", "zz" } } })
     assert.is_nil(r)
-    assert.equal("one_of[1][2]", errs[1].field)
+    assert.equal("one_of[1][2]", errs.errors[1].field)
     r, errs = rec({ requires = { zz = { "a" } } })
     assert.is_nil(r)
-    assert.equal("requires.zz", errs[1].field)
+    assert.equal("requires.zz", errs.errors[1].field)
   end)
 end)

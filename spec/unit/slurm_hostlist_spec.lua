@@ -118,4 +118,26 @@ describe("obleth.slurm.hostlist", function()
       assert.equal(expr, hostlist.compress(hostlist.expand(expr)))
     end)
   end)
+
+  describe("split_top (the one comma rule of hostlists and GRES strings)", function()
+    it("splits only at commas outside the pair it is given", function()
+      assert.same({ "n[1,3]", "m", "" }, hostlist.split_top("n[1,3],m,", "[", "]"))
+      assert.same({ "gpu:a100:2(IDX:0,1)", "mps:100" }, hostlist.split_top("gpu:a100:2(IDX:0,1),mps:100", "(", ")"))
+      -- the other pair's characters are plain text
+      assert.same({ "x[1", "2]y" }, hostlist.split_top("x[1,2]y", "(", ")"))
+    end)
+
+    it("answers nil when a close comes before its open", function()
+      assert.is_nil(hostlist.split_top("n1],n[2", "[", "]"))
+      assert.is_nil(hostlist.split_top("gpu:2),x", "(", ")"))
+    end)
+
+    it("is the splitter obleth.slurm.gres uses", function()
+      local gres = require "obleth.slurm.gres"
+      assert.same({ gpu = { total = 3, by_type = { a = 1, b = 2 } } }, gres.parse("gpu:a:1(IDX:0),gpu:b:2(IDX:1,2)"))
+      local src = assert(io.open("lua/obleth/slurm/gres.lua")):read("a")
+      assert.truthy(src:find("hostlist.split_top", 1, true))
+      assert.is_nil(src:find('== ","', 1, true))
+    end)
+  end)
 end)

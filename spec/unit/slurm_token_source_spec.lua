@@ -24,12 +24,12 @@ local function source(opts)
     hmac = hmac,
     read = function(path)
       t.reads = t.reads + 1
-      if t.key == nil then return nil, path .. ": No such file or directory" end
+      if t.key == nil then return nil, { code = "token_source", message = path .. ": No such file or directory" } end
       return t.key
     end,
     run = function()
       t.runs = t.runs + 1
-      if t.out == nil then return nil, "exited with exit 1" end
+      if t.out == nil then return nil, { code = "token_source", message = "exited with exit 1" } end
       return t.out
     end }
   return t

@@ -89,7 +89,7 @@ test('strings from the cluster and from users show as text, and no secret reache
   assert.equal(rep.status, 200, rep.text);
   rep = await stack.api('POST', '/api/v1/provisioner/report', {
     pass: { started_at: now, duration: 0.1, error: XSS },
-    provision_errors: { [id]: { message: XSS, field: 'partition', code: 2000 } },
+    provision_errors: { [id]: { message: XSS, field: 'partition', code: 'refused', slurm_code: 2000 } },
     outcomes: [{ nonce, model_id: id, job_id: 4242, state: 'FAILED', reason: XSS, exit_code: 1,
       node: 'n1', started_at: now - 60, ended_at: now }] });
   assert.equal(rep.status, 200, rep.text);

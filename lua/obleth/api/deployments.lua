@@ -62,7 +62,7 @@ local function _library(app)
   local recipe = require "obleth.recipe"
   local found, errs = recipe.load_dir(require("obleth.api.recipes").library_dir())
   for file, e in pairs(errs or {}) do
-    app.log.warn("library_recipe_invalid", { file = file, error = e[1] and e[1].message })
+    app.log.warn("library_recipe_invalid", { file = file, error = e.message })
   end
   return found or {}
 end
@@ -97,11 +97,10 @@ local function _recipe(app, id)
   local saved = app.store:get_recipe(id)
   if not saved then return nil, _fail(404, "not_found", ("recipe %q does not exist"):format(id), "recipe_id") end
   local doc = json.plain(cjson.decode(saved.recipe[1]))
-  local r, errs = require("obleth.recipe").validate(doc)
+  local r, rerr = require("obleth.recipe").validate(doc)
   if not r then
-    local e = errs[1] or {}
     return nil, _fail(409, "invalid_recipe", ("saved recipe %q is not valid: %s%s"):format(id,
-      e.field and e.field ~= "" and (e.field .. ": ") or "", tostring(e.message)), "recipe_id")
+      rerr.field and (rerr.field .. ": ") or "", tostring(rerr.message)), "recipe_id")
   end
   return r, function() return doc end, "saved"
 end
@@ -213,11 +212,11 @@ end
 
 --- The cluster facts the checks need, normalized (cached M.FACTS_TTL seconds).
 ---@return table|nil {partitions, nodes, associations, qos, api_version, user, enforce_part_limits},
----@return {code: "no_connection"|"no_slurm_user"|"slurm", message: string}|nil why not
+---@return {code: "not_configured"|"no_slurm_user"|"slurm", message: string}|nil why not
 function M.facts(app)
   local s = app:slurm_settings()
   if not s.url and not s.socket then
-    return nil, { code = "no_connection", message = "no slurmrestd connection is set up" }
+    return nil, { code = "not_configured", message = "no slurmrestd connection is set up" }
   end
   local c = app.cache.launch_facts
   local now = app.clock()
@@ -444,10 +443,12 @@ local function do_launch(ctx)
       for _, f in ipairs(pv.fields) do prov[f.field] = f.provenance end
       return prov
     end)(), c.prefilled)
-    local ok, errs = recipe.validate(doc)
+    local ok, rerr = recipe.validate(doc)
     if not ok then
       local out = {}
-      for _, e in ipairs(errs) do out[#out + 1] = { field = "save_recipe", message = (e.field or "") .. ": " .. e.message } end
+      for _, e in ipairs(rerr.errors) do
+        out[#out + 1] = { field = "save_recipe", message = (e.field or "") .. ": " .. e.message }
+      end
       return M.unprocessable(out)
     end
     saved_text = json.encode(doc)
@@ -471,7 +472,7 @@ local function do_launch(ctx)
       created_by = "admin", created_at = math.floor(app.now()) })
     need(store:put_spec(model.id, pv.spec))
     local saved
-    if save then saved = need(store:put_recipe(save.id, save.name or save.id, saved_text, true)) end
+    if save then saved = need(store:put_recipe(save.id, save.name or save.id, saved_text, true)).recipe end
     return { model_id = model.id, launch_id = lid, saved = saved }
   end)
   if not okp then

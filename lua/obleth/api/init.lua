@@ -214,19 +214,19 @@ function App:register_secrets(s)
 end
 
 --- Connect to slurmrestd with the saved settings, overridden by `over` (fields of the connection).
----@return table|nil conn, table|nil err {kind, message}
+---@return table|nil conn, table|nil err {code, message, field?} (docs/errors.md)
 function App:slurm_connect(over)
   local s = self:slurm_settings()
   for k, v in pairs(over or {}) do s[k] = v end
   if not s.url and not s.socket then
-    return nil, { kind = "not_configured", message = "no slurmrestd connection is set up (PUT /api/v1/settings/slurm)" }
+    return nil, { code = "not_configured", message = "no slurmrestd connection is set up (PUT /api/v1/settings/slurm)" }
   end
   -- a renewable token (token_source key_file / command) is had on this host, like the provisioner's
   local token = s.token
   if s.token_source ~= "static" and (over == nil or over.token == nil) then -- over.token false: none
     local terr
     token, terr = self:slurm_tokens():token(s)
-    if not token then return nil, { kind = "auth", message = terr.message, field = terr.field } end
+    if not token then return nil, { code = "auth", message = terr.message, field = terr.field } end
   end
   local slurm = require "obleth.slurm"
   return slurm.connect { url = s.url, socket = s.socket, user = s.user, token = token or nil, version = s.api_version,

@@ -21,7 +21,7 @@ local function _library(app)
     if not (app.cache.recipe_warned or {})[file] then
       app.cache.recipe_warned = app.cache.recipe_warned or {}
       app.cache.recipe_warned[file] = true
-      app.log.warn("library_recipe_invalid", { file = file, error = e[1] and e[1].message })
+      app.log.warn("library_recipe_invalid", { file = file, error = e.message })
     end
   end
   return found or {}
@@ -88,20 +88,19 @@ local function _save(ctx, id, create_only)
   end
   local ok, recipe = pcall(require, "obleth.recipe")
   if ok then
-    local r, errs = recipe.validate(json.plain(doc)) -- as from YAML: integers, null absent
+    local r, rerr = recipe.validate(json.plain(doc)) -- as from YAML: integers, null absent
     if not r then
-      local e = errs[1] or {}
-      local f = e.field ~= "" and e.field or nil
-      return errors.fail(400, "invalid", (f and (f .. ": ") or "") .. tostring(e.message), f,
+      local f, errs = rerr.field, rerr.errors
+      return errors.fail(400, "invalid", (f and (f .. ": ") or "") .. tostring(rerr.message), f,
         { errors = #errs > 1 and errs or nil })
     end
   end
   local text = json.encode(doc)
   if b.id ~= nil and b.source == nil then text = ctx.req.body end
   local name = type(doc.name) == "string" and doc.name or nil
-  local saved, created = ctx.app.store:put_recipe(doc.id, name, text, create_only)
-  if not saved then return errors.store(created) end
-  return created and 201 or 200, saved
+  local put, perr = ctx.app.store:put_recipe(doc.id, name, text, create_only)
+  if not put then return errors.store(perr) end
+  return put.created and 201 or 200, put.recipe
 end
 
 local function create(ctx) return _save(ctx, nil, true) end

@@ -139,7 +139,7 @@ local function test(ctx)
     local tok, terr = app:slurm_tokens():token(opts)
     opts.token = tok
     if not tok then
-      out.error = { kind = "auth", message = terr.message, field = terr.field }
+      out.error = { code = "auth", message = terr.message, field = terr.field }
       return 200, out
     end
   end
@@ -154,7 +154,7 @@ local function test(ctx)
     end
   end
   if not opts.url and not opts.socket then
-    out.error = { kind = "not_configured", message = "no slurmrestd URL or socket is saved or given" }
+    out.error = { code = "not_configured", message = "no slurmrestd URL or socket is saved or given" }
     return 200, out
   end
   local t0 = app.clock()
@@ -162,8 +162,8 @@ local function test(ctx)
     token = opts.token or false, -- false: none (nil would take the saved one)
     verify = opts.verify, ca_file = opts.ca_file, api_version = opts.api_version, timeout = opts.timeout })
   if not conn then
-    out.reachable = cerr.kind ~= "unreachable" and cerr.kind ~= "timeout"
-    out.error = { kind = cerr.kind, message = cerr.message }
+    out.reachable = cerr.code ~= "unreachable" and cerr.code ~= "timeout"
+    out.error = { code = cerr.code, message = cerr.message }
     out.elapsed_ms = math.floor((app.clock() - t0) * 1000)
     return 200, out
   end
@@ -172,7 +172,7 @@ local function test(ctx)
   out.versions = json.array(conn:versions() or {})
   local p, perr = conn:ping()
   if not p then
-    out.error = { kind = perr.kind, message = perr.message }
+    out.error = { code = perr.code, message = perr.message }
   else
     out.ok = p.ok == true
     out.release = n(p.release)
@@ -296,7 +296,7 @@ local function resources(ctx)
   app.cache.resources_busy = nil
   if not ok then error(doc, 0) end
   if not doc then
-    return errors.fail(502, "slurm_" .. tostring(err.kind), "slurmrestd: " .. tostring(err.message))
+    return errors.fail(502, "slurm_" .. tostring(err.code), "slurmrestd: " .. tostring(err.message))
   end
   doc.fetched_at = app.now()
   doc.cached = false

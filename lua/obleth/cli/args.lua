@@ -1,6 +1,9 @@
 --- Command-line parsing shared by the obleth commands.
 -- A spec lists the options: { name = {kind="string"|"number"|"integer"|"boolean"|"list", short=, help=} }.
 -- Accepts --name value, --name=value, -s value, --flag, --no-flag; "--" ends options.
+--
+-- Errors: a leaf parser (docs/errors.md): `parse` returns nil, "message" for a bad command line, and
+-- the command prints it with its usage. spec/unit/error_shape_spec.lua holds this list.
 local M = {}
 
 --- Parse args against spec.

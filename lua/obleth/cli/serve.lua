@@ -37,13 +37,18 @@ local spec = {
 }
 
 --- Split HOST:PORT ("[::1]:8080" for IPv6).
----@return string|nil host, integer|string port_or_err
+---@return string|nil host, integer|table port_or_err err {code = "invalid", field = "listen", message}
 function M.parse_listen(s)
   local host, port = s:match("^%[([%x:]+)%]:(%d+)$")
   if not host then host, port = s:match("^([^:]+):(%d+)$") end
-  if not host then return nil, ("--listen %q: expected HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)"):format(s) end
+  if not host then
+    return nil, { code = "invalid", field = "listen",
+      message = ("--listen %q: expected HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)"):format(s) }
+  end
   local p = math.tointeger(tonumber(port))
-  if not p or p > 65535 then return nil, ("--listen %q: the port must be 0..65535"):format(s) end
+  if not p or p > 65535 then
+    return nil, { code = "invalid", field = "listen", message = ("--listen %q: the port must be 0..65535"):format(s) }
+  end
   return host, p
 end
 
@@ -52,23 +57,26 @@ local function _die(msg, code)
   return code or 1
 end
 
---- The admin token from the environment, or nil and a message saying how to set one.
+--- The admin token from the environment, or nil and an error saying how to set one.
+---@param env fun(name: string): string|nil defaults to os.getenv
+---@return string|nil token, table|nil err {code = "not_configured"|"token_file"|"invalid", message}
 function M.admin_token(env)
   env = env or os.getenv
   local tok = env("OBLETH_ADMIN_TOKEN")
   local file = env("OBLETH_ADMIN_TOKEN_FILE")
   if (not tok or tok == "") and file and file ~= "" then
     local fh, err = io.open(file)
-    if not fh then return nil, "cannot read OBLETH_ADMIN_TOKEN_FILE: " .. tostring(err) end
+    if not fh then return nil, { code = "token_file", message = "cannot read OBLETH_ADMIN_TOKEN_FILE: " .. tostring(err) } end
     tok = (fh:read("a") or ""):gsub("%s+$", "")
     fh:close()
   end
   if not tok or tok == "" then
-    return nil, "no admin token: set OBLETH_ADMIN_TOKEN (for example: export OBLETH_ADMIN_TOKEN=$(openssl rand -hex 32))"
-      .. " or OBLETH_ADMIN_TOKEN_FILE to a file holding it"
+    return nil, { code = "not_configured", message = "no admin token: set OBLETH_ADMIN_TOKEN (for example: "
+      .. "export OBLETH_ADMIN_TOKEN=$(openssl rand -hex 32)) or OBLETH_ADMIN_TOKEN_FILE to a file holding it" }
   end
   if #tok < 16 or tok:find("%s") then
-    return nil, "the admin token must be at least 16 characters without spaces (try: openssl rand -hex 32)"
+    return nil, { code = "invalid",
+      message = "the admin token must be at least 16 characters without spaces (try: openssl rand -hex 32)" }
   end
   return tok
 end
@@ -80,9 +88,9 @@ function M.main(argv)
   if o[1] then return _die(("unexpected argument %q\n\n%s"):format(o[1], M.usage), 2) end
   local listen = o.listen or os.getenv("OBLETH_LISTEN") or "127.0.0.1:8080"
   local host, port = M.parse_listen(listen)
-  if not host then return _die(port, 2) end
+  if not host then return _die(port.message, 2) end
   local token, terr = M.admin_token()
-  if not token then return _die(terr, 2) end
+  if not token then return _die(terr.message, 2) end
   local body_limit = o.body_limit or 1048576
   if body_limit < 1024 then return _die("--body-limit must be at least 1024", 2) end
   local public_url = o.public_url or os.getenv("OBLETH_PUBLIC_URL")

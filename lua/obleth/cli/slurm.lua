@@ -29,7 +29,9 @@ function M.connection_options(o)
   local tf = o.token_file or os.getenv("OBLETH_SLURM_TOKEN_FILE")
   if tf then
     local fh, err = io.open(tf)
-    if not fh then return nil, "cannot read the token file: " .. err end
+    if not fh then
+      return nil, { code = "token_file", message = "cannot read the token file: " .. err }
+    end
     token = fh:read("a"):gsub("%s+$", "")
     fh:close()
   else
@@ -38,8 +40,9 @@ function M.connection_options(o)
   local url = o.url or (not o.socket and os.getenv("OBLETH_SLURM_URL")) or nil
   local socket = o.socket or (not url and os.getenv("OBLETH_SLURM_SOCKET")) or nil
   if not url and not socket then
-    return nil, "no slurmrestd given: pass --url or --socket, set OBLETH_SLURM_URL, or set OBLETH_ADMIN_BASE_URL "
-      .. "and OBLETH_ADMIN_TOKEN to use the connection saved in obleth serve"
+    return nil, { code = "not_configured", message = "no slurmrestd given: pass --url or --socket, set "
+      .. "OBLETH_SLURM_URL, or set OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN to use the connection saved in "
+      .. "obleth serve" }
   end
   return {
     url = url, socket = socket, token = token,
@@ -51,16 +54,19 @@ end
 
 --- Connect from flags, the environment, or else the Management API's saved
 --- settings (OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN).
----@return table|nil conn, string|nil err
+---@return table|nil conn, table|nil err {code, message, field?}: the Management API client's or
+---  obleth.slurm's codes, "not_configured" or "token_file"
 function M.connect(o)
   local copts
   local base, token = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
   if not (o.url or o.socket or os.getenv("OBLETH_SLURM_URL") or os.getenv("OBLETH_SLURM_SOCKET")) and base and token then
     local snap, err = require("obleth.provisioner.client").new(base, token):snapshot()
-    if not snap then return nil, err.message end
+    if not snap then return nil, err end
     local s = snap.settings or {}
     if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
-    if not (s.url or s.socket) then return nil, "the Management API has no Slurm connection saved" end
+    if not (s.url or s.socket) then
+      return nil, { code = "not_configured", message = "the Management API has no Slurm connection saved" }
+    end
     copts = { url = s.url, socket = s.socket, user = s.user, token = s.token, version = s.api_version or "auto",
       verify = s.verify ~= false, ca_file = s.ca_file }
   else
@@ -68,9 +74,7 @@ function M.connect(o)
     copts, e = M.connection_options(o)
     if not copts then return nil, e end
   end
-  local conn, err = slurm.connect(copts)
-  if not conn then return nil, ("%s: %s"):format(err.kind, err.message) end
-  return conn
+  return slurm.connect(copts)
 end
 
 local function spec_with(extra)
@@ -106,12 +110,16 @@ local function die(msg, code)
   return code or 1
 end
 
-local function errmsg(err)
+--- One line for an error: "code: message (field F)".
+---@param err table|string {code, message, field?}
+---@return string
+function M.error_text(err)
   if type(err) ~= "table" then return tostring(err) end
-  local s = ("%s: %s"):format(err.kind or "error", err.message or "?")
+  local s = ("%s: %s"):format(err.code or "error", err.message or "?")
   if err.field then s = s .. (" (field %s)"):format(err.field) end
   return s
 end
+local errmsg = M.error_text
 
 local function emit(o, value, table_fn)
   if o.json then
@@ -259,7 +267,7 @@ function M.main(argv)
   end
   if not sub[cmd] then return die(("unknown subcommand '%s'\n%s"):format(cmd, usage), 2) end
   local conn, err = M.connect(o)
-  if not conn then return die(err) end
+  if not conn then return die(errmsg(err)) end
   return sub[cmd](conn, o)
 end
 

@@ -488,7 +488,7 @@ function M.preview(p)
   local rendered, rerrs = recipe.render(r, values.inputs, defaults, { api_name = values.api_name,
     id = p.model and p.model.id or nil }, values)
   if not rendered then
-    for _, e in ipairs(rerrs) do err(e.field, e.message, "invalid") end
+    for _, e in ipairs(rerrs.errors) do err(e.field, e.message, "invalid") end
   else
     local raw = recipe.managed_spec(r, values, rendered)
     raw.enabled = true
@@ -502,7 +502,7 @@ function M.preview(p)
           defaults = defaults, api_version = p.api_version, bindir = p.bindir, exe = p.exe, instance = p.instance })
         job_script, body = script, b
         if berr then
-          if berr.kind then err(berr.field or "spec", berr.message, berr.kind)
+          if berr.code then err(berr.field or "spec", berr.message, berr.code)
           else warnings[#warnings + 1] = berr.message end
         end
       end

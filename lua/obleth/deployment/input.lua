@@ -729,9 +729,10 @@ function M.report(input)
           message = function(v, f) return _str(v, f, { max = 8192, multiline = true }) end,
           field = function(v, f) return _str(v, f, { max = 128 }) end,
           code = function(v, f)
-            if type(v) == "number" then return _int(v, f, -1e9, 1e9) end
+            if type(v) == "number" then return _int(v, f, -1e9, 1e9) end -- before slurm_code had its own field
             return _str(v, f, { max = 64 })
           end,
+          slurm_code = function(v, f) return _int(v, f, -1e9, 1e9) end,
           at = function(v, f) return _num(v, f, 0, 1e11) end,
           generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
         }, { "message" })

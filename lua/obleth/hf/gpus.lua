@@ -31,10 +31,11 @@ end
 --- Memory of one GPU of type `gpu_type`.
 ---@param gpu_type string|nil GRES type, e.g. "a100", "h100", "a100_40g"
 ---@return number|nil gib
----@return string|nil note why the value is uncertain, or why it is unknown
+---@return string|table|nil note_or_err with gib: why the value is uncertain (string) or nil; without:
+---  {code = "unknown_gpu_type"|"unknown_gpu_memory", field = "gpu_type", message}
 function M.memory_gib(gpu_type)
   if type(gpu_type) ~= "string" or gpu_type == "" then
-    return nil, "the partition's GPU type is not known"
+    return nil, { code = "unknown_gpu_type", field = "gpu_type", message = "the partition's GPU type is not known" }
   end
   local t = normalize(gpu_type)
   -- an explicit size in the name wins: a100_40g, a100-sxm4-80gb, h100-94gb
@@ -46,7 +47,10 @@ function M.memory_gib(gpu_type)
   for name in pairs(M.MEMORY_GIB) do
     if t:sub(1, #name) == name and (not best or #name > #best) then best = name end
   end
-  if not best then return nil, ("the memory of GPU type %q is not known"):format(gpu_type) end
+  if not best then
+    return nil, { code = "unknown_gpu_memory", field = "gpu_type",
+      message = ("the memory of GPU type %q is not known"):format(gpu_type) }
+  end
   return M.MEMORY_GIB[best], M.AMBIGUOUS[best]
 end
 
@@ -75,7 +79,7 @@ function M.suggest(size_bytes, gpu_type, opts)
   end
   out.need_gib = math.floor(size_bytes * M.OVERHEAD / GIB * 10 + 0.5) / 10
   if not mem then
-    out.notes[#out.notes + 1] = why .. ": 1 GPU suggested; about " .. out.need_gib
+    out.notes[#out.notes + 1] = why.message .. ": 1 GPU suggested; about " .. out.need_gib
       .. " GiB of GPU memory are needed"
     return out
   end

@@ -5,6 +5,9 @@
 -- (close, escaped quote, reopen). Newlines, `$`, backticks, `\`, `*`, `;`
 -- stay literal. A NUL byte cannot be passed through a shell word (C strings
 -- end there), so it is refused. Pure functions, no I/O.
+--
+-- Errors: a leaf parser (docs/errors.md): `quote` and `join` return nil, "message" for bad input, and
+-- the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
 local M = {}
 
 --- Quote one value as a single shell word.

@@ -102,21 +102,24 @@ end
 -- partition_takes_account) changes every decision that uses it (check,
 -- accounts_for). `builtin` in the file's environment holds the instance's
 -- functions as shipped, bound to the same instance.
+-- Returns the merged module, or nil, {code = "invalid_policy", message}.
+local function _invalid(message) return nil, { code = "invalid_policy", message = message } end
+
 local function _load_override(name, path, builtin)
   local fh, ferr = io.open(path, "rb")
-  if not fh then return nil, tostring(ferr) end
+  if not fh then return _invalid(tostring(ferr)) end
   local src = fh:read("a")
   fh:close()
   local merged = type(builtin.new) == "function" and builtin.new() or _copy(builtin)
   local shipped = _copy(merged)
   local chunk, cerr = load(src, "@" .. path, "t", _env(name, shipped))
-  if not chunk then return nil, cerr end
+  if not chunk then return _invalid(cerr) end
   local ok, ret = pcall(chunk)
-  if not ok then return nil, tostring(ret) end
+  if not ok then return _invalid(tostring(ret)) end
   if type(ret) ~= "table" then
-    return nil, ("%s must return a table of functions and values (got %s)"):format(path, type(ret))
+    return _invalid(("%s must return a table of functions and values (got %s)"):format(path, type(ret)))
   end
-  if ret.DEFAULTS ~= nil and type(ret.DEFAULTS) ~= "table" then return nil, "DEFAULTS must be a table" end
+  if ret.DEFAULTS ~= nil and type(ret.DEFAULTS) ~= "table" then return _invalid("DEFAULTS must be a table") end
   if ret.DEFAULTS then
     merged.DEFAULTS = tables.merged(merged.DEFAULTS, ret.DEFAULTS)
     shipped.DEFAULTS = merged.DEFAULTS
@@ -125,7 +128,7 @@ local function _load_override(name, path, builtin)
     if k ~= "DEFAULTS" then merged[k] = v end
   end
   local e = _check(name, merged)
-  if e then return nil, path .. ": " .. e end
+  if e then return _invalid(path .. ": " .. e) end
   return merged
 end
 
@@ -141,9 +144,7 @@ function M.load_file(name, path)
     return nil, { code = "unknown_policy",
       message = ("unknown policy %q (one of %s)"):format(tostring(name), table.concat(M.NAMES, ", ")) }
   end
-  local mod, err = _load_override(name, path, require("obleth.policy." .. name))
-  if not mod then return nil, { code = "invalid_policy", message = err } end
-  return mod
+  return _load_override(name, path, require("obleth.policy." .. name))
 end
 
 --- A policy set: built-in modules plus the overrides of one directory.
@@ -203,7 +204,7 @@ function M.new(opts)
           if mod then
             current[name], errs[name] = mod, nil
           else
-            errs[name] = { path = path, message = err, at = clock() }
+            errs[name] = { path = path, message = err.message, at = clock() }
           end
           seen[name] = sig or true
         end

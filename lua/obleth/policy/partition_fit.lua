@@ -16,6 +16,11 @@ local function new(defaults)
   -- constraint expressions: a&b, a|b, a,b (AND), !a, (..), [..], name*count
   ---------------------------------------------------------------------------
 
+  -- an unparsable constraint: the one error shape, on the field it came from
+  local function bad(message)
+    return nil, { code = "invalid_constraint", field = "constraint", message = message }
+  end
+
   local function tokenize(s)
     local toks, i = {}, 1
     while i <= #s do
@@ -32,7 +37,7 @@ local function new(defaults)
         toks[#toks + 1] = ")"; i = i + 1
       else
         local name = s:match("^[%w_.:%-]+", i)
-        if not name then return nil, ("unexpected %q in constraint"):format(c) end
+        if not name then return bad(("unexpected %q in constraint"):format(c)) end
         i = i + #name
         local count = s:match("^%*%d+", i)
         if count then i = i + #count end
@@ -45,7 +50,7 @@ local function new(defaults)
   --- Parse a Slurm feature constraint into a predicate over a feature set.
   ---@param expr string|nil e.g. "a100", "a100&ib", "a100|h100", "(a100|h100)&ib"
   ---@return (fun(features: table<string, boolean>): boolean)|nil pred (nil expr: always true)
-  ---@return string|nil err
+  ---@return table|nil err {code = "invalid_constraint", field = "constraint", message}
   function M.constraint(expr)
     if expr == nil or expr == "" then return function() return true end end
     local toks, terr = tokenize(expr)
@@ -63,7 +68,7 @@ local function new(defaults)
         pos = pos + 1
         local inner, e = parse_or()
         if not inner then return nil, e end
-        if toks[pos] ~= ")" then return nil, "unbalanced parenthesis in constraint" end
+        if toks[pos] ~= ")" then return bad("unbalanced parenthesis in constraint") end
         pos = pos + 1
         return inner
       elseif type(t) == "table" then
@@ -71,7 +76,7 @@ local function new(defaults)
         local name = t.name
         return function(f) return f[name] == true end
       end
-      return nil, "constraint " .. ("%q"):format(expr) .. " is incomplete"
+      return bad("constraint " .. ("%q"):format(expr) .. " is incomplete")
     end
     local function parse_and()
       local left, e = parse_atom()
@@ -99,7 +104,7 @@ local function new(defaults)
     end
     local pred, err = parse_or()
     if not pred then return nil, err end
-    if pos <= #toks then return nil, ("constraint %q: unexpected text after position %d"):format(expr, pos) end
+    if pos <= #toks then return bad(("constraint %q: unexpected text after position %d"):format(expr, pos)) end
     return pred
   end
 
@@ -286,7 +291,7 @@ local function new(defaults)
     if req.constraint and req.constraint ~= "" then
       local pred, cerr = M.constraint(req.constraint)
       if not pred then
-        add("constraint", "invalid_constraint", cerr)
+        add("constraint", cerr.code, cerr.message)
         return errors
       end
       local known = {}
@@ -343,7 +348,7 @@ local function new(defaults)
     local want = req.nodes or 1
     local pred, cerr = M.constraint(req.constraint)
     if not pred then
-      reasons[#reasons + 1] = cerr
+      reasons[#reasons + 1] = cerr.message
       pred = function() return false end
     end
     local excluded = as_set(req.exclude)

@@ -9,6 +9,9 @@ local M = {}
 --- A decoded JSON value as plain Lua data (obleth.util.json.plain).
 M.plain = json.plain
 
+-- Errors: nil, {code, message}; code is obleth.http's ("unreachable", "timeout", ...) when the API
+-- did not answer, the API's own error code (e.g. "lease_held", "lease_lost"; "http" when the answer
+-- had none) with status = the HTTP status when it answered with an error, or "bad_response".
 local Client = {}
 Client.__index = Client
 
@@ -23,15 +26,16 @@ function Client:_call(method, path, body)
     headers = { Authorization = "Bearer " .. self.token, ["Content-Type"] = body and "application/json" or nil,
       Accept = "application/json" },
     body = body and cjson.encode(body) or nil }
-  if not r then return nil, { kind = err.code, message = "Management API: " .. err.message } end
+  if not r then return nil, { code = err.code, message = "Management API: " .. err.message } end
   local ok, doc = pcall(cjson.decode, r.body)
   if r.status ~= 200 then
     local e = ok and type(doc) == "table" and type(doc.error) == "table" and doc.error or {}
     local msg = e.message or r.body:sub(1, 200)
-    return nil, { kind = "http", status = r.status, code = e.code, lease = e.lease and M.plain(e.lease),
+    return nil, { code = type(e.code) == "string" and e.code or "http", status = r.status,
+      lease = e.lease and M.plain(e.lease),
       message = ("Management API %s %s: HTTP %d: %s"):format(method, path, r.status, tostring(msg)) }
   end
-  if not ok then return nil, { kind = "bad_response", message = "Management API answered with invalid JSON" } end
+  if not ok then return nil, { code = "bad_response", message = "Management API answered with invalid JSON" } end
   return M.plain(doc)
 end
 

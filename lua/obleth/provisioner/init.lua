@@ -93,14 +93,14 @@ end
 -- True while this process surely holds the lease: more than half its ttl is left by the local
 -- clock, or a renewal says so now. Monotonic time runs on while the process is stopped, so a
 -- paused-then-resumed provisioner asks the Management API before it submits or cancels anything.
----@return boolean|nil held, table|nil err {kind = "lease_lost"|the API client's kinds, message}
+---@return boolean|nil held, table|nil err {code = "lease_lost"|the API client's codes, message}
 function M:_fresh()
-  if not self.lease then return nil, { kind = "lease_lost", message = "no lease" } end
+  if not self.lease then return nil, { code = "lease_lost", message = "no lease" } end
   if loop.monotonic() < self.lease.deadline - self.lease_ttl / 2 then return true end
   local held, err = self:_hold()
   if held then return true end
   if held == false then
-    return nil, { kind = "lease_lost", message = ("the lease is now held by %s on %s (pid %s): nothing more is done")
+    return nil, { code = "lease_lost", message = ("the lease is now held by %s on %s (pid %s): nothing more is done")
       :format(tostring(err.holder), tostring(err.host), tostring(err.pid)) }
   end
   return nil, err
@@ -145,13 +145,13 @@ end
 
 function M:_connection(settings)
   if not settings or not (settings.url or settings.socket) then
-    return nil, { kind = "config", message = "no Slurm connection is saved: set it up as the Slurm connection "
-      .. "on Deployments (Set up Slurm on the Slurm card)" }
+    return nil, { code = "not_configured", message = "no Slurm connection is saved: set it up as the Slurm "
+      .. "connection on Deployments (Set up Slurm on the Slurm card)" }
   end
   -- the token: the saved one, or this host's renewed one (obleth.slurm.token_source)
   local token, terr = self.tokens:token(settings)
   if not token and (settings.token_source or "static") ~= "static" then
-    return nil, { kind = "auth", message = "Slurm JWT: " .. terr.message }
+    return nil, { code = "auth", message = "Slurm JWT: " .. terr.message }
   end
   local key = table.concat({ tostring(settings.url), tostring(settings.socket), tostring(settings.user),
     tostring(settings.api_version), tostring(settings.verify), tostring(settings.ca_file), tostring(token == nil) }, "\0")
@@ -222,10 +222,12 @@ end
 ---@param snap table the Management API snapshot
 ---@param jobs table[] conn:jobs()
 ---@return table|nil job_by_id job id → job, or nil when the snapshot has no installation id
----@return string|nil err why nothing may be decided (nothing is submitted or cancelled then)
+---@return table|nil err {code = "no_instance", message}: why nothing may be decided (nothing is submitted
+---  or cancelled then)
 function M.lookup_jobs(conn, snap, jobs)
   if not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
-    return nil, "the Management API gave no installation id (snapshot.instance): nothing is submitted or cancelled"
+    return nil, { code = "no_instance",
+      message = "the Management API gave no installation id (snapshot.instance): nothing is submitted or cancelled" }
   end
   local listed = {}
   for _, j in ipairs(jobs) do listed[j.id] = true end
@@ -264,15 +266,15 @@ function M.rules(policy)
   return policy.get("lost").check, policy.get("rollover").plan, perr
 end
 
---- One pass. Returns the report it sent (or would have sent), or nil, err. err.kind "lease_held"
+--- One pass. Returns the report it sent (or would have sent), or nil, err. err.code "lease_held"
 --- (another provisioner holds the lease: nothing was done), "lease_lost" (refused as stale),
 --- "slurm" (slurmrestd could not be reached), "pass" (the pass ran with an error), or the
---- Management API client's kinds.
+--- Management API client's codes (err.status set when the API answered with an HTTP error).
 function M:pass()
   local t0, started = loop.monotonic(), loop.now()
   local held, herr = self:_hold()
   if held == false then
-    return nil, { kind = "lease_held", lease = herr, message = ("the provisioner lease is held by %s on %s (pid %s)")
+    return nil, { code = "lease_held", lease = herr, message = ("the provisioner lease is held by %s on %s (pid %s)")
       :format(tostring(herr.holder), tostring(herr.host), tostring(herr.pid)) }
   elseif not held then
     return nil, herr
@@ -303,11 +305,11 @@ function M:pass()
     jobs, jerr = conn:jobs()
     if not jobs then
       pass_error = "listing jobs: " .. tostring(jerr.message)
-      slurm_down = jerr.kind == "unreachable" or jerr.kind == "timeout"
+      slurm_down = jerr.code == "unreachable" or jerr.code == "timeout"
     end
   elseif next(snap.models or {}) then
     pass_error = cerr.message
-    slurm_down = cerr.kind == "unreachable" or cerr.kind == "timeout"
+    slurm_down = cerr.code == "unreachable" or cerr.code == "timeout"
   end
   if conn or slurm_down then
     local at = settings.url or settings.socket
@@ -325,7 +327,7 @@ function M:pass()
   if jobs then
     local ierr
     job_by_id, ierr = M.lookup_jobs(conn, snap, jobs)
-    if not job_by_id then pass_error, jobs = ierr, nil end
+    if not job_by_id then pass_error, jobs = ierr.message, nil end
   end
   if jobs then
     -- a broken policy edit keeps the previous version and is reported as pass.policy_error
@@ -349,7 +351,7 @@ function M:pass()
         self.lease.deadline = t1 + self.lease_ttl
       elseif rerr.code == "lease_lost" then
         self:_lost(rerr)
-        return nil, { kind = "lease_lost", message = rerr.message }
+        return nil, { code = "lease_lost", message = rerr.message }
       else
         pass_error = "recording submits: " .. tostring(rerr.message)
         state.submits = {}
@@ -389,12 +391,13 @@ function M:pass()
           log.warn("fault_injection", { point = "pause_after_submit", job_id = id })
           loop.sleep(3)
         end
-      elseif res.kind == "refused" or res.kind == "unsupported" then
+      elseif res.code == "refused" or res.code == "unsupported" then
         s.row.state, s.row.ended_at = "ended", loop.now()
         s.row["end"] = { state = "REFUSED", reason = res.message }
         report.provision_errors[tostring(s.model.id)] = { message = res.message, field = res.field,
-          code = res.code, generation = s.spec.generation, at = loop.now() }
-        log.warn("job_refused", { model = s.model.name, field = res.field, code = res.code, message = res.message })
+          code = res.code, slurm_code = res.slurm_code, generation = s.spec.generation, at = loop.now() }
+        log.warn("job_refused", { model = s.model.name, field = res.field, code = res.code, slurm_code = res.slurm_code,
+          message = res.message })
       else
         -- transport trouble: the row stays pending and is tried next pass
         s.row.state = "pending"
@@ -447,11 +450,11 @@ function M:pass()
   if not ok then
     if rerr.code == "lease_lost" then
       self:_lost(rerr)
-      return nil, { kind = "lease_lost", message = rerr.message }
+      return nil, { code = "lease_lost", message = rerr.message }
     end
     return nil, rerr
   end
-  if pass_error then return nil, { kind = slurm_down and "slurm" or "pass", message = pass_error }, report end
+  if pass_error then return nil, { code = slurm_down and "slurm" or "pass", message = pass_error }, report end
   return report
 end
 
@@ -508,20 +511,20 @@ function M:run()
       if self.failures > 0 then log.info("pass_ok", { after_failures = self.failures }) end
       self.failures = 0
       self:_changed("pass", "ok")
-    elseif err.kind == "lease_held" or err.kind == "lease_lost" then
+    elseif err.code == "lease_held" or err.code == "lease_lost" then
       -- waiting for the lease is no failure: try again each interval (it expires a few intervals ahead)
       backoff = self.interval
     else
       self.failures = self.failures + 1
-      local kind = err.kind
-      if kind == "unreachable" or kind == "timeout" or kind == "http" or kind == "slurm" then
+      local code = err.code
+      if code == "unreachable" or code == "timeout" or code == "slurm" or err.status then
         -- slurmrestd or the Management API is down: back off, capped
         backoff = math.min(self.backoff_max, math.max(self.interval, backoff * 2))
         wait = backoff
       end
       -- once per change of state, not once per pass (an outage of slurmrestd is logged as such)
-      if self:_changed("pass", tostring(kind) .. ":" .. tostring(err.message)) and kind ~= "slurm" then
-        log.warn("pass_failed", { error = err.message or tostring(err), kind = kind, failures = self.failures,
+      if self:_changed("pass", tostring(code) .. ":" .. tostring(err.message)) and code ~= "slurm" then
+        log.warn("pass_failed", { error = err.message or tostring(err), code = code, failures = self.failures,
           next_in = math.floor(wait * 10 + 0.5) / 10 })
       end
     end

@@ -10,14 +10,14 @@ local M = tables.merged(schema, validate)
 ---@param text string
 ---@param name string|nil file name for messages
 ---@return table|nil recipe
----@return table[]|nil errors {field, message, line, column}
+---@return table|nil err {code = "invalid", field, message, errors = {{field, message, line, column}}}
 function M.load_text(text, name)
   local yaml = require "obleth.yaml"
   local doc, pos = yaml.decode(text, { positions = true })
   if doc == nil then
     local e = pos or {}
-    return nil, { { field = "", line = e.line, column = e.column,
-      message = (name and (name .. ": ") or "") .. tostring(e.message or e) } }
+    return nil, M.invalid({ { field = "", line = e.line, column = e.column,
+      message = (name and (name .. ": ") or "") .. tostring(e.message or e) } })
   end
   return M.validate(doc, pos)
 end
@@ -25,10 +25,10 @@ end
 --- Read, decode and validate a recipe file.
 ---@param path string
 ---@return table|nil recipe
----@return table[]|nil errors
+---@return table|nil err as load_text's
 function M.load_file(path)
   local fh, ferr = io.open(path, "rb")
-  if not fh then return nil, { { field = "", message = tostring(ferr) } } end
+  if not fh then return nil, M.invalid({ { field = "", message = tostring(ferr) } }) end
   local text = fh:read("a")
   fh:close()
   return M.load_text(text, path)
@@ -37,7 +37,7 @@ end
 --- Every `*.yaml` recipe in a directory, by id.
 ---@param dir string
 ---@return table<string, table> recipes
----@return table<string, table[]> errors by file name
+---@return table<string, table> errors by file name (load_file's err)
 function M.load_dir(dir)
   local sys = require "obleth.sys"
   local names = sys.listdir(dir) or {}
@@ -45,8 +45,8 @@ function M.load_dir(dir)
   local recipes, errors = {}, {}
   for _, n in ipairs(names) do
     if n:match("%.ya?ml$") then
-      local r, errs = M.load_file(dir .. "/" .. n)
-      if r then recipes[r.id] = r else errors[n] = errs end
+      local r, err = M.load_file(dir .. "/" .. n)
+      if r then recipes[r.id] = r else errors[n] = err end
     end
   end
   return recipes, errors

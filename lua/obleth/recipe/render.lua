@@ -28,19 +28,23 @@ local function _lookup(ctx, ns, name)
   return v
 end
 
+-- A value or template that cannot be rendered: the one error shape, on the field it is about.
+local function _bad(field, message) return { code = "invalid", field = field, message = message } end
+
 -- `| in_image_dir`: a file name is taken from Cluster defaults' image_dir; an absolute path
 -- or a blank stays as it is. A file name with no image_dir set is an error on the reference.
 local function _in_image_dir(ctx, v, ref)
   if type(v) ~= "string" or v == "" or v:sub(1, 1) == "/" then return v end
   local dir = _v(ctx.defaults.image_dir)
   if type(dir) ~= "string" or dir == "" then
-    return nil, ("%s.%s: %q is a file name: set Image dir in Cluster defaults, or give an absolute path")
-      :format(ref.ns, ref.name, v)
+    return nil, _bad(ref.ns .. "." .. ref.name, ("%s.%s: %q is a file name: set Image dir in Cluster defaults, "
+      .. "or give an absolute path"):format(ref.ns, ref.name, v))
   end
   return (dir:gsub("/+$", "")) .. "/" .. v
 end
 
--- A reference's value (lists stay lists), or nil, message when its filter refuses it.
+-- A reference's value (lists stay lists), or nil, err {code = "invalid", field = the reference, message}
+-- when its filter refuses it.
 local function _value(ctx, ref)
   local v = _lookup(ctx, ref.ns, ref.name)
   if ref.filter == "first_shard" then v = _first_shard(v) end
@@ -70,13 +74,14 @@ local function _when_holds(ctx, when)
   return true
 end
 
+-- The error when a value holds a NUL byte, else nil.
 local function _nul_check(v, field)
   if type(v) == "table" then
     for _, x in ipairs(v) do
-      if x:find("\0", 1, true) then return field .. ": a value contains a NUL byte" end
+      if x:find("\0", 1, true) then return _bad(field, field .. ": a value contains a NUL byte") end
     end
   elseif v:find("\0", 1, true) then
-    return field .. ": a value contains a NUL byte"
+    return _bad(field, field .. ": a value contains a NUL byte")
   end
 end
 
@@ -89,23 +94,22 @@ local function _dash_check(p, v)
   if p.ns ~= "inputs" then return nil end
   for _, x in ipairs(type(v) == "table" and v or { v }) do
     if type(x) == "string" and x:sub(1, 1) == "-" and not tonumber(x) then
-      return ("inputs.%s: must not start with '-' here: it stands as an argument of its own and would be "
-        .. "read as an option"):format(p.name), "inputs." .. p.name
+      return _bad("inputs." .. p.name, ("inputs.%s: must not start with '-' here: it stands as an argument of "
+        .. "its own and would be read as an option"):format(p.name))
     end
   end
   return nil
 end
 
+-- Returns words, shown | nil, err {code = "invalid", field, message}.
 local function _render_argv_element(ctx, text, field)
   local items, err = _parse_argv_element(text)
-  if not items then return nil, nil, field .. ": " .. err end
+  if not items then return nil, _bad(field, field .. ": " .. err) end
   if #items == 1 and items[1].kind == "ref" then
     local v, ferr = _value(ctx, items[1])
-    if ferr then return nil, nil, ferr, items[1].ns .. "." .. items[1].name end
-    local e = _nul_check(v, field)
-    if e then return nil, nil, e end
-    local de, dfield = _dash_check(items[1], v)
-    if de then return nil, nil, de, dfield end
+    if ferr then return nil, ferr end
+    local e = _nul_check(v, field) or _dash_check(items[1], v)
+    if e then return nil, e end
     if type(v) == "table" then
       local words = {}
       for i, x in ipairs(v) do words[i] = shell.quote(x) end
@@ -126,12 +130,12 @@ local function _render_argv_element(ctx, text, field)
       end
     else
       local v, ferr = _value(ctx, it)
-      if ferr then return nil, nil, ferr, it.ns .. "." .. it.name end
+      if ferr then return nil, ferr end
       if type(v) == "table" then
-        return nil, nil, field .. ": " .. it.raw .. " is a list; a list must be an argument of its own"
+        return nil, _bad(field, field .. ": " .. it.raw .. " is a list; a list must be an argument of its own")
       end
       local e = _nul_check(v, field)
-      if e then return nil, nil, e end
+      if e then return nil, e end
       word[#word + 1] = shell.quote(v); shown[#shown + 1] = v
     end
   end
@@ -161,9 +165,10 @@ local function _subscript_code(v)
   return type(v) == "string" and v:find("[", 1, true) ~= nil and v:find("[%$`]") ~= nil
 end
 
+-- Returns the script text, or nil, err {code = "invalid", field, message}.
 local function _render_script(ctx, text, field)
   local parts, err = M.parse_template(text)
-  if not parts then return nil, field .. ": " .. err end
+  if not parts then return nil, _bad(field, field .. ": " .. err) end
   -- the value goes to the environment; the script gets a quoted reference to it
   local function ref(name, value)
     ctx.env[name] = tostring(value)
@@ -175,20 +180,19 @@ local function _render_script(ctx, text, field)
       out[#out + 1] = p.text
     else
       local v, ferr = _value(ctx, p)
-      if ferr then return nil, ferr, p.ns .. "." .. p.name end
+      if ferr then return nil, ferr end
       local e = _nul_check(v, field)
       if e then return nil, e end
       local before, after = parts[pi - 1], parts[pi + 1]
       if (not before or (before.kind == "text" and before.text:match("[%s;&|(]$")))
         and (not after or (after.kind == "text" and after.text:match("^[%s;&|)]"))) then
-        local de, dfield = _dash_check(p, v)
-        if de then return nil, de, dfield end
+        local de = _dash_check(p, v)
+        if de then return nil, de end
       end
       for _, x in ipairs(type(v) == "table" and v or { v }) do
         if _subscript_code(x) then
-          return nil, ("%s.%s: a value with [ and $ or ` is refused in a script: bash would run it as an " ..
-            "array subscript where the script uses it as a number or a name"):format(p.ns, p.name),
-            p.ns .. "." .. p.name
+          return nil, _bad(p.ns .. "." .. p.name, ("%s.%s: a value with [ and $ or ` is refused in a script: bash "
+            .. "would run it as an array subscript where the script uses it as a number or a name"):format(p.ns, p.name))
         end
       end
       if type(v) == "table" then
@@ -203,22 +207,23 @@ local function _render_script(ctx, text, field)
   return table.concat(out)
 end
 
+-- Returns the text, or nil, err {code = "invalid", field, message}.
 local function _render_raw(ctx, text, field)
   local parts, err = M.parse_template(text)
-  if not parts then return nil, field .. ": " .. err end
+  if not parts then return nil, _bad(field, field .. ": " .. err) end
   local out = {}
   for _, p in ipairs(parts) do
     if p.kind == "text" then
       out[#out + 1] = p.text
     else
       local v, ferr = _value(ctx, p)
-      if ferr then return nil, ferr, p.ns .. "." .. p.name end
+      if ferr then return nil, ferr end
       if type(v) == "table" then v = table.concat(v, " ") end
       out[#out + 1] = v
     end
   end
   local s = table.concat(out)
-  if s:find("\0", 1, true) then return nil, field .. ": a value contains a NUL byte" end
+  if s:find("\0", 1, true) then return nil, _bad(field, field .. ": a value contains a NUL byte") end
   return s
 end
 
@@ -230,7 +235,8 @@ end
 ---@param resources table|nil resolved resources (nodes, gpus_per_node, ...); default: the recipe's
 ---@return table|nil rendered {script_body=|nil, launch_command=|nil, image=|nil, preamble={lines},
 ---  environment={K=V}, argv=|nil (the launch argv for display: values literal, env refs as $NAME)}
----@return {field: string, message: string}[]|nil errors
+---@return {code: "invalid", field: string, message: string, errors: {field: string, message: string}[]}|nil err
+---  (schema.invalid)
 function M.render(recipe, inputs, defaults, model, resources)
   if type(recipe) ~= "table" then error("recipe.render: recipe must be a validated recipe", 2) end
   local res = {}
@@ -240,20 +246,21 @@ function M.render(recipe, inputs, defaults, model, resources)
   local ctx = { inputs = inputs or {}, defaults = defaults or {}, model = model or {}, resources = res, env = {} }
   local errors = {}
   local function fail(field, msg) errors[#errors + 1] = { field = field, message = msg } end
+  local function failed(e) fail(e.field, e.message) end
   local out = { preamble = {}, environment = {} }
 
   if recipe.script then
-    local s, err, efield = _render_script(ctx, recipe.script, "script")
-    if s then out.script_body = s else fail(efield or "script", err) end
+    local s, err = _render_script(ctx, recipe.script, "script")
+    if s then out.script_body = s else failed(err) end
   else
     local words, argv = {}, {}
     for i, el in ipairs(recipe.launch or {}) do
       local list = type(el) == "string" and { el } or (_when_holds(ctx, el.when) and el.args or {})
       for j, text in ipairs(list) do
         local field = type(el) == "string" and ("launch[%d]"):format(i) or ("launch[%d].args[%d]"):format(i, j)
-        local ws, shown, err, efield = _render_argv_element(ctx, text, field)
+        local ws, shown = _render_argv_element(ctx, text, field)
         if not ws then
-          fail(efield or field, err)
+          failed(shown)
         else
           for _, w in ipairs(ws) do words[#words + 1] = w end
           for _, s in ipairs(shown) do argv[#argv + 1] = s end
@@ -263,27 +270,27 @@ function M.render(recipe, inputs, defaults, model, resources)
     out.launch_command = table.concat(words, " ")
     out.argv = argv
     if recipe.image then
-      local img, err, efield = _render_raw(ctx, recipe.image, "image")
-      if not img then fail(efield or "image", err)
+      local img, err = _render_raw(ctx, recipe.image, "image")
+      if not img then failed(err)
       elseif img:find("[\n\r]") then fail("image", "image: the path must not contain a newline")
       elseif img ~= "" then out.image = img end
     end
     for i, el in ipairs(recipe.preamble or {}) do
       local line = type(el) == "string" and el or (_when_holds(ctx, el.when) and el.line or nil)
       if line then
-        local s, err, efield = _render_script(ctx, line, ("preamble[%d]"):format(i))
-        if s then out.preamble[#out.preamble + 1] = s else fail(efield or ("preamble[%d]"):format(i), err) end
+        local s, err = _render_script(ctx, line, ("preamble[%d]"):format(i))
+        if s then out.preamble[#out.preamble + 1] = s else failed(err) end
       end
     end
   end
   for k, text in pairs(recipe.environment or {}) do
-    local s, err, efield = _render_raw(ctx, text, "environment." .. k)
-    if not s then fail(efield or ("environment." .. k), err)
+    local s, err = _render_raw(ctx, text, "environment." .. k)
+    if not s then failed(err)
     elseif s ~= "" then out.environment[k] = s end -- a value that renders empty is left out
   end
   -- the values script templates and preamble lines refer to
   for k, v in pairs(ctx.env) do out.environment[k] = v end
-  if #errors > 0 then return nil, errors end
+  if #errors > 0 then return nil, schema.invalid(errors) end
   return out
 end
 

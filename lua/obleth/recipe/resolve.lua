@@ -39,24 +39,30 @@ local function _flatten_user(user)
   return flat
 end
 
+-- A setting's value that is refused: the one error shape, on the setting's field.
+local function _invalid(field, message) return nil, { code = "invalid", field = field, message = message } end
+
 local function _check_text(v, field, allow_newline)
-  if type(v) ~= "string" or v == "" then return nil, field .. " must be a non-empty string" end
+  if type(v) ~= "string" or v == "" then return _invalid(field, field .. " must be a non-empty string") end
   if v:find("\0", 1, true) or (not allow_newline and v:find("[\n\r]")) then
-    return nil, field .. " must not contain control characters"
+    return _invalid(field, field .. " must not contain control characters")
   end
   return v
 end
 
+-- The checked value of one setting, or nil, {code = "invalid", field = name, message}.
 local function _check_setting(name, v)
   if name == "api_name" then
     local s, err = _check_text(v, "api_name")
     if not s then return nil, err end
     if #s > schema.API_NAME_MAX or not s:match(schema.API_NAME_PATTERN) then
-      return nil, "api_name must be " .. schema.API_NAME_RULE
+      return _invalid(name, "api_name must be " .. schema.API_NAME_RULE)
     end
     return s
   end
-  return _check_rule(RES_RULES[name], v, name)
+  local ok, msg = _check_rule(RES_RULES[name], v, name) -- a leaf check: its message, wrapped here
+  if ok == nil then return _invalid(name, msg) end
+  return ok
 end
 
 --- Resolve every setting of the launch form: value and provenance.
@@ -119,7 +125,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
     if uv ~= nil and uv ~= "" then v, source = uv, "user" end
     if v ~= nil then
       local ok, e = _check_setting(name, v)
-      if ok == nil then err(name, e) else v = ok end
+      if ok == nil then err(e.field, e.message) else v = ok end
       set(name, v, source)
     end
   end

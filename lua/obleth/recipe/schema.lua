@@ -136,4 +136,14 @@ M._is_array = _is_array
 M._sorted_keys = _sorted_keys
 M._text = _text
 
+--- A recipe's field errors in the one error shape (docs/errors.md): code "invalid", the first
+--- error's field and message, and `errors`, every one ({field, message, line?, column?}).
+---@param errors {field: string, message: string, line: integer|nil, column: integer|nil}[] at least one
+---@return {code: "invalid", field: string|nil, message: string, errors: table[]}
+function M.invalid(errors)
+  local first = errors[1] or {}
+  return { code = "invalid", field = first.field ~= "" and first.field or nil, message = first.message,
+    errors = errors }
+end
+
 return M

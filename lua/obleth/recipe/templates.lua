@@ -1,6 +1,9 @@
 --- obleth.recipe.templates — parsing `{{ ns.name [| filter] }}` references, checking that each
 -- names something the recipe provides, where a reference may sit in a script (shell context) and
 -- in an argv element. See obleth.recipe for the injection-safety rules.
+--
+-- Errors: a leaf parser (docs/errors.md): `parse_template` and `_parse_argv_element` return nil, "message" for bad input, and
+-- the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
 local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 -- the names this part's code shares with the other parts of obleth.recipe

@@ -1,5 +1,10 @@
 --- obleth.recipe.validate — validating a decoded recipe (recipe.validate) and one typed input
 -- value (recipe.check_input).
+--
+-- Errors: leaf parsers (docs/errors.md): `_check_typed_value` (public as `check_input`) and
+-- `_check_rule` check one typed value and return nil, "message"; `validate` collects those as
+-- {field, message} errors, and check_input's callers wrap them into {code, message, field}.
+-- spec/unit/error_shape_spec.lua holds this list.
 local shell = require "obleth.job.shell"
 local timefmt = require "obleth.util.timefmt"
 local tables = require "obleth.util.tables"
@@ -318,11 +323,12 @@ end
 ---@param positions table|nil `pos` from obleth.yaml decode{positions=true}: pos[tbl][key] = {line, column}
 ---@return table|nil recipe normalized copy: inputs with coerced defaults, `input_order`,
 ---  resources.time_limit in minutes, `health` merged over the managed-spec defaults
----@return {field: string, message: string, line: integer|nil, column: integer|nil}[]|nil errors
+---@return {code: "invalid", field: string|nil, message: string, errors: {field: string, message: string,
+---  line: integer|nil, column: integer|nil}[]}|nil err every error in `errors`, sorted by line (schema.invalid)
 function M.validate(tbl, positions)
   local errors, add = _collector(positions)
   if type(tbl) ~= "table" then
-    return nil, { { field = "", message = "a recipe is a mapping (id, name, engine, ...)" } }
+    return nil, schema.invalid({ { field = "", message = "a recipe is a mapping (id, name, engine, ...)" } })
   end
   local out = {}
   for k in pairs(tbl) do
@@ -555,7 +561,7 @@ function M.validate(tbl, positions)
       if (a.line or 0) ~= (b.line or 0) then return (a.line or 0) < (b.line or 0) end
       return a.field < b.field
     end)
-    return nil, errors
+    return nil, schema.invalid(errors)
   end
   return out
 end

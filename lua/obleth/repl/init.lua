@@ -303,7 +303,7 @@ function M.banner_text(ctx)
     lines[#lines + 1] = ("Slurm user  %s%s"):format(tostring(info.user or "?"),
       exp and ("   JWT expires %s (in %s)"):format(os.date("!%Y-%m-%d %H:%M:%SZ", exp), fmt.duration(exp - os.time())) or "")
   else
-    lines[#lines + 1] = "slurmrestd  not connected: " .. tostring(ctx.conn_error)
+    lines[#lines + 1] = "slurmrestd  not connected: " .. slurm_cli.error_text(ctx.conn_error)
   end
   lines[#lines + 1] = ctx.admin and ("Management API  %s (api, plan())"):format(ctx.admin.base)
     or "Management API  not set (OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN): no api, no plan()"
@@ -389,9 +389,9 @@ function M.main(argv)
   if conn then
     env.slurm = M.guard(conn, o.write, confirm)
   else
-    io.stderr:write("obleth repl: not connected to Slurm: ", tostring(cerr), "\n")
+    io.stderr:write("obleth repl: not connected to Slurm: ", slurm_cli.error_text(cerr), "\n")
     env.slurm = setmetatable({}, { __index = function()
-      error("not connected to Slurm: " .. tostring(cerr) .. " (see obleth repl --help)", 2)
+      error("not connected to Slurm: " .. slurm_cli.error_text(cerr) .. " (see obleth repl --help)", 2)
     end })
   end
 
@@ -411,7 +411,7 @@ function M.main(argv)
   local NO_API = { code = "no_api", message = "no Management API: set OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN" }
   function live.pass()
     if not client then return nil, NO_API end
-    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. tostring(cerr) } end
+    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. slurm_cli.error_text(cerr) } end
     local snap, err = client:snapshot()
     if not snap then return nil, err end
     remember(snap)
@@ -428,7 +428,7 @@ function M.main(argv)
     return { now = os.time(), snapshot = snap, jobs = jobs, job_by_id = by_id }
   end
   function live.cluster()
-    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. tostring(cerr) } end
+    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. slurm_cli.error_text(cerr) } end
     local f = {}
     local calls = { { "partitions", function() return conn:partitions() end },
       { "nodes", function() return conn:nodes() end }, { "qos", function() return conn:qos() end },

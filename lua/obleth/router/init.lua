@@ -285,7 +285,7 @@ function Router:metrics_text()
   return self.registry:render()
 end
 
--- Is the request allowed? true | nil, code, message
+-- Is the request allowed? true | nil, {code = "missing_api_key"|"invalid_api_key", message}
 function Router:_authorize(req)
   local st = self._settings
   if st == nil then
@@ -296,18 +296,19 @@ function Router:_authorize(req)
   local h = req.headers.authorization
   local tok = type(h) == "string" and h:match("^[Bb]earer%s+(%S+)%s*$")
   if not tok then
-    return nil, "missing_api_key", "You didn't provide an API key: send Authorization: Bearer <key> "
-      .. "(an operator creates keys with POST /api/v1/keys)."
+    return nil, { code = "missing_api_key", message = "You didn't provide an API key: send Authorization: "
+      .. "Bearer <key> (an operator creates keys with POST /api/v1/keys)." }
   end
   if self.admin_token and self.consteq(tok, self.admin_token) then
-    return nil, "invalid_api_key", "The admin token is not a client API key; create one with POST /api/v1/keys."
+    return nil, { code = "invalid_api_key",
+      message = "The admin token is not a client API key; create one with POST /api/v1/keys." }
   end
   if self._keys[tok] then return true end
   if self.store:api_key_id(self.sha256(tok)) then
     self._keys[tok] = true -- only valid keys are kept (a revocation is a write: it clears them)
     return true
   end
-  return nil, "invalid_api_key", "Incorrect API key provided (unknown or revoked)."
+  return nil, { code = "invalid_api_key", message = "Incorrect API key provided (unknown or revoked)." }
 end
 
 function Router:_list_models(res)
@@ -389,7 +390,8 @@ end
 --- (with a Content-Length); a longer one, or any text/event-stream, is passed through.
 M.BUFFER_LIMIT = 1048576
 
--- Deliver an upstream answer to the client. Returns status, "client_gone" | "upstream_broke" | nil, err.
+-- Deliver an upstream answer to the client. Returns status, nil | "client_gone" | "upstream_broke", err
+-- (after the client got the answer's start), or nil, {code = "upstream_broke", message} (before).
 local function _deliver(res, resp, stream)
   local ctype = resp.headers["content-type"]
   if stream or (ctype and ctype:find("text/event-stream", 1, true)) then return _pipe(res, resp) end
@@ -402,7 +404,7 @@ local function _deliver(res, resp, stream)
       if size > M.BUFFER_LIMIT then return _pipe(res, resp, parts) end
     elseif err then
       -- the answer broke before anything reached the client
-      return nil, "upstream_broke", err
+      return nil, { code = "upstream_broke", message = err and err.message }
     else
       res:send(resp.status, _headers_out(resp.headers), table.concat(parts))
       return resp.status
@@ -414,7 +416,7 @@ end
 local RETRYABLE = { unreachable = true, closed = true, connect_timeout = true }
 
 -- One attempt through the HTTP client (an endpoint res:proxy does not take: https).
--- Returns like res:proxy: status, why, message, ttfb | nil, code, message.
+-- Returns like res:proxy: status, why, message, ttfb | nil, {code, message}.
 function Router:_through_client(req, res, url, stream)
   local headers = {}
   -- and the headers the client's Connection header names (RFC 9110 7.6.1)
@@ -437,7 +439,7 @@ function Router:_through_client(req, res, url, stream)
   if not resp then
     local code = err.code
     if code == "timeout" and _retryable(err) then code = "connect_timeout" end
-    return nil, code, err.message
+    return nil, { code = code, message = err.message }
   end
   local ttfb = self.clock() - t0
   local ok, st, why, perr = pcall(_deliver, res, resp, stream)
@@ -445,6 +447,7 @@ function Router:_through_client(req, res, url, stream)
     resp:close()
     error(st, 0)
   end
+  if not st then return nil, why end
   if why == "client_gone" then return 499, why, nil, ttfb end
   if why then return st, why, perr and perr.message, ttfb end
   return st, nil, nil, ttfb
@@ -471,7 +474,7 @@ function Router:_attempts(req, res, model, stream, labels)
     if attempt > 1 then self.m_retries:inc(labels) end
     bal:acquire(url)
     local parts = self.use_proxy and _http_parts(url)
-    local pok, st, why, msg, ttfb
+    local pok, st, why, msg, ttfb -- status, why, message, ttfb | nil, {code, message}
     if parts then
       popts.host, popts.port, popts.stream = parts.host, parts.port, stream
       popts.target = parts.prefix ~= "" and parts.prefix .. req.target or nil
@@ -481,6 +484,7 @@ function Router:_attempts(req, res, model, stream, labels)
     end
     bal:release(url)
     if not pok then error(st, 0) end
+    if not st then why, msg = why.code, why.message end
     if st then
       self.m_latency:observe(labels, ttfb)
       if why == "upstream_broke" then
@@ -550,9 +554,10 @@ function Router:_route(req, res)
       .. "server): an endpoint points at obleth itself.", "server_error", nil, "loop_detected")
   end
   self:_fresh()
-  local allowed, code, why = self:_authorize(req)
+  local allowed, aerr = self:_authorize(req)
   if not allowed then
-    return _fail(res, 401, why, "invalid_request_error", nil, code, { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
+    return _fail(res, 401, aerr.message, "invalid_request_error", nil, aerr.code,
+      { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
   end
   if path == "/v1/models" and (method == "GET" or method == "HEAD") then return self:_list_models(res) end
   if path:sub(1, 11) == "/v1/models/" and (method == "GET" or method == "HEAD") then

@@ -7,26 +7,17 @@
 -- told. The parenthesised detail ("(S:0-1)", "(IDX:0,2-3)", "(IDX:N/A)") is
 -- socket / index information, never a count, and its commas never separate
 -- entries. Pure functions, no I/O.
+local hostlist = require "obleth.slurm.hostlist"
+
 local M = {}
 
 --- Key of `by_type` holding counts declared without a type.
 M.UNTYPED = ""
 
+-- Entries are split at the commas outside "(...)", by the hostlist's rule; a stray ")" makes the
+-- whole string one entry.
 local function _split_entries(s)
-  local parts, depth, start = {}, 0, 1
-  for i = 1, #s do
-    local c = s:sub(i, i)
-    if c == "(" then
-      depth = depth + 1
-    elseif c == ")" then
-      depth = depth - 1
-    elseif c == "," and depth == 0 then
-      parts[#parts + 1] = s:sub(start, i - 1)
-      start = i + 1
-    end
-  end
-  parts[#parts + 1] = s:sub(start)
-  return parts
+  return hostlist.split_top(s, "(", ")") or { s }
 end
 
 local SUFFIX = { k = 1024, K = 1024, m = 1024 ^ 2, M = 1024 ^ 2, g = 1024 ^ 3, G = 1024 ^ 3,

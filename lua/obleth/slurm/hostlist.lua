@@ -6,6 +6,9 @@
 --   ranges  := range ("," range)*
 --   range   := N | N "-" M                  the width of N is kept ("01-03" -> 01,02,03)
 -- Pure functions, no I/O.
+--
+-- Errors: a leaf parser (docs/errors.md): its functions return nil, "message" for bad input,
+-- and the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
 local M = {}
 
 --- Largest expansion of one value we agree to produce; a larger one is refused as input error.
@@ -19,7 +22,13 @@ M.ANSWER_HOSTS = 200000
 -- Range bounds longer than this do not fit a Lua integer (2^63 has 19 digits).
 local MAX_DIGITS = 18
 
-local function _split_top(s, open, close)
+--- Split s at the commas outside `open`..`close` pairs: Slurm's list rule, shared by hostlists
+--- ("n[1,3],m" → "n[1,3]", "m") and GRES strings ("gpu:2(IDX:0,1),mps:100" → two entries).
+---@param s string
+---@param open string one character, e.g. "[" or "("
+---@param close string its pair, "]" or ")"
+---@return string[]|nil parts nil when a close comes before its open
+function M.split_top(s, open, close)
   local parts, depth, start = {}, 0, 1
   for i = 1, #s do
     local c = s:sub(i, i)
@@ -52,7 +61,7 @@ local function _expand_item(item, out, budget)
   local ok, err = _expand_item(rest, tails, budget)
   if not ok then return nil, err end
   if rest == "" then tails = { "" } end
-  for _, r in ipairs(_split_top(body, "[", "]") or { body }) do
+  for _, r in ipairs(M.split_top(body, "[", "]") or { body }) do
     local lo, hi = r:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
     if not lo then
       lo = r:match("^%s*(%d+)%s*$")
@@ -89,7 +98,7 @@ function M.expand(expr, budget)
   local out = {}
   local cap = M.MAX_HOSTS
   if budget and budget.left < cap then cap = budget.left end
-  local items = _split_top(expr, "[", "]")
+  local items = M.split_top(expr, "[", "]")
   if not items then return nil, "unbalanced brackets in " .. expr end
   for _, item in ipairs(items) do
     local ok, err = _expand_item(item, out, cap)

@@ -9,12 +9,12 @@
 -- controller has forgotten a finished job) and must run inside a task.
 --
 -- Errors never raise on server behaviour: calls return `nil, err` with
--- err.kind one of
+-- err.code (docs/errors.md) one of
 --   "unreachable"  no connection (refused, DNS, TLS)       err.message
 --   "timeout"      no answer within the connection's timeout
 --   "auth"         missing, bad or expired token (err.expired = true when the
 --                  JWT's exp has passed), whatever HTTP code the release uses
---   "refused"      Slurm said no: err.code (Slurm errno), err.message, and
+--   "refused"      Slurm said no: err.slurm_code (Slurm errno), err.message, and
 --                  err.field = the desc field it is about when that can be told
 --   "bad_response" an answer that is not what the API documents
 --   "unsupported"  a desc field or call this API version cannot express (err.field)
@@ -33,7 +33,7 @@ M.never_starts = submit.never_starts
 --- Seconds since the epoch at which a JWT expires (its `exp` claim, read
 --- without verification), or nil, message.
 ---@param token string
----@return integer|nil exp, string|nil err
+---@return integer|nil exp, table|nil err {code = "invalid_token"|"no_expiry", message}
 function M.token_expiry(token)
   return jwt.token_expiry(token)
 end
@@ -61,7 +61,7 @@ local function _bad(status, doc, what)
   if first and (first.message or first.description) then
     msg = msg .. ": " .. (first.message or first.description)
   end
-  return nil, { kind = "bad_response", http_status = status, message = msg, errors = errs }
+  return nil, { code = "bad_response", http_status = status, message = msg, errors = errs }
 end
 
 -- GET path and normalize the answer with fn.
@@ -71,7 +71,7 @@ function Conn:_get(path, fn, what)
   if status ~= 200 or type(doc) ~= "table" then return _bad(status, doc, what) end
   local ok, res = pcall(fn, doc, self._c:version())
   if not ok then
-    return nil, { kind = "bad_response", message = what .. ": unexpected response shape: " .. tostring(res) }
+    return nil, { code = "bad_response", message = what .. ": unexpected response shape: " .. tostring(res) }
   end
   return res
 end
@@ -121,18 +121,18 @@ function Conn:job(id)
     local ok, j = pcall(normalize.db_job, ddoc, self._c:version())
     if ok and j then return j end
   end
-  return nil, { kind = "refused", http_status = status, code = 2017,
+  return nil, { code = "refused", http_status = status, slurm_code = 2017,
     message = ("job %d is not known to the controller or the accounting database"):format(id) }
 end
 
 --- Submit a batch job described by desc (see obleth.slurm.submit).
 ---@param desc table
----@return integer|nil job_id, table warnings_or_err warnings: array of {code?, message}
+---@return integer|nil job_id, table warnings_or_err warnings: array of {slurm_code?, message}
 function Conn:submit(desc)
   local version = self._c:version()
   local body, berr = submit.body(desc, version)
   if not body then
-    berr.kind = berr.kind == "unsupported" and "unsupported" or "refused"
+    berr.code = berr.code == "unsupported" and "unsupported" or "refused"
     return nil, berr
   end
   return self:submit_body(body, desc)
@@ -149,12 +149,12 @@ function Conn:submit_body(body, desc)
   if not status then return nil, doc end
   local job_id, res = normalize.submit_response(doc, version, status)
   if job_id then return job_id, res end
-  if res.kind == "refused" then
-    local field, candidates = submit.refusal_field(res.code, res.message, desc)
+  if res.code == "refused" then
+    local field, candidates = submit.refusal_field(res.slurm_code, res.message, desc)
     res.field = res.key and M._field_for_key(res.key) or field
     res.candidates = candidates
   else
-    res.kind = "bad_response"
+    res.code = "bad_response"
     if raw and #raw > 0 and not doc then res.message = res.message .. ": " .. raw:sub(1, 200) end
   end
   return nil, res
@@ -180,7 +180,7 @@ function Conn:cancel(id, signal)
   if not status then return nil, doc end
   if status == 200 then return true end
   local errs = normalize.errors(doc)
-  return nil, { kind = "refused", http_status = status, code = errs[1] and errs[1].code,
+  return nil, { code = "refused", http_status = status, slurm_code = errs[1] and errs[1].slurm_code,
     message = errs[1] and (errs[1].message or errs[1].description) or ("HTTP " .. status) }
 end
 

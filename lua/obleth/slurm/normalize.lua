@@ -229,7 +229,7 @@ end
 -- v0.0.38 writes {error_code, error}; later {error_number, error, description, source};
 -- a v0.0.38 parse failure mixes both.
 ---@param doc table|nil decoded response
----@return {code: integer|nil, message: string|nil, description: string|nil, source: string|nil}[]
+---@return {slurm_code: integer|nil, message: string|nil, description: string|nil, source: string|nil}[]
 function M.errors(doc)
   local out = {}
   local errs = type(doc) == "table" and _v(doc.errors)
@@ -239,7 +239,7 @@ function M.errors(doc)
       local code = _v(e.error_number)
       if type(code) ~= "number" then code = _v(e.error_code) end
       out[#out + 1] = {
-        code = type(code) == "number" and _int(code) or nil,
+        slurm_code = type(code) == "number" and _int(code) or nil,
         message = _str(e.error),
         description = _str(e.description),
         source = _str(e.source),
@@ -438,7 +438,7 @@ local function _first(list, doc, what)
   if list[1] then return list[1] end
   local errs = M.errors(doc)
   local e = errs[1] or {}
-  return nil, { kind = "not_found", code = e.code, message = e.message or (what .. " not found"),
+  return nil, { code = "not_found", slurm_code = e.slurm_code, message = e.message or (what .. " not found"),
     description = e.description }
 end
 
@@ -446,7 +446,7 @@ end
 ---@param doc table
 ---@param version string
 ---@return table|nil job
----@return table|nil err {kind="not_found", code, message} when the job is gone (MinJobAge)
+---@return table|nil err {code="not_found", slurm_code, message} when the job is gone (MinJobAge)
 function M.job(doc, version)
   return _first(M.jobs(doc, version), doc, "job")
 end
@@ -521,7 +521,7 @@ end
 ---@param doc table
 ---@param version string
 ---@return table|nil job
----@return table|nil err {kind="not_found", ...}
+---@return table|nil err {code="not_found", ...}
 function M.db_job(doc, version)
   return _first(M.db_jobs(doc, version), doc, "job")
 end
@@ -818,8 +818,8 @@ end
 ---@param version string
 ---@param http_status integer|nil
 ---@return integer|nil job_id
----@return table warnings_or_err on success: array of {code, message}; on
----  failure: {kind="refused"|"http", code, message, description, errors, http_status}
+---@return table warnings_or_err on success: array of {slurm_code, message}; on
+---  failure: {code="refused"|"http", slurm_code, message, description, errors, http_status}
 function M.submit_response(doc, version, http_status)
   _vnum(version)
   local job_id
@@ -832,7 +832,7 @@ function M.submit_response(doc, version, http_status)
   if job_id and job_id > 0 then
     local warnings = {}
     for _, e in ipairs(errs) do
-      warnings[#warnings + 1] = { code = e.code, message = e.message or e.description }
+      warnings[#warnings + 1] = { slurm_code = e.slurm_code, message = e.message or e.description }
     end
     for _, w in ipairs(M.warnings(doc)) do
       warnings[#warnings + 1] = { message = w.message }
@@ -844,21 +844,21 @@ function M.submit_response(doc, version, http_status)
   -- pick the most specific error: a Slurm errno (>= 2000) over generic ones
   local main = errs[1]
   for _, e in ipairs(errs) do
-    if e.code and e.code >= 1000 and (not main or not main.code or main.code < 1000) then
+    if e.slurm_code and e.slurm_code >= 1000 and (not main or not main.slurm_code or main.slurm_code < 1000) then
       main = e
     end
   end
   if not main then
     local msg = "no job id in submit response"
     if http_status then msg = msg .. " (HTTP " .. http_status .. ")" end
-    return nil, { kind = "http", http_status = http_status, errors = errs, message = msg }
+    return nil, { code = "http", http_status = http_status, errors = errs, message = msg }
   end
   local key
   for _, e in ipairs(errs) do
     local k = e.description and e.description:match('^Disabled key: "([^"]+)"')
     if k then key = k end
   end
-  return nil, { kind = "refused", code = main.code, message = main.message,
+  return nil, { code = "refused", slurm_code = main.slurm_code, message = main.message,
     description = main.description, errors = errs, http_status = http_status, key = key }
 end
 

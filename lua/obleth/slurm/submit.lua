@@ -83,8 +83,8 @@ for _, v in ipairs(VERSIONS) do
   }
 end
 
-local function _err(kind, field, message)
-  return { kind = kind, field = field, message = message }
+local function _err(code, field, message)
+  return { code = code, field = field, message = message }
 end
 
 local function _nv(n)
@@ -99,7 +99,7 @@ end
 ---@param desc table job description (see module header)
 ---@param version string API version, "v0.0.38" ... "v0.0.44"
 ---@return table|nil body to encode as JSON
----@return table|nil err {kind="unsupported"|"invalid"|"required", field, message}
+---@return table|nil err {code="unsupported"|"invalid"|"required", field, message}
 function M.body(desc, version)
   if type(desc) ~= "table" then error("submit.body: desc must be a table", 2) end
   local caps = M.capabilities[version]
@@ -226,23 +226,23 @@ end
 -- guess follows what was asked: only `exclude` set -> "exclude"; otherwise
 -- "gpus_per_node" when GPUs were asked, else "nodes"; the second return value
 -- lists every candidate.
----@param code integer|nil Slurm error number (error_code / error_number)
+---@param slurm_code integer|nil Slurm error number (error_code / error_number)
 ---@param message string|nil Slurm error text
 ---@param desc table|nil the description that was submitted
 ---@return string|nil field
 ---@return string[]|nil candidates when ambiguous
-function M.refusal_field(code, message, desc)
+function M.refusal_field(slurm_code, message, desc)
   local msg = (message or ""):lower()
-  if code == 2045 or msg:find("invalid account", 1, true) then return "account" end
-  if code == 2066 or msg:find("invalid qos", 1, true) then return "qos" end
-  if code == 2000 or msg:find("invalid partition", 1, true) then return "partition" end
+  if slurm_code == 2045 or msg:find("invalid account", 1, true) then return "account" end
+  if slurm_code == 2066 or msg:find("invalid qos", 1, true) then return "qos" end
+  if slurm_code == 2000 or msg:find("invalid partition", 1, true) then return "partition" end
   if msg:find("time limit", 1, true) then return "time_limit" end
   if msg:find("invalid feature", 1, true) or msg:find("invalid constraint", 1, true) then
     return "constraint"
   end
   if msg:find("node count specification invalid", 1, true) then return "nodes" end
   if msg:find("memory required", 1, true) then return "memory_per_node" end
-  if code == 2014 or msg:find("requested node configuration is not available", 1, true) then
+  if slurm_code == 2014 or msg:find("requested node configuration is not available", 1, true) then
     local cands = {}
     local gpus = desc and desc.gpus_per_node and desc.gpus_per_node > 0
     local excl = desc and desc.exclude and (type(desc.exclude) ~= "table" or #desc.exclude > 0)

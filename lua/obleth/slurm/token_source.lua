@@ -38,8 +38,9 @@ M.MAX_KEY_FILE = 64 * 1024
 -- nor /proc's size-0 files (the process's environment). One message for every refusal: the answer
 -- tells nothing about which files exist.
 local function _read(path)
-  local refused = path .. ": not usable as a JWT key file (a regular file of 1 byte to "
-    .. M.MAX_KEY_FILE // 1024 .. " KiB that this process can read)"
+  local refused = { code = "token_source", field = "token_key_file",
+    message = path .. ": not usable as a JWT key file (a regular file of 1 byte to "
+      .. M.MAX_KEY_FILE // 1024 .. " KiB that this process can read)" }
   local ok, sys = pcall(require, "obleth.sys")
   if ok then
     local st = sys.stat(path)
@@ -57,12 +58,13 @@ M.read_key_file = _read
 local function _run(cmd, timeout)
   local shq = require("obleth.job.shell").quote
   local fh = io.popen(("timeout %d /bin/sh -c %s"):format(timeout, shq(cmd)), "r")
-  if not fh then return nil, "cannot start /bin/sh" end
+  if not fh then return nil, { code = "token_source", field = "token_command", message = "cannot start /bin/sh" } end
   local out = fh:read("a")
   local ok, how, code = fh:close()
   if not ok then
-    return nil, how == "exit" and code == 124 and ("timed out after %d s"):format(timeout)
-      or ("exited with %s %s"):format(tostring(how), tostring(code))
+    return nil, { code = "token_source", field = "token_command",
+      message = how == "exit" and code == 124 and ("timed out after %d s"):format(timeout)
+        or ("exited with %s %s"):format(tostring(how), tostring(code)) }
   end
   return out
 end
@@ -71,8 +73,8 @@ local Source = {}
 Source.__index = Source
 
 --- A token source (one per process: it caches the current token).
----@param opts {now: fun(): number|nil, read: fun(path: string): string|nil, string|nil,
----  run: fun(cmd: string, timeout: integer): string|nil, string|nil, log: table|nil,
+---@param opts {now: fun(): number|nil, read: fun(path: string): string|nil, table|nil,
+---  run: fun(cmd: string, timeout: integer): string|nil, table|nil, log: table|nil,
 ---  allow_command: boolean|nil, hmac: function|nil}|nil  for tests; the defaults read files, run /bin/sh,
 ---  use obleth.log and obleth.crypto's HMAC
 function M.new(opts)
@@ -97,7 +99,7 @@ function Source:_fetch(s, now)
     local key, rerr = self.read(s.token_key_file)
     if not key then
       return nil, { code = "token_source", field = "token_key_file",
-        message = ("cannot read the JWT key on this host: %s"):format(tostring(rerr)) }
+        message = ("cannot read the JWT key on this host: %s"):format(rerr.message) }
     end
     return jwt.mint { key = key, user = s.user, lifespan = s.token_lifespan or M.DEFAULT_LIFESPAN,
       now = math.floor(now), hmac_sha256_hex = self.hmac }
@@ -108,7 +110,7 @@ function Source:_fetch(s, now)
     end
     local out, cerr = self.run(s.token_command, M.COMMAND_TIMEOUT)
     if not out then
-      return nil, { code = "token_source", field = "token_command", message = "token_command " .. tostring(cerr) }
+      return nil, { code = "token_source", field = "token_command", message = "token_command " .. cerr.message }
     end
     local tok
     for line in out:gmatch("[^\r\n]+") do

@@ -1037,7 +1037,8 @@ end
 ---@param id string
 ---@param name string|nil
 ---@param body string the recipe as JSON text
----@return table|nil recipe, boolean|table created_or_err
+---@return {recipe: table, created: boolean}|nil put the stored recipe; created = there was none before
+---@return table|nil err {code = "conflict"|"storage", message, field?}
 function Store:put_recipe(id, name, body, create_only)
   local res, err = self:transaction(function()
     local now = _now()
@@ -1052,7 +1053,7 @@ function Store:put_recipe(id, name, body, create_only)
     return { created = not cur }
   end)
   if not res then return nil, err end
-  return self:get_recipe(id), res.created
+  return { recipe = self:get_recipe(id), created = res.created }
 end
 
 function Store:delete_recipe(id)

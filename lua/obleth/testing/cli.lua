@@ -5,6 +5,9 @@
 --- 1 for --mode exit (after --exit-after) and for a port that cannot be bound;
 --- 2 for bad arguments; 3 for --mode crash-on-start; 98 for a port that
 --- cannot be bound under --fail-port-in-use.
+--
+-- Errors: a leaf parser (docs/errors.md): `parse` and `_convert` return nil, "message" for a bad
+-- command line, and `main` prints it with the usage. spec/unit/error_shape_spec.lua holds this list.
 local M = {}
 
 local loop = require("obleth.loop")

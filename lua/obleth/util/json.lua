@@ -1,6 +1,9 @@
 --- JSON for the Management API: lua-cjson for decoding, and an encoder that
 -- keeps empty arrays as `[]` (lua-cjson 2.1.0 has no array marker) and
 -- prints integral numbers as integers (lua-cjson decodes every number as a float).
+--
+-- Errors: a leaf parser (docs/errors.md): `decode` return nil, "message" for bad input, and
+-- the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
 local cjson = require "cjson"
 
 local M = {}

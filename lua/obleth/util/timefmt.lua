@@ -2,6 +2,9 @@
 -- Source: sbatch(1) "--time": "minutes", "minutes:seconds", "hours:minutes:seconds",
 -- "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds"; Slurm
 -- rounds seconds up to the next whole minute (time_str2mins in src/common/parse_time.c).
+--
+-- Errors: a leaf parser (docs/errors.md): its functions return nil, "message" for bad input,
+-- and the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
 local M = {}
 
 --- Parse a time limit into whole minutes.

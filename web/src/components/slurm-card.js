@@ -24,7 +24,7 @@ export function SlurmCard({ settings, error }) {
     if (!setUp || !settings.enabled) { setPing(null); return; }
     if (pinging) return;
     setPinging(true);
-    try { setPing(await api.post('/settings/slurm/test', {})); } catch (e) { setPing({ error: { kind: 'error', message: e.message } }); }
+    try { setPing(await api.post('/settings/slurm/test', {})); } catch (e) { setPing({ error: { code: 'error', message: e.message } }); }
     setPinging(false);
   };
   // ping when the saved connection changes (a "settings" event refetches them, so updated_at moves),

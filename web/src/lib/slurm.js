@@ -15,7 +15,7 @@ export function jwtStatus(expiresAt, now, tokenSet = true) {
   return { level: 'ok', text: `expires ${relative(expiresAt, now)}` };
 }
 
-const KIND_WORDS = {
+const CODE_WORDS = {
   unreachable: 'slurmrestd could not be reached at this address (nothing answered, or the connection was refused).',
   timeout: 'slurmrestd did not answer in time.',
   auth: 'slurmrestd refused the credentials: check the user name and the JWT.',
@@ -25,13 +25,13 @@ const KIND_WORDS = {
   unsupported: 'This slurmrestd speaks no API version obleth knows (v0.0.38 to v0.0.44).',
 };
 
-/** A test or connection error ({kind, message}) in plain words, with the server's detail kept. */
+/** A test or connection error ({code, message}, docs/errors.md) in plain words, with the server's detail kept. */
 export function errorWords(err) {
   if (!err) return null;
-  let kind = err.kind || 'error';
+  let code = err.code || 'error';
   // libcurl says TLS problems as "unreachable" with an SSL message: name them for what they are
-  if (kind === 'unreachable' && /ssl|tls|certificate/i.test(err.message || '')) kind = 'tls';
-  return { kind, text: KIND_WORDS[kind] || 'The test failed.', detail: err.message || '' };
+  if (code === 'unreachable' && /ssl|tls|certificate/i.test(err.message || '')) code = 'tls';
+  return { code, text: CODE_WORDS[code] || 'The test failed.', detail: err.message || '' };
 }
 
 /** The provisioner's check-in and its passes: {level: "ok"|"warn"|"error"|"unknown", text, error?}. */

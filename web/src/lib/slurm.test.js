@@ -14,13 +14,13 @@ test('a JWT far from expiry is fine, near expiry warns, past expiry says expired
 });
 
 test('connection errors are said in plain words and keep the detail', () => {
-  const e = errorWords({ kind: 'auth', message: 'HTTP 401' });
-  assert.equal(e.kind, 'auth');
+  const e = errorWords({ code: 'auth', message: 'HTTP 401' });
+  assert.equal(e.code, 'auth');
   assert.match(e.text, /refused the credentials/);
   assert.equal(e.detail, 'HTTP 401');
-  assert.equal(errorWords({ kind: 'unreachable', message: 'SSL certificate problem' }).kind, 'tls');
-  assert.match(errorWords({ kind: 'unreachable', message: 'Connection refused' }).text, /could not be reached/);
-  assert.match(errorWords({ kind: 'timeout' }).text, /in time/);
+  assert.equal(errorWords({ code: 'unreachable', message: 'SSL certificate problem' }).code, 'tls');
+  assert.match(errorWords({ code: 'unreachable', message: 'Connection refused' }).text, /could not be reached/);
+  assert.match(errorWords({ code: 'timeout' }).text, /in time/);
   assert.equal(errorWords(null), null);
 });
 
