@@ -7,21 +7,26 @@
 -- Environment: CHAOS_KILLS (provisioner kills, default 100), CHAOS_SERVE_KILLS (obleth serve kills,
 -- default CHAOS_KILLS / 5, at least 3), CHAOS_SEED (default: the clock; printed, so a run repeats).
 --
--- Phase 1, the provisioner: three models with 1-3 smoke-engine replicas. Each round starts
+-- Phase 1, the provisioner: three models with 1-3 smoke-engine replicas, and a fourth with two whose
+-- 3-minute time limit and 2-minute rollover margin roll each replica over about once a minute
+-- (successor, drain, cancel: a crash in the drain is where the first run found a bug). Each round starts
 -- `obleth provisioner` (pass interval 1 s, lease 2 s) and kills it with SIGKILL, either at a named
 -- crash point inside its pass (OBLETH_CHAOS=POINT:N, lua/obleth/provisioner/chaos.lua) or from
 -- outside after a random delay (anywhere else: in a request, while waiting for the lease, in a
 -- health check). Before a round aimed at a submit or a cancel, a model is scaled up or down so the
 -- pass has one to do.
 -- Phase 2, `obleth serve`: a provisioner runs without crash points while eight writers create
--- models, managed specs and client keys; the server is SIGKILLed at random moments and restarted on
--- the same database and port. Every write it acknowledged must be there after the restart, and the
--- database passes PRAGMA integrity_check each time.
+-- models, managed specs and client keys, and a model is scaled before each kill; the server is
+-- SIGKILLed at random moments and restarted on the same database and port. Every write it
+-- acknowledged must be there after the restart, and the database passes PRAGMA integrity_check
+-- each time.
 -- Throughout, a sampler reads the cluster's jobs, then the replica records (in that order: a record
 -- is written before its job is submitted, so a job seen is always recorded by the time its record
 -- is read), and counts:
 --   duplicate  two live jobs for one replica slot of a model, or more live jobs for a model than the
---              replicas it wants (after a scale-down, the old count until the surplus is cancelled)
+--              replicas it wants (after a scale-down, the old count until the surplus is cancelled;
+--              a rollover's successor, and the old job for ENDING_GRACE s after it became "ending",
+--              are not counted)
 --   orphan     a live job tagged by this installation whose nonce no replica record has
 --   lost       a replica record seen once and missing later, or a record's job id cleared
 -- At the end one provisioner converges: every model runs exactly its replicas, one healthy job per
@@ -105,6 +110,7 @@ end
 
 -- the sampler -----------------------------------------------------------------------------------
 local seen = {}       -- nonce -> {job_id}
+local successors, jobs_seen = {}, {} -- nonces recorded as a rollover's successor; tagged job ids seen live
 local ending_since = {} -- nonce -> when its record was first seen "ending" while its job was live
 -- How long an "ending" replica's job may stay live next to the one that took its slot: the drain,
 -- plus the passes that crash before they reach their cancels (a round kills at one of the points
@@ -124,6 +130,7 @@ local function sample()
   for _, j in ipairs(jobs) do
     local t = tag.parse(j)
     if t and t.instance == h.instance and LIVE[j.state.base] then
+      jobs_seen[j.id] = true
       per_model[t.model_id] = (per_model[t.model_id] or 0) + 1
       local key = t.model_id .. "/" .. t.slot
       per_slot[key] = per_slot[key] or {}
@@ -185,6 +192,7 @@ local function sample()
     end
   end
   for nonce, r in pairs(rec) do
+    if r.successor_of then successors[nonce] = true end
     seen[nonce] = { job_id = r.job_id or (seen[nonce] and seen[nonce].job_id) }
   end
 end
@@ -238,6 +246,19 @@ local function last_event(log)
   end
   return ev or "start"
 end
+
+-- Ctrl-C or SIGTERM: leave no process and no job behind
+local function interrupted(sig)
+  loop.spawn(function()
+    say("%s: stopping", sig)
+    sampling = false
+    for p in pairs(running) do sys.kill(p.pid, "KILL") reap(p) end
+    pcall(h.stop, h)
+    os.exit(130)
+  end)
+end
+loop.on_signal("INT", function() interrupted("SIGINT") end)
+loop.on_signal("TERM", function() interrupted("SIGTERM") end)
 
 local function main()
 for i, n in ipairs { 1, 2, 3, 2 } do
@@ -352,6 +373,9 @@ local steady = start_provisioner()
 for w = 1, 8 do loop.spawn(writer, w) end
 local sqlite = require "obleth.sqlite"
 for k = 1, SERVE_KILLS do
+  -- a scale first, so the provisioner records, submits or cancels around the kill too
+  local sm = MODELS[math.random(3)]
+  scale(sm, sm.replicas % 3 + 1)
   loop.sleep(0.3 + math.random() * 2)
   api_up = false
   srv:stop("KILL")
@@ -472,8 +496,11 @@ for _, l in ipairs(labels) do
 end
 print(("  %-64s %5d"):format("total (" .. named .. " at named crash points)", total))
 print()
+local function size(t) local n = 0 for _ in pairs(t) do n = n + 1 end return n end
 print(("  samples of the cluster and the records: %d (%d skipped while the API was down)"):format(samples,
   samples_skipped))
+print(("  replica records %d, live tagged jobs %d, walltime rollovers %d"):format(size(seen), size(jobs_seen),
+  size(successors)))
 local checks = {
   { "duplicate jobs (two live jobs for a slot, or more than a model's replicas)", #violations.duplicate },
   { "orphaned jobs (a tagged live job no replica record knows)", #violations.orphan },
