@@ -78,9 +78,11 @@ local srv = h.srv
 local srv_port = srv.port
 local api_up = true
 
+-- JSON nulls become nil (obleth.provisioner.client.plain), so a cleared field reads as absent
+local plain = require("obleth.provisioner.client").plain
 local function api(method, path, body)
   local st, doc, raw = srv:request(method, path, body)
-  return st, doc, raw
+  return st, doc ~= nil and plain(doc) or nil, raw
 end
 local function must(method, path, body)
   local st, doc, raw = api(method, path, body)
