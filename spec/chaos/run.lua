@@ -7,7 +7,7 @@
 -- Environment: CHAOS_KILLS (provisioner kills, default 100), CHAOS_SERVE_KILLS (obleth serve kills,
 -- default CHAOS_KILLS / 5, at least 3), CHAOS_SEED (default: the clock; printed, so a run repeats).
 --
--- Phase 1, the provisioner: three models with 1-3 smoke-engine replicas, and a fourth with two whose
+-- Phase 1, the provisioner: three models with 1-4 smoke-engine replicas, and a fourth with two whose
 -- 3-minute time limit and 2-minute rollover margin roll each replica over about once a minute
 -- (successor, drain, cancel: a crash in the drain is where the first run found a bug). Each round starts
 -- `obleth provisioner` (pass interval 1 s, lease 2 s) and kills it with SIGKILL, either at a named
@@ -276,6 +276,19 @@ local SUBMIT_POINTS = { before_record = true, after_record = true, before_submit
 local CANCEL_POINTS = { before_cancel = true, after_cancel = true }
 
 local function pick(t) return t[math.random(#t)] end
+local MAX_REPLICAS = 4
+-- the named points are dealt from a shuffled deck, so each comes up about as often as the others
+local deck = {}
+local function draw()
+  if #deck == 0 then
+    for i, p in ipairs(POINTS) do deck[i] = p end
+    for i = #deck, 2, -1 do
+      local j = math.random(i)
+      deck[i], deck[j] = deck[j], deck[i]
+    end
+  end
+  return table.remove(deck)
+end
 
 say("seed %d: %d provisioner kills, %d obleth serve kills; models %s", SEED, KILLS, SERVE_KILLS,
   table.concat((function()
@@ -299,21 +312,25 @@ for round = 2, KILLS do
   local label
   local env = {}
   if math.random() < 0.7 then
-    local point = pick(POINTS)
+    local point = draw()
     local n = 1
     local low, high = {}, {}
     for _, m in ipairs(MODELS) do
-      if m.replicas < 3 and not m.rollover then low[#low + 1] = m end
+      if m.replicas < MAX_REPLICAS and not m.rollover then low[#low + 1] = m end
       if m.replicas > 1 and not m.rollover then high[#high + 1] = m end
     end
-    if CANCEL_POINTS[point] and #high == 0 then point = "before_submit" end
-    if SUBMIT_POINTS[point] and #low == 0 then point = "before_cancel" end
+    -- a point this round cannot reach (nothing to scale that way) goes back to the deck for later
+    if (CANCEL_POINTS[point] and #high == 0) or (SUBMIT_POINTS[point] and #low == 0) then
+      table.insert(deck, 1, point)
+      point = CANCEL_POINTS[point] and "before_submit" or pick { "before_cancel", "after_cancel" }
+    end
     if SUBMIT_POINTS[point] then
       local m = pick(low)
       scale(m, m.replicas + 1)
     elseif CANCEL_POINTS[point] then
+      -- down to one replica: a scale-down takes back what several scale-ups added
       local m = pick(high)
-      scale(m, m.replicas - 1)
+      scale(m, 1)
     else
       n = math.random(1, 3)
     end
