@@ -263,226 +263,226 @@ loop.on_signal("INT", function() interrupted("SIGINT") end)
 loop.on_signal("TERM", function() interrupted("SIGTERM") end)
 
 local function main()
-for i, n in ipairs { 1, 2, 3, 2 } do
-  local rollover = i == 4
-  local name = rollover and "chaos-rollover" or ("chaos-" .. i)
-  local m = must("POST", "/api/v1/models", { name = name })
-  m = m.model or m
-  must("PUT", "/api/v1/models/" .. m.id .. "/managed", managed(n, rollover))
-  MODELS[#MODELS + 1] = { id = m.id, name = name, replicas = n, bound = n, rollover = rollover }
-end
--- Phase 1: the provisioner ------------------------------------------------------------------------
-local SUBMIT_POINTS = { before_record = true, after_record = true, before_submit = true, after_submit = true }
-local CANCEL_POINTS = { before_cancel = true, after_cancel = true }
-
-local function pick(t) return t[math.random(#t)] end
-local MAX_REPLICAS = 4
--- the named points are dealt from a shuffled deck, so each comes up about as often as the others
-local deck = {}
-local function draw()
-  if #deck == 0 then
-    for i, p in ipairs(POINTS) do deck[i] = p end
-    for i = #deck, 2, -1 do
-      local j = math.random(i)
-      deck[i], deck[j] = deck[j], deck[i]
-    end
+  for i, n in ipairs { 1, 2, 3, 2 } do
+    local rollover = i == 4
+    local name = rollover and "chaos-rollover" or ("chaos-" .. i)
+    local m = must("POST", "/api/v1/models", { name = name })
+    m = m.model or m
+    must("PUT", "/api/v1/models/" .. m.id .. "/managed", managed(n, rollover))
+    MODELS[#MODELS + 1] = { id = m.id, name = name, replicas = n, bound = n, rollover = rollover }
   end
-  return table.remove(deck)
-end
+  -- Phase 1: the provisioner ------------------------------------------------------------------------
+  local SUBMIT_POINTS = { before_record = true, after_record = true, before_submit = true, after_submit = true }
+  local CANCEL_POINTS = { before_cancel = true, after_cancel = true }
 
-say("seed %d: %d provisioner kills, %d obleth serve kills; models %s", SEED, KILLS, SERVE_KILLS,
-  table.concat((function()
-    local o = {}
-    for _, m in ipairs(MODELS) do o[#o + 1] = m.name .. "=" .. m.replicas end
-    return o
-  end)(), " "))
-
-local boot = start_provisioner()
-util.wait_until(function()
-  for _, m in ipairs(MODELS) do
-    if #h:live_jobs(m.id) < m.replicas then return false end
-  end
-  return true
-end, 120, "the first replicas to be submitted")
-sys.kill(boot.pid, "KILL")
-reap(boot)
-count_kill("external: first start")
-
-for round = 2, KILLS do
-  local label
-  local env = {}
-  if math.random() < 0.7 then
-    local point = draw()
-    local n = 1
-    local low, high = {}, {}
-    for _, m in ipairs(MODELS) do
-      if m.replicas < MAX_REPLICAS and not m.rollover then low[#low + 1] = m end
-      if m.replicas > 1 and not m.rollover then high[#high + 1] = m end
-    end
-    -- a point this round cannot reach (nothing to scale that way) goes back to the deck for later
-    if (CANCEL_POINTS[point] and #high == 0) or (SUBMIT_POINTS[point] and #low == 0) then
-      table.insert(deck, 1, point)
-      point = CANCEL_POINTS[point] and "before_submit" or pick { "before_cancel", "after_cancel" }
-    end
-    if SUBMIT_POINTS[point] then
-      local m = pick(low)
-      scale(m, m.replicas + 1)
-    elseif CANCEL_POINTS[point] then
-      -- down to one replica: a scale-down takes back what several scale-ups added
-      local m = pick(high)
-      scale(m, 1)
-    else
-      n = math.random(1, 3)
-    end
-    env.OBLETH_CHAOS = point .. ":" .. n
-    local p = start_provisioner(env)
-    local t_end = loop.monotonic() + 15
-    while not dead(p.pid) and loop.monotonic() < t_end do loop.sleep(0.05) end
-    if dead(p.pid) then
-      local log = reap(p)
-      local hit = log:match("event=chaos_kill [^\n]*point=([%w_]+)")
-      if hit then label = hit else label = "died without a crash point (BUG?)"; violation("final",
-        "provisioner died by itself: " .. log:sub(-600)) end
-    else
-      sys.kill(p.pid, "KILL")
-      label = "external: " .. last_event(reap(p)) .. " (" .. point .. " not reached in 15 s)"
-    end
-  else
-    -- anywhere else: from outside, after a random delay
-    local p = start_provisioner(env)
-    local delay = 0.1 + math.random() * 4
-    local t_end = loop.monotonic() + delay
-    while not dead(p.pid) and loop.monotonic() < t_end do loop.sleep(0.05) end
-    local was_dead = dead(p.pid)
-    sys.kill(p.pid, "KILL")
-    local log = reap(p)
-    if was_dead then violation("final", "provisioner died by itself: " .. log:sub(-600)) end
-    label = "external: after " .. last_event(log)
-  end
-  count_kill(label)
-  say("kill %d/%d: %s", round, KILLS, label)
-end
-
--- Phase 2: obleth serve killed during writes ------------------------------------------------------
-local acked = { models = {}, specs = {}, keys = {} }
-local writers_stop, writers = false, 0
-local function writer(w)
-  writers = writers + 1
-  local i = 0
-  while not writers_stop do
-    i = i + 1
-    if not api_up then loop.sleep(0.1) else
-      local st, m = api("POST", "/api/v1/models", { name = ("chaos-w%d-%d"):format(w, i) })
-      if st == 201 then
-        acked.models[#acked.models + 1] = { id = m.id, name = m.name }
-        local spec = managed(0)
-        spec.launch_command = "obleth smoke-engine --writer " .. i
-        local st2 = api("PUT", "/api/v1/models/" .. m.id .. "/managed", spec)
-        if st2 == 200 or st2 == 201 then acked.specs[m.id] = spec.launch_command end
+  local function pick(t) return t[math.random(#t)] end
+  local MAX_REPLICAS = 4
+  -- the named points are dealt from a shuffled deck, so each comes up about as often as the others
+  local deck = {}
+  local function draw()
+    if #deck == 0 then
+      for i, p in ipairs(POINTS) do deck[i] = p end
+      for i = #deck, 2, -1 do
+        local j = math.random(i)
+        deck[i], deck[j] = deck[j], deck[i]
       end
-      local st3, k = api("POST", "/api/v1/keys", { name = ("chaos-w%d-%d"):format(w, i) })
-      if st3 == 201 then acked.keys[#acked.keys + 1] = k.id end
-      if st ~= 201 and st3 ~= 201 then loop.sleep(0.05) end
     end
+    return table.remove(deck)
   end
-  writers = writers - 1
-end
 
-local steady = start_provisioner()
-for w = 1, 8 do loop.spawn(writer, w) end
-local sqlite = require "obleth.sqlite"
-for k = 1, SERVE_KILLS do
-  -- a scale first, so the provisioner records, submits or cancels around the kill too
-  local sm = MODELS[math.random(3)]
-  scale(sm, sm.replicas % 3 + 1)
-  loop.sleep(0.3 + math.random() * 2)
-  api_up = false
-  srv:stop("KILL")
-  local db = sqlite.open(srv.db)
-  local ic = db and db:first("PRAGMA integrity_check")
-  if not (ic and ic.integrity_check == "ok") then
-    violation("integrity", ("after kill %d: %s"):format(k, ic and ic.integrity_check or "cannot open"))
-  end
-  if db then db:close() end
-  local ok, s2
-  for _ = 1, 50 do
-    ok, s2 = pcall(server.start, { db = srv.db, token = srv.token, port = srv_port })
-    if ok then break end
-    loop.sleep(0.2)
-  end
-  assert(ok, "obleth serve did not restart: " .. tostring(s2))
-  srv = s2
-  h.srv = srv
-  -- every write acknowledged before the kill is there
-  local missing = 0
-  for _, m in ipairs(acked.models) do
-    local st, got = api("GET", "/api/v1/models/" .. m.id)
-    if st ~= 200 or got.name ~= m.name then missing = missing + 1
-      violation("write", ("model %s (%s) acknowledged, then missing (HTTP %s)"):format(m.id, m.name, tostring(st)))
-    end
-  end
-  for id, cmd in pairs(acked.specs) do
-    local st, got = api("GET", "/api/v1/models/" .. id .. "/managed")
-    if st ~= 200 or got.launch_command ~= cmd then missing = missing + 1
-      violation("write", ("managed spec of model %s acknowledged, then missing or changed"):format(id))
-    end
-  end
-  local _, keys = api("GET", "/api/v1/keys")
-  local have = {}
-  for _, key in ipairs(keys and (keys.keys or keys) or {}) do have[key.id] = true end
-  for _, id in ipairs(acked.keys) do
-    if not have[id] then missing = missing + 1 violation("write", ("client key %s acknowledged, then missing"):format(id)) end
-  end
-  api_up = true
-  count_kill("serve: SIGKILL during writes")
-  say("serve kill %d/%d: %d models, %d specs, %d keys acknowledged so far; %d missing", k, SERVE_KILLS,
-    #acked.models, (function() local n = 0 for _ in pairs(acked.specs) do n = n + 1 end return n end)(),
-    #acked.keys, missing)
-end
-writers_stop = true
-util.wait_until(function() return writers == 0 end, 60, "the writers to stop")
-sys.kill(steady.pid, "KILL")
-reap(steady)
-count_kill("external: steady provisioner (serve phase)")
+  say("seed %d: %d provisioner kills, %d obleth serve kills; models %s", SEED, KILLS, SERVE_KILLS,
+    table.concat((function()
+      local o = {}
+      for _, m in ipairs(MODELS) do o[#o + 1] = m.name .. "=" .. m.replicas end
+      return o
+    end)(), " "))
 
--- Final: one provisioner converges ---------------------------------------------------------------
-local final = start_provisioner()
-local function converged()
-  local st, doc = api("GET", "/api/v1/replicas?state=live")
-  if st ~= 200 then return false, "replicas: HTTP " .. tostring(st) end
-  for _, m in ipairs(MODELS) do
-    local jobs = h:live_jobs(m.id)
-    local recs = {}
-    for _, r in ipairs(doc.replicas) do if r.model_id == m.id then recs[#recs + 1] = r end end
-    if #jobs ~= m.replicas then return false, ("%s: %d live jobs, wants %d"):format(m.name, #jobs, m.replicas) end
-    if #recs ~= m.replicas then return false, ("%s: %d live records, wants %d"):format(m.name, #recs, m.replicas) end
-    local slots, by_job = {}, {}
-    for _, r in ipairs(recs) do
-      if r.state ~= "healthy" then return false, ("%s slot %d is %s"):format(m.name, r.slot, r.state) end
-      slots[r.slot] = true
-      if r.job_id then by_job[r.job_id] = r end
+  local boot = start_provisioner()
+  util.wait_until(function()
+    for _, m in ipairs(MODELS) do
+      if #h:live_jobs(m.id) < m.replicas then return false end
     end
-    for s = 1, m.replicas do if not slots[s] then return false, ("%s: no record for slot %d"):format(m.name, s) end end
-    for _, j in ipairs(jobs) do
-      local t = tag.parse(j)
-      local r = by_job[j.id]
-      if not r or r.nonce ~= t.nonce then return false, ("%s: job %s is not its record's"):format(m.name, j.id) end
+    return true
+  end, 120, "the first replicas to be submitted")
+  sys.kill(boot.pid, "KILL")
+  reap(boot)
+  count_kill("external: first start")
+
+  for round = 2, KILLS do
+    local label
+    local env = {}
+    if math.random() < 0.7 then
+      local point = draw()
+      local n = 1
+      local low, high = {}, {}
+      for _, m in ipairs(MODELS) do
+        if m.replicas < MAX_REPLICAS and not m.rollover then low[#low + 1] = m end
+        if m.replicas > 1 and not m.rollover then high[#high + 1] = m end
+      end
+      -- a point this round cannot reach (nothing to scale that way) goes back to the deck for later
+      if (CANCEL_POINTS[point] and #high == 0) or (SUBMIT_POINTS[point] and #low == 0) then
+        table.insert(deck, 1, point)
+        point = CANCEL_POINTS[point] and "before_submit" or pick { "before_cancel", "after_cancel" }
+      end
+      if SUBMIT_POINTS[point] then
+        local m = pick(low)
+        scale(m, m.replicas + 1)
+      elseif CANCEL_POINTS[point] then
+        -- down to one replica: a scale-down takes back what several scale-ups added
+        local m = pick(high)
+        scale(m, 1)
+      else
+        n = math.random(1, 3)
+      end
+      env.OBLETH_CHAOS = point .. ":" .. n
+      local p = start_provisioner(env)
+      local t_end = loop.monotonic() + 15
+      while not dead(p.pid) and loop.monotonic() < t_end do loop.sleep(0.05) end
+      if dead(p.pid) then
+        local log = reap(p)
+        local hit = log:match("event=chaos_kill [^\n]*point=([%w_]+)")
+        if hit then label = hit else label = "died without a crash point (BUG?)"; violation("final",
+          "provisioner died by itself: " .. log:sub(-600)) end
+      else
+        sys.kill(p.pid, "KILL")
+        label = "external: " .. last_event(reap(p)) .. " (" .. point .. " not reached in 15 s)"
+      end
+    else
+      -- anywhere else: from outside, after a random delay
+      local p = start_provisioner(env)
+      local delay = 0.1 + math.random() * 4
+      local t_end = loop.monotonic() + delay
+      while not dead(p.pid) and loop.monotonic() < t_end do loop.sleep(0.05) end
+      local was_dead = dead(p.pid)
+      sys.kill(p.pid, "KILL")
+      local log = reap(p)
+      if was_dead then violation("final", "provisioner died by itself: " .. log:sub(-600)) end
+      label = "external: after " .. last_event(log)
     end
+    count_kill(label)
+    say("kill %d/%d: %s", round, KILLS, label)
   end
-  return true
-end
-local ok, why = pcall(util.wait_until, converged, 180, "every model to run exactly its replicas, healthy")
-if not ok then violation("final", tostring(why)) end
--- a few more samples on the converged state, then stop
-loop.sleep(2)
-sampling = false
-util.wait_until(function() return sampler_done end, 30, "the sampler to stop")
-sys.kill(final.pid, "TERM")
-reap(final)
-local stray = 0
-for _, m in ipairs(acked.models) do stray = stray + #h:live_jobs(m.id) end
-if stray > 0 then violation("final", stray .. " jobs for models with 0 replicas") end
-h:stop()
+
+  -- Phase 2: obleth serve killed during writes ------------------------------------------------------
+  local acked = { models = {}, specs = {}, keys = {} }
+  local writers_stop, writers = false, 0
+  local function writer(w)
+    writers = writers + 1
+    local i = 0
+    while not writers_stop do
+      i = i + 1
+      if not api_up then loop.sleep(0.1) else
+        local st, m = api("POST", "/api/v1/models", { name = ("chaos-w%d-%d"):format(w, i) })
+        if st == 201 then
+          acked.models[#acked.models + 1] = { id = m.id, name = m.name }
+          local spec = managed(0)
+          spec.launch_command = "obleth smoke-engine --writer " .. i
+          local st2 = api("PUT", "/api/v1/models/" .. m.id .. "/managed", spec)
+          if st2 == 200 or st2 == 201 then acked.specs[m.id] = spec.launch_command end
+        end
+        local st3, k = api("POST", "/api/v1/keys", { name = ("chaos-w%d-%d"):format(w, i) })
+        if st3 == 201 then acked.keys[#acked.keys + 1] = k.id end
+        if st ~= 201 and st3 ~= 201 then loop.sleep(0.05) end
+      end
+    end
+    writers = writers - 1
+  end
+
+  local steady = start_provisioner()
+  for w = 1, 8 do loop.spawn(writer, w) end
+  local sqlite = require "obleth.sqlite"
+  for k = 1, SERVE_KILLS do
+    -- a scale first, so the provisioner records, submits or cancels around the kill too
+    local sm = MODELS[math.random(3)]
+    scale(sm, sm.replicas % 3 + 1)
+    loop.sleep(0.3 + math.random() * 2)
+    api_up = false
+    srv:stop("KILL")
+    local db = sqlite.open(srv.db)
+    local ic = db and db:first("PRAGMA integrity_check")
+    if not (ic and ic.integrity_check == "ok") then
+      violation("integrity", ("after kill %d: %s"):format(k, ic and ic.integrity_check or "cannot open"))
+    end
+    if db then db:close() end
+    local ok, s2
+    for _ = 1, 50 do
+      ok, s2 = pcall(server.start, { db = srv.db, token = srv.token, port = srv_port })
+      if ok then break end
+      loop.sleep(0.2)
+    end
+    assert(ok, "obleth serve did not restart: " .. tostring(s2))
+    srv = s2
+    h.srv = srv
+    -- every write acknowledged before the kill is there
+    local missing = 0
+    for _, m in ipairs(acked.models) do
+      local st, got = api("GET", "/api/v1/models/" .. m.id)
+      if st ~= 200 or got.name ~= m.name then missing = missing + 1
+        violation("write", ("model %s (%s) acknowledged, then missing (HTTP %s)"):format(m.id, m.name, tostring(st)))
+      end
+    end
+    for id, cmd in pairs(acked.specs) do
+      local st, got = api("GET", "/api/v1/models/" .. id .. "/managed")
+      if st ~= 200 or got.launch_command ~= cmd then missing = missing + 1
+        violation("write", ("managed spec of model %s acknowledged, then missing or changed"):format(id))
+      end
+    end
+    local _, keys = api("GET", "/api/v1/keys")
+    local have = {}
+    for _, key in ipairs(keys and (keys.keys or keys) or {}) do have[key.id] = true end
+    for _, id in ipairs(acked.keys) do
+      if not have[id] then missing = missing + 1 violation("write", ("client key %s acknowledged, then missing"):format(id)) end
+    end
+    api_up = true
+    count_kill("serve: SIGKILL during writes")
+    say("serve kill %d/%d: %d models, %d specs, %d keys acknowledged so far; %d missing", k, SERVE_KILLS,
+      #acked.models, (function() local n = 0 for _ in pairs(acked.specs) do n = n + 1 end return n end)(),
+      #acked.keys, missing)
+  end
+  writers_stop = true
+  util.wait_until(function() return writers == 0 end, 60, "the writers to stop")
+  sys.kill(steady.pid, "KILL")
+  reap(steady)
+  count_kill("external: steady provisioner (serve phase)")
+
+  -- Final: one provisioner converges ---------------------------------------------------------------
+  local final = start_provisioner()
+  local function converged()
+    local st, doc = api("GET", "/api/v1/replicas?state=live")
+    if st ~= 200 then return false, "replicas: HTTP " .. tostring(st) end
+    for _, m in ipairs(MODELS) do
+      local jobs = h:live_jobs(m.id)
+      local recs = {}
+      for _, r in ipairs(doc.replicas) do if r.model_id == m.id then recs[#recs + 1] = r end end
+      if #jobs ~= m.replicas then return false, ("%s: %d live jobs, wants %d"):format(m.name, #jobs, m.replicas) end
+      if #recs ~= m.replicas then return false, ("%s: %d live records, wants %d"):format(m.name, #recs, m.replicas) end
+      local slots, by_job = {}, {}
+      for _, r in ipairs(recs) do
+        if r.state ~= "healthy" then return false, ("%s slot %d is %s"):format(m.name, r.slot, r.state) end
+        slots[r.slot] = true
+        if r.job_id then by_job[r.job_id] = r end
+      end
+      for s = 1, m.replicas do if not slots[s] then return false, ("%s: no record for slot %d"):format(m.name, s) end end
+      for _, j in ipairs(jobs) do
+        local t = tag.parse(j)
+        local r = by_job[j.id]
+        if not r or r.nonce ~= t.nonce then return false, ("%s: job %s is not its record's"):format(m.name, j.id) end
+      end
+    end
+    return true
+  end
+  local ok, why = pcall(util.wait_until, converged, 180, "every model to run exactly its replicas, healthy")
+  if not ok then violation("final", tostring(why)) end
+  -- a few more samples on the converged state, then stop
+  loop.sleep(2)
+  sampling = false
+  util.wait_until(function() return sampler_done end, 30, "the sampler to stop")
+  sys.kill(final.pid, "TERM")
+  reap(final)
+  local stray = 0
+  for _, m in ipairs(acked.models) do stray = stray + #h:live_jobs(m.id) end
+  if stray > 0 then violation("final", stray .. " jobs for models with 0 replicas") end
+  h:stop()
 
 end
 
