@@ -15,7 +15,7 @@ AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 .PHONY: web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load \
-	fuzz fuzz-build deploy-check helm-check soak
+	fuzz fuzz-build deploy-check helm-check soak chaos
 
 all: build/obleth build/obleth-provisioner build/web/index.html
 
@@ -42,6 +42,7 @@ help:
 	@echo "make deploy-check  deploy/docker end to end: dockerd, image without a registry, Compose on the cluster"
 	@echo "make helm-check    deploy/helm/obleth: helm lint --strict, helm template, the rendered manifests"
 	@echo "make soak       the lease, outage and JWT renewal specs for ten minutes each (OBLETH_SOAK_SECONDS)"
+	@echo "make chaos      SIGKILL the provisioner at >= 100 points (CHAOS_KILLS) and obleth serve during writes; prints the table"
 	@echo "make install PREFIX=/usr/local"
 	@echo "make web-test   the dashboard's browser tests (headless Chromium, harness cluster) and node --test specs"
 
@@ -151,6 +152,11 @@ soak: all
 	@set -a; . build/cluster/env; set +a; OBLETH_SOAK_SECONDS=$(SOAK_SECONDS) build/obleth lua /usr/bin/busted \
 	  -o spec/support/obleth_output.lua --lpath='./?.lua' spec/integration/provisioner_lease_spec.lua \
 	  spec/integration/provisioner_daemon_spec.lua spec/integration/slurm_token_renewal_spec.lua
+
+# issue 18 item 1: crash at any point (spec/chaos/run.lua; a 10-kill run is part of make check)
+CHAOS_KILLS ?= 100
+chaos: build/obleth build/obleth-provisioner
+	@spec/chaos/run.sh $(CHAOS_KILLS)
 
 clean:
 	rm -rf build/web build/web-screens build/obj build/asan build/fuzz build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

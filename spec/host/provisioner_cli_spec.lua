@@ -1,5 +1,6 @@
 -- obleth-provisioner's settings from the environment: the admin token from a file (a Compose or
--- Kubernetes secret), and a lease that outlasts two passes.
+-- Kubernetes secret), a lease that outlasts two passes, and the test-only crash points of make chaos
+-- (OBLETH_CHAOS, obleth.provisioner.chaos).
 local util = require "spec.support.util"
 
 local function run(env, args)
@@ -36,5 +37,29 @@ describe("obleth-provisioner's environment", function()
       OBLETH_LEASE_TTL = "9" }, "--interval 5 --once")
     assert.equal(2, code)
     assert.matches("OBLETH_LEASE_TTL=9", out, 1, true)
+  end)
+
+  it("OBLETH_CHAOS=POINT:N kills the process with SIGKILL at the Nth visit of POINT, and no sooner", function()
+    local env = { OBLETH_ADMIN_BASE_URL = dead, OBLETH_ADMIN_TOKEN = "0123456789abcdef0123",
+      OBLETH_CHAOS = "pass_start" }
+    local code, out = run(env)
+    assert.equal(128 + 9, code, out)
+    assert.matches("event=chaos_kill n=1 point=pass_start", out, 1, true)
+    -- one --once pass reaches pass_start once: the second visit never comes, the pass fails as usual
+    env.OBLETH_CHAOS = "pass_start:2"
+    code, out = run(env)
+    assert.equal(1, code, out)
+    assert.matches("pass failed: Management API", out, 1, true)
+    assert.is_nil(out:find("chaos_kill", 1, true))
+  end)
+
+  it("refuses an OBLETH_CHAOS that names no crash point, and lists them", function()
+    for _, v in ipairs { "nowhere", "after_submit:0", "after_submit:x", "after_submit:1:2" } do
+      local code, out = run { OBLETH_ADMIN_BASE_URL = dead, OBLETH_ADMIN_TOKEN = "0123456789abcdef0123",
+        OBLETH_CHAOS = v }
+      assert.equal(2, code, v)
+      assert.matches("OBLETH_CHAOS=" .. v, out, 1, true)
+      assert.matches("before_submit, after_submit", out, 1, true)
+    end
   end)
 end)

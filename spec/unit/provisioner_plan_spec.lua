@@ -292,6 +292,53 @@ describe("provisioner plan: reconcile", function()
   end)
 end)
 
+describe("provisioner plan: a replica on its way out whose job still runs (make chaos)", function()
+  -- after a successor took over, the old replica is "ending" and its job is cancelled once the drain
+  -- is over; the drain deadline and "cancel sent" live only in the provisioner's memory
+  local old = { nonce = "0000000000000041", model_id = 1, slot = 1, state = "ending", job_id = 95, port = 20000,
+    started_at = NOW - 58 * 60, healthy_at = NOW - 56 * 60 }
+  local succ = { nonce = "0000000000000042", model_id = 1, slot = 1, state = "healthy", job_id = 96, port = 20001,
+    started_at = NOW - 60, healthy_at = NOW - 10, endpoint = "http://n1:20001" }
+  local function with(over)
+    local r = {}
+    for k, v in pairs(old) do r[k] = v end
+    for k, v in pairs(over or {}) do r[k] = v end
+    return r
+  end
+  local function pass(row, base)
+    return run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { row, succ } } }),
+      { job(1, 1, old.nonce, base or "RUNNING", { id = 95 }), job(1, 1, succ.nonce, "RUNNING", { id = 96 }) })
+  end
+  local function cancelled(st)
+    local ids = {}
+    for _, c in ipairs(st.cancels) do ids[#ids + 1] = c.job_id end
+    return ids
+  end
+
+  it("a restarted provisioner (the deadline died with the old process) cancels the job", function()
+    local st = pass(with())
+    assert.same({ 95 }, cancelled(st))
+    assert.equal(0, #st.submits)
+  end)
+
+  it("a cancel that did not take (sent, the job still runs on the next pass) is sent again", function()
+    assert.same({ 95 }, cancelled(pass(with { cancel_at = NOW - 5, cancel_sent = true })))
+  end)
+
+  it("waits while the drain lasts, and not once the job is completing", function()
+    assert.same({}, cancelled(pass(with { cancel_at = NOW + 20 })))
+    assert.same({}, cancelled(pass(with(), "COMPLETING")))
+  end)
+
+  it("cancels a surplus replica once, in the pass that decides it", function()
+    local a = { nonce = "0000000000000043", model_id = 1, slot = 2, state = "healthy", job_id = 97, port = 20002,
+      started_at = NOW - 60, healthy_at = NOW - 10 }
+    local st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { succ, a } } }),
+      { job(1, 1, succ.nonce, "RUNNING", { id = 96 }), job(1, 2, a.nonce, "RUNNING", { id = 97 }) })
+    assert.same({ 97 }, cancelled(st))
+  end)
+end)
+
 describe("provisioner plan: health", function()
   local function state_with(row, sp)
     return { models = { { id = 1, spec = sp or spec(), rows = { row } } } }

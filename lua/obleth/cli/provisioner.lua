@@ -44,6 +44,12 @@ function M.main(argv)
       .. "(%g s) and at most 3600 s\n"):format(os.getenv("OBLETH_LEASE_TTL"), 2 * interval))
     return 2
   end
+  -- test-only crash points (make chaos; obleth.provisioner.chaos): inert unless OBLETH_CHAOS is set
+  local armed, cerr = require("obleth.provisioner.chaos").configure(os.getenv("OBLETH_CHAOS"))
+  if not armed then
+    io.stderr:write("obleth-provisioner: ", cerr.message, "\n")
+    return 2
+  end
   local ok_policy, policy = pcall(require, "obleth.policy")
   local daemon = require("obleth.provisioner").new {
     api = require("obleth.provisioner.client").new(base, token),

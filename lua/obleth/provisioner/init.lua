@@ -15,6 +15,7 @@ local slurm = require "obleth.slurm"
 local plan = require "obleth.provisioner.plan"
 local jobscript = require "obleth.job"
 local tag = require "obleth.job.tag"
+local chaos = require "obleth.provisioner.chaos"
 
 local M = {}
 
@@ -272,6 +273,7 @@ end
 --- Management API client's codes (err.status set when the API answered with an HTTP error).
 function M:pass()
   local t0, started = loop.monotonic(), loop.now()
+  chaos.point("pass_start")
   local held, herr = self:_hold()
   if held == false then
     return nil, { code = "lease_held", lease = herr, message = ("the provisioner lease is held by %s on %s (pid %s)")
@@ -279,6 +281,7 @@ function M:pass()
   elseif not held then
     return nil, herr
   end
+  chaos.point("after_lease")
   local snap, err = self.api:snapshot()
   if not snap then return nil, err end
   local settings = snap.settings or {}
@@ -329,6 +332,7 @@ function M:pass()
     job_by_id, ierr = M.lookup_jobs(conn, snap, jobs)
     if not job_by_id then pass_error, jobs = ierr.message, nil end
   end
+  chaos.point("after_snapshot")
   if jobs then
     -- a broken policy edit keeps the previous version and is reported as pass.policy_error
     -- (self:_policy_error() above), not as a failed pass
@@ -346,9 +350,11 @@ function M:pass()
       local fresh, ferr = self:_fresh()
       if not fresh then return nil, ferr end
       local t1 = loop.monotonic()
+      chaos.point("before_record")
       local rec, rerr = self.api:submits(self.lease.generation, rows)
       if rec then
         self.lease.deadline = t1 + self.lease_ttl
+        chaos.point("after_record")
       elseif rerr.code == "lease_lost" then
         self:_lost(rerr)
         return nil, { code = "lease_lost", message = rerr.message }
@@ -361,7 +367,9 @@ function M:pass()
     for _, c in ipairs(state.cancels) do
       local fresh, ferr = self:_fresh()
       if not fresh then return nil, ferr end
+      chaos.point("before_cancel")
       local ok, e = conn:cancel(c.job_id)
+      if ok then chaos.point("after_cancel") end
       log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
         error = e and e.message or nil })
       if c.row then c.row.cancel_sent = true end
@@ -377,8 +385,10 @@ function M:pass()
       if not fresh then return nil, ferr end
       s.model.instance = snap.instance
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
+      chaos.point("before_submit")
       local id, res = conn:submit(desc)
       if id then
+        chaos.point("after_submit")
         s.row.job_id, s.row.state, s.row.submitted_at = id, "submitted", loop.now()
         if res and #res > 0 then s.row.problem = "Slurm: " .. tostring(res[1].message) end
         log.info("job_submit", { model = s.model.name, slot = s.row.slot, job_id = id, nonce = s.row.nonce,
@@ -422,7 +432,9 @@ function M:pass()
     for _, c in ipairs(hcancels) do
       local fresh, ferr = self:_fresh()
       if not fresh then return nil, ferr end
+      chaos.point("before_cancel")
       local ok = conn:cancel(c.job_id)
+      if ok then chaos.point("after_cancel") end
       log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false })
       c.row.cancel_sent = true
     end
@@ -446,6 +458,7 @@ function M:pass()
 
   report.pass.duration = loop.monotonic() - t0
   report.pass.error = pass_error
+  chaos.point("before_report")
   local ok, rerr = self.api:report(report)
   if not ok then
     if rerr.code == "lease_lost" then
@@ -454,6 +467,7 @@ function M:pass()
     end
     return nil, rerr
   end
+  chaos.point("after_report")
   if pass_error then return nil, { code = slurm_down and "slurm" or "pass", message = pass_error }, report end
   return report
 end

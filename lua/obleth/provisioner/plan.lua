@@ -151,6 +151,7 @@ function M.reconcile(input)
         row.cancel_at = row.cancel_at or drain_until
       else
         out.cancels[#out.cancels + 1] = { row = row, job_id = row.job_id, why = why }
+        row.cancel_queued = true
       end
     else
       row.state = "ended"
@@ -186,6 +187,7 @@ function M.reconcile(input)
         if not job and input.job_by_id then job = input.job_by_id[row.job_id] end
         local base = job and job.state and job.state.base
         if job then row.slurm = M.slurm_view(job) end
+        row.job_live = M.LIVE[base] == true
         if not job then
           if input.jobs then
             -- listed nothing and the accounting lookup found nothing either
@@ -406,10 +408,16 @@ function M.reconcile(input)
         end
       end
     end
-    -- drained rows whose time has come
+    -- rows on their way out whose job still holds resources: cancel once the drain is over. Also
+    -- when this process never knew the drain (the deadline died with a provisioner that crashed),
+    -- and again when a cancel sent in an earlier pass did not take: an "ending" row never keeps its
+    -- job alive next to the replica that took its slot
     for _, row in ipairs(mm.rows) do
-      if row.state == "ending" and row.cancel_at and row.cancel_at <= now and not row.cancel_sent then
-        out.cancels[#out.cancels + 1] = { row = row, job_id = row.job_id, why = row.cancel_why or "drained" }
+      if row.state == "ending" and row.job_live and not row.cancel_queued
+        and not (row.cancel_at and row.cancel_at > now) then
+        out.cancels[#out.cancels + 1] = { row = row, job_id = row.job_id,
+          why = row.cancel_why or (row.cancel_at and "drained" or "ending, its job still runs") }
+        row.cancel_queued = true
       end
     end
   end
