@@ -189,6 +189,27 @@ describe("provisioner plan: reconcile", function()
     assert.equal(1, #st.submits)
   end)
 
+  it("ends obleth caused for reasons of its own (a restart, a pause, a scale-down) do not count toward lost", function()
+    -- found by make chaos: three scale-downs of a starting replica made its slot lost
+    local r = { nonce = "000000000000000c", model_id = 1, slot = 1, state = "ending", job_id = 52, port = 20000,
+      cancel_why = "restart asked" }
+    local st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { r },
+      recent_ends = { { slot = 1, healthy = false, at = NOW - 100, cancel_why = "surplus replica" },
+        { slot = 1, healthy = false, at = NOW - 200, cancel_why = "spec paused" } } } }),
+      { job(1, 1, r.nonce, "CANCELLED", { id = 52, end_time = NOW - 1 }) })
+    assert.equal("ended", st.rows[1].state)
+    assert.equal(1, #st.submits)
+    assert.equal("restart asked", st.outcomes[1].cancel_why) -- recorded with the outcome
+    -- the health checks' own cancels do count
+    local h = { nonce = "000000000000000d", model_id = 1, slot = 1, state = "ending", job_id = 53, port = 20000,
+      cancel_why = "startup grace exceeded" }
+    st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { h },
+      recent_ends = { { slot = 1, healthy = false, at = NOW - 100, cancel_why = "startup grace exceeded" },
+        { slot = 1, healthy = false, at = NOW - 200 } } } }),
+      { job(1, 1, h.nonce, "CANCELLED", { id = 53, end_time = NOW - 1 }) })
+    assert.equal("lost", st.rows[1].state)
+  end)
+
   it("replicas 2 -> 1 cancels exactly the surplus slot's job", function()
     local a = { nonce = "000000000000000a", model_id = 1, slot = 1, state = "healthy", job_id = 50, port = 20000 }
     local b = { nonce = "000000000000000b", model_id = 1, slot = 2, state = "healthy", job_id = 51, port = 20001 }

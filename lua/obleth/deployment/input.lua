@@ -603,6 +603,7 @@ local OUTCOME_FIELDS = {
   job_id = REPLICA_FIELDS.job_id, state = END_FIELDS.state, reason = END_FIELDS.reason,
   exit_code = END_FIELDS.exit_code, signal = END_FIELDS.signal, node = END_FIELDS.node,
   started_at = REPLICA_FIELDS.started_at, ended_at = REPLICA_FIELDS.ended_at, healthy = _bool,
+  cancel_why = REPLICA_FIELDS.cancel_why,
   replica_id = REPLICA_FIELDS.launch_id, launch_id = REPLICA_FIELDS.launch_id,
 }
 

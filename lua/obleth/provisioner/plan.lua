@@ -17,6 +17,18 @@ local tables = require "obleth.util.tables"
 
 local M = {}
 
+--- The reasons obleth cancels a job that do say the model failed to serve: the health checks'.
+--- Every other cancel (restart asked, spec paused, Slurm turned off, spec deleted, surplus or
+--- duplicate replica, walltime rollover, slot lost) is obleth's or the operator's own doing, so the
+--- lost rule and the resubmit backoff do not count the end it causes as a failed start.
+M.FAILED_START_CANCELS = { ["startup grace exceeded"] = true, ["unhealthy past grace"] = true }
+
+--- True when cancel_why names a cancel that says nothing about the model (see FAILED_START_CANCELS).
+---@param cancel_why string|nil the replica's cancel_why
+function M.cancel_not_a_failure(cancel_why)
+  return type(cancel_why) == "string" and not M.FAILED_START_CANCELS[cancel_why]
+end
+
 --- Slurm job states in which the job still holds (or waits for) resources.
 M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true, SUSPENDED = true, REQUEUED = true,
   RESIZING = true, SIGNALING = true, STAGE_OUT = true, REQUEUE_HOLD = true, REQUEUE_FED = true }
@@ -233,7 +245,7 @@ function M.reconcile(input)
             launch_id = row.launch_id, job_id = row.job_id, state = base, reason = job.reason,
             exit_code = ec.code, signal = ec.signal, node = first_node(job) or row.node,
             started_at = job.start_time or row.started_at, ended_at = row.ended_at,
-            healthy = row.healthy_at ~= nil }
+            healthy = row.healthy_at ~= nil, cancel_why = row.cancel_why }
           mm.ended_now[#mm.ended_now + 1] = row
         end
         touch(row)
@@ -330,16 +342,21 @@ function M.reconcile(input)
             for _, r in ipairs(mm.ended_now) do
               if r.slot == slot then
                 local port_clash = r["end"] and r["end"].exit_code == 98
-                ends[#ends + 1] = { healthy = r.healthy_at ~= nil, at = r.ended_at, row = r, ignore = port_clash }
+                ends[#ends + 1] = { healthy = r.healthy_at ~= nil, at = r.ended_at, row = r,
+                  ignore = port_clash or M.cancel_not_a_failure(r.cancel_why) }
               end
             end
             table.sort(ends, function(a, b) return (a.at or 0) > (b.at or 0) end)
             if not mm.cleared then
               for _, e in ipairs(mm.recent_ends) do
-                if e.slot == slot then ends[#ends + 1] = { healthy = e.healthy, at = e.at, ignore = e.ignore } end
+                if e.slot == slot then
+                  ends[#ends + 1] = { healthy = e.healthy, at = e.at,
+                    ignore = e.ignore or M.cancel_not_a_failure(e.cancel_why) }
+                end
               end
             end
-            -- a failed bind on a port someone else held (exit 98) is no model failure
+            -- a failed bind on a port someone else held (exit 98) is no model failure, nor is an end
+            -- obleth caused for a reason of its own (a restart, a pause, a scale-down)
             local counted = {}
             for _, e in ipairs(ends) do if not e.ignore then counted[#counted + 1] = e end end
             ends = counted

@@ -156,6 +156,7 @@ M.migrations = {
   -- as the provisioner reports it (docs/replicas-and-failures.md)
   [6] = [[
     ALTER TABLE replicas ADD COLUMN cancel_why TEXT;
+    ALTER TABLE job_outcomes ADD COLUMN cancel_why TEXT;
   ]],
 }
 
@@ -755,10 +756,11 @@ function Store:snapshot(now)
       ORDER BY m.id]])
   for _, m in ipairs(rows) do
     local ends = json.array()
-    for _, e in ipairs(self:_q([[SELECT slot, state, healthy, coalesce(ended_at, recorded_at) AS at FROM (
+    for _, e in ipairs(self:_q([[SELECT slot, state, healthy, cancel_why, coalesce(ended_at, recorded_at) AS at FROM (
         SELECT o.*, row_number() OVER (PARTITION BY slot ORDER BY id DESC) AS k
         FROM job_outcomes o WHERE model_id = ?) WHERE k <= 10 ORDER BY at DESC, slot]], m.id)) do
-      ends[#ends + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at }
+      ends[#ends + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at,
+        cancel_why = e.cancel_why or NULL }
     end
     models[#models + 1] = {
       id = m.id, name = m.name, status = m.status,
@@ -926,12 +928,14 @@ function Store:apply_report(rep, now)
         local healthy = o.healthy
         if healthy == nil or healthy == NULL then healthy = rep_row ~= nil and rep_row.healthy_at ~= nil end
         local slot = _sqlv(o.slot) or (rep_row and rep_row.slot)
+        local why = _sqlv(o.cancel_why)
+        if why == nil and rep_row then why = rep_row.cancel_why end
         self:_x([[INSERT INTO job_outcomes (model_id, replica_id, launch_id, nonce, slot, job_id, state, reason,
-            exit_code, signal, node, healthy, started_at, ended_at, recorded_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]],
+            exit_code, signal, node, healthy, started_at, ended_at, recorded_at, cancel_why)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]],
           o.model_id, rep_row and rep_row.id, rep_row and rep_row.launch_id, _sqlv(o.nonce), slot,
           _sqlv(o.job_id), o.state, _sqlv(o.reason), _sqlv(o.exit_code), _sqlv(o.signal), _sqlv(o.node),
-          healthy and 1 or 0, _sqlv(o.started_at), _sqlv(o.ended_at), now)
+          healthy and 1 or 0, _sqlv(o.started_at), _sqlv(o.ended_at), now, why)
         changes.launches[o.model_id] = true
       end
     end
