@@ -216,11 +216,14 @@ end
 
 --- The rest of the live facts a pass decides from, besides the snapshot and
 --- the one job listing: for each recorded job the listing no longer shows,
---- one accounting lookup (conn:job). Reads only.
+--- one accounting lookup (conn:job). Reads only. A job Slurm says it does not know is left out
+--- (the plan ends its replica as UNKNOWN); a lookup that failed (slurmrestd, slurmctld or
+--- slurmdbd not answering) is an error: a failed poll must not end a replica.
 ---@param conn table an obleth.slurm connection
 ---@param snap table the Management API snapshot
 ---@param jobs table[] conn:jobs()
----@return table|nil job_by_id job id → job, or nil when the snapshot has no installation id
+---@return table|nil job_by_id job id → job, or nil when the snapshot has no installation id or a
+---  lookup failed
 ---@return string|nil err why nothing may be decided (nothing is submitted or cancelled then)
 function M.lookup_jobs(conn, snap, jobs)
   if not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
@@ -232,8 +235,12 @@ function M.lookup_jobs(conn, snap, jobs)
   for _, m in ipairs(snap.models or {}) do
     for _, r in ipairs(m.replicas or {}) do
       if r.job_id and not listed[r.job_id] and r.state ~= "lost" then
-        local j = conn:job(r.job_id)
-        if j then job_by_id[r.job_id] = j end
+        local j, jerr = conn:job(r.job_id)
+        if j then
+          job_by_id[r.job_id] = j
+        elseif jerr.kind ~= "refused" then
+          return nil, ("looking up job %d: %s"):format(r.job_id, tostring(jerr.message))
+        end
       end
     end
   end
@@ -302,7 +309,8 @@ function M:pass()
     jobs, jerr = conn:jobs()
     if not jobs then
       pass_error = "listing jobs: " .. tostring(jerr.message)
-      slurm_down = jerr.kind == "unreachable" or jerr.kind == "timeout"
+      -- a 5xx is slurmrestd saying slurmctld did not answer it (stopped, restarting)
+      slurm_down = jerr.kind == "unreachable" or jerr.kind == "timeout" or (jerr.http_status or 0) >= 500
     end
   elseif next(snap.models or {}) then
     pass_error = cerr.message
@@ -316,7 +324,7 @@ function M:pass()
     elseif slurm_down and self:_changed("slurm", "down") then
       self.slurm_down_since = loop.monotonic()
       log.warn("slurm_unreachable", { url = at, error = pass_error,
-        note = "passes back off until slurmrestd answers; replicas are left as they are" })
+        note = "passes back off until slurmrestd and slurmctld answer; replicas are left as they are" })
     end
   end
 
