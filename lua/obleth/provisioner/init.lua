@@ -526,8 +526,11 @@ function M:run()
         backoff = math.min(self.backoff_max, math.max(self.interval, backoff * 2))
         wait = backoff
       end
-      -- once per change of state, not once per pass (an outage of slurmrestd is logged as such)
-      if self:_changed("pass", tostring(kind) .. ":" .. tostring(err.message)) and kind ~= "slurm" then
+      -- once per change of state, not once per pass (an outage of slurmrestd is logged as such; the
+      -- Management API not answering is one state, whatever each try's message says)
+      local state = (kind == "unreachable" or kind == "timeout") and kind
+        or tostring(kind) .. ":" .. tostring(err.message)
+      if self:_changed("pass", state) and kind ~= "slurm" then
         log.warn("pass_failed", { error = err.message or tostring(err), kind = kind, failures = self.failures,
           next_in = math.floor(wait * 10 + 0.5) / 10 })
       end
