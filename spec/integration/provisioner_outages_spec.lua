@@ -144,7 +144,7 @@ describe("obleth-provisioner through outages", function()
     assert.equal(0, count(log(), "event=job_cancel"))
     assert.equal(1, count(log(), c.seen))
     -- past MinJobAge the controller has forgotten the job: its end comes from slurmdbd
-    local source = "?"
+    local source = "its end reported when slurmctld is back"
     if c.slurm then
       source = "from slurmdbd"
       for _, j in ipairs(assert(h.conn:jobs())) do
