@@ -309,8 +309,9 @@ function M:pass()
     jobs, jerr = conn:jobs()
     if not jobs then
       pass_error = "listing jobs: " .. tostring(jerr.message)
-      -- a 5xx is slurmrestd saying slurmctld did not answer it (stopped, restarting)
-      slurm_down = jerr.kind == "unreachable" or jerr.kind == "timeout" or (jerr.http_status or 0) >= 500
+      -- a 5xx answer (not a credentials one) is slurmrestd saying slurmctld did not answer it
+      slurm_down = jerr.kind == "unreachable" or jerr.kind == "timeout"
+        or (jerr.kind == "bad_response" and (jerr.http_status or 0) >= 500)
     end
   elseif next(snap.models or {}) then
     pass_error = cerr.message
