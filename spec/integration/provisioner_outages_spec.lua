@@ -80,12 +80,16 @@ describe("obleth-provisioner through outages", function()
     return j and j.state and j.state.base
   end
 
+  local function save_settings(token)
+    ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = front.url, user = harness.USER,
+      token = token, defaults = { partition = "gpu", account = "research", log_dir = h.logdir,
+        port_range = { 26000, 26999 } } })
+  end
+
   setup(function()
     h = harness.start { port_range = { 26000, 26999 } }
     front = outage.front(harness.URL)
-    ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = front.url, user = harness.USER,
-      token = harness.TOKEN, defaults = { partition = "gpu", account = "research", log_dir = h.logdir,
-        port_range = { 26000, 26999 } } })
+    save_settings(harness.TOKEN)
     local m = ok("POST", "/api/v1/models", { name = "outages" })
     mid = (m.model or m).id
     -- startup_grace (also the unhealthy grace) is long: after slurmctld returns, the killed
@@ -108,7 +112,8 @@ describe("obleth-provisioner through outages", function()
 
   -- One outage. c: name, away(), back(), end_job(victim) (while away), state (the end state
   -- Slurm gives it), api (the Management API answers while away), slurm (slurmctld answers while
-  -- away), seen (the provisioner log's event for the outage), recovered (its event for the return)
+  -- away), seen (the provisioner log's event for the outage), recovered (its event for the return),
+-- last_error (what the provisioner status says meanwhile, when the Management API answers)
   local function run(c)
     local before = two_healthy()
     local keep, victim = before[1], before[2]
@@ -131,6 +136,9 @@ describe("obleth-provisioner through outages", function()
           assert.equal(before[i].id, r.id)
           assert.equal(before[i].job_id, r.job_id)
           assert.equal("healthy", r.state)
+        end
+        if c.last_error then
+          assert.matches(c.last_error, ok("GET", "/api/v1/settings/slurm").provisioner.last_error, 1, true)
         end
       end
       if c.slurm then
@@ -214,7 +222,7 @@ describe("obleth-provisioner through outages", function()
   end)
 
   it("slurmctld down: a job whose engine was killed meanwhile is seen as FAILED when it is back", function()
-    run { name = "slurmctld", api = true, slurm = false, state = "FAILED",
+    run { name = "slurmctld", api = true, slurm = false, state = "FAILED", last_error = "slurmctld does not answer",
       seen = "event=slurm_unreachable", recovered = "event=slurm_reachable",
       away = function() outage.ctld("stop") end, back = function() outage.ctld("start") end,
       end_job = kill_engine("KILL") }
@@ -243,5 +251,35 @@ describe("obleth-provisioner through outages", function()
         kill_engine("KILL")(victim)
         slurm_says("FAILED")(victim)
       end }
+  end)
+
+  -- the other side of telling a stopped slurmctld by slurmdbd's answer: Slurm 22.05 answers a JWT
+  -- slurmctld rejects with the same HTTP 500 "Unspecified error"
+  it("a JWT Slurm rejects is a failed pass (credentials), not an outage, and changes no replica", function()
+    local before = two_healthy()
+    local off = #prov:log()
+    local function log() return prov:log():sub(off + 1) end
+    local foreign = require("obleth.slurm.jwt").mint { key = "not the cluster's key", user = harness.USER,
+      lifespan = 3600, now = os.time() }
+    finally(function() save_settings(harness.TOKEN) end)
+    save_settings(foreign)
+    local err = wait_until(function()
+      local st = ok("GET", "/api/v1/settings/slurm").provisioner
+      return st.failed_passes >= 2 and st.last_error, st.last_error
+    end, 60, "passes failing on the credentials")
+    assert.matches("credentials", err, 1, true)
+    assert.equal(0, count(log(), "event=slurm_unreachable"))
+    assert.equal(1, count(log(), "event=pass_failed"))
+    save_settings(harness.TOKEN)
+    wait_until(function() return ok("GET", "/api/v1/settings/slurm").provisioner.failed_passes == 0 end, 60,
+      "a good pass with the right token")
+    local after = rows(true)
+    for i, r in ipairs(after) do
+      assert.equal(before[i].id, r.id)
+      assert.equal(before[i].job_id, r.job_id)
+      assert.equal("healthy", r.state)
+    end
+    assert.equal(0, count(log(), "event=job_submit"))
+    assert.equal(0, count(log(), "event=job_cancel"))
   end)
 end)

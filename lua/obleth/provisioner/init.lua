@@ -309,9 +309,19 @@ function M:pass()
     jobs, jerr = conn:jobs()
     if not jobs then
       pass_error = "listing jobs: " .. tostring(jerr.message)
-      -- a 5xx answer (not a credentials one) is slurmrestd saying slurmctld did not answer it
       slurm_down = jerr.kind == "unreachable" or jerr.kind == "timeout"
-        or (jerr.kind == "bad_response" and (jerr.http_status or 0) >= 500)
+      if not slurm_down and (jerr.http_status or 0) >= 500 then
+        -- slurmrestd answered for slurmctld with a 5xx: slurmctld is stopped or restarting, unless
+        -- it rejected the JWT, which Slurm 22.05 words the same way ("Unspecified error"); slurmdbd
+        -- accepting the same token tells the two apart
+        if jerr.kind ~= "auth" then
+          slurm_down = true
+        elseif conn:clusters() then
+          slurm_down = true
+          pass_error = ("listing jobs: slurmctld does not answer (slurmrestd: HTTP %d; slurmdbd accepts the token)")
+            :format(jerr.http_status)
+        end
+      end
     end
   elseif next(snap.models or {}) then
     pass_error = cerr.message
