@@ -145,13 +145,15 @@ deploy-check: all
 helm-check: all
 	@scripts/helm-check.sh
 
-# the in-suite lease, outage and renewal specs at their issue's length (10 minutes each)
+# the in-suite lease, outage and renewal specs at their issue's length (10 minutes each; the
+# outages spec stops slurmrestd, slurmctld and obleth serve that long, one after the other)
 SOAK_SECONDS ?= 600
 soak: all
 	@spec/cluster/up.sh >build/cluster-up.log 2>&1 || { tail -20 build/cluster-up.log; exit 1; }
 	@set -a; . build/cluster/env; set +a; OBLETH_SOAK_SECONDS=$(SOAK_SECONDS) build/obleth lua /usr/bin/busted \
 	  -o spec/support/obleth_output.lua --lpath='./?.lua' spec/integration/provisioner_lease_spec.lua \
-	  spec/integration/provisioner_daemon_spec.lua spec/integration/slurm_token_renewal_spec.lua
+	  spec/integration/provisioner_daemon_spec.lua spec/integration/provisioner_outages_spec.lua \
+	  spec/integration/slurm_token_renewal_spec.lua
 
 # issue 18 item 1: crash at any point (spec/chaos/run.lua; a 10-kill run is part of make check)
 CHAOS_KILLS ?= 100

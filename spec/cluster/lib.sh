@@ -277,6 +277,13 @@ start_slurmd() {
     { tail_logs "$LOG/slurmd-$n.out" "$LOG/slurmd-$n.log"; die "slurmd -N $n failed to start"; }
 }
 
+# Start slurmctld (daemonizes; writes run/slurmctld.pid) on the state dir as it is: jobs and node
+# states of its last run survive (-i: ignore unreadable state files, e.g. after a SIGKILLed run).
+# Used by up.sh and by ctld.sh start.
+launch_slurmctld() {
+  daemon_env slurmctld -i </dev/null >>"$LOG/slurmctld.out" 2>&1
+}
+
 valid_node() { # node name -> 0 if it is one of ours
   local n
   for n in "${NODES[@]}"; do [ "$n" = "$1" ] && return 0; done

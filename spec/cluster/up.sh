@@ -317,8 +317,7 @@ setup_accounting() {
 
 start_slurmctld() {
   log "starting slurmctld (127.0.0.1:$CTLD_PORT)"
-  # -i: ignore unreadable state files (e.g. after a SIGKILLed run).
-  daemon_env slurmctld -i </dev/null >>"$LOG/slurmctld.out" 2>&1 ||
+  launch_slurmctld ||
     { tail_logs "$LOG/slurmctld.out" "$LOG/slurmctld.log"; die "slurmctld failed to start"; }
   watch_daemon comm:slurmctld "$LOG/slurmctld.out" "$LOG/slurmctld.log"
   wait_for "slurmctld" "$TIMEOUT" scontrol ping

@@ -98,3 +98,55 @@ describe("slurmrestd transport shapes", function()
     assert.equal(2, hits["/openapi/v3"])
   end)
 end)
+
+-- A recorded job the listing no longer shows is looked up once (the controller, then the accounting
+-- database). Only "not known to either" may end its replica (as UNKNOWN); slurmdbd not answering is a
+-- failed poll, which must not. The 500 bodies are hand-written in 22.05's shape.
+describe("a job the listing no longer shows", function()
+  local function cluster(dbd_up)
+    return stand_in(function(path)
+      if path == "/openapi/v3" then return 200, JSON, openapi({ "v0.0.44" }) end
+      if path:find("/ping") then return 200, JSON, ping_doc("v0.0.44", "25.11.0") end
+      if path:find("^/slurm/v0%.0%.44/job/") then
+        return 404, JSON, cjson.encode({ jobs = {}, errors = { { error_number = 2017,
+          description = "Unable to find JobId=42", error = "Invalid job id specified" } } })
+      end
+      if path:find("^/slurmdb/v0%.0%.44/job/") then
+        if dbd_up then
+          return 200, JSON, cjson.encode({ jobs = {}, errors = {}, warnings = { {
+            description = "slurmdb_jobs_get(0x7f) found nothing", source = "_dump_jobs" } } })
+        end
+        return 500, JSON, cjson.encode({ jobs = {}, errors = { { error_number = 7000,
+          description = "Unable to connect to database", error = "Unable to connect to database" } } })
+      end
+      return 404, TEXT, NOTFOUND
+    end)
+  end
+  local snap = { instance = "0123abcd", models = { { id = 1, replicas = { { nonce = "00000000000000aa",
+    job_id = 42, state = "healthy" } } } } }
+
+  it("is 'not known' (refused, 2017) when the accounting database has no record: left out of the lookup", function()
+    local srv, url = cluster(true)
+    local c = assert(slurm.connect { url = url, user = "u", token = "x.y.z" })
+    local job, err = c:job(42)
+    local by_id, lerr = require("obleth.provisioner").lookup_jobs(c, snap, {})
+    srv:close()
+    assert.is_nil(job)
+    assert.equal("refused", err.code)
+    assert.equal(2017, err.code)
+    assert.same({}, by_id, lerr)
+  end)
+
+  it("is an error, not 'not known', when slurmdbd does not answer: the pass decides nothing", function()
+    local srv, url = cluster(false)
+    local c = assert(slurm.connect { url = url, user = "u", token = "x.y.z" })
+    local job, err = c:job(42)
+    local by_id, lerr = require("obleth.provisioner").lookup_jobs(c, snap, {})
+    srv:close()
+    assert.is_nil(job)
+    assert.are_not.equal("refused", err.code)
+    assert.equal(500, err.http_status)
+    assert.is_nil(by_id)
+    assert.matches("looking up job 42: .*Unable to connect to database", lerr)
+  end)
+end)

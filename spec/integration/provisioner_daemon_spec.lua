@@ -6,23 +6,19 @@
 -- policy error (file, line, since), not a failed pass.
 --
 -- slurmrestd "goes down" by closing a proxy in front of the harness's real
--- slurmrestd (the connection is refused exactly as with a stopped daemon), so
--- the other specs' cluster keeps running. With OBLETH_SOAK_SECONDS (make soak)
+-- slurmrestd (spec/support/outage.lua: the connection is refused exactly as with
+-- a stopped daemon), so the other specs' cluster keeps running. With OBLETH_SOAK_SECONDS (make soak)
 -- the outage lasts the issue's three minutes and the watchdog interval is the
 -- shipped unit's WatchdogSec; the in-suite run uses a 12 s outage and a 3 s watchdog.
 local loop = require "obleth.loop"
-local http = require "obleth.http"
 local sys = require "obleth.sys"
 local util = require "spec.support.util"
 local server = require "spec.support.server"
 local provisioner = require "spec.support.provisioner"
 local harness = require "spec.support.harness"
-local wait_until = util.wait_until
+local outage = require "spec.support.outage"
+local wait_until, count = util.wait_until, outage.count
 local plain = require("obleth.provisioner.client").plain
-
-local function count(s, text)
-  return select(2, s:gsub(text:gsub("%p", "%%%0"), ""))
-end
 
 -- A unix datagram socket listening as systemd does; returns its path, the file of what it
 -- received, and a stop function.
@@ -62,7 +58,7 @@ describe("obleth-provisioner as a systemd service", function()
     return
   end
 
-  local SOAK = tonumber(os.getenv("OBLETH_SOAK_SECONDS") or "")
+  local SOAK = outage.SOAK
   local OUTAGE = SOAK and 180 or 12 -- seconds (the issue's three minutes under make soak)
   local BACKOFF_MAX = SOAK and 60 or 4
   local WATCHDOG_USEC
@@ -73,8 +69,7 @@ describe("obleth-provisioner as a systemd service", function()
     WATCHDOG_USEC = 3000000
   end
 
-  local h, srv, prov, front, front_port, sock, received, stop_sock
-  local rest_port = tonumber(harness.URL:match(":(%d+)/?$"))
+  local h, srv, prov, front, sock, received, stop_sock
 
   local function ok(method, path, body)
     local status, doc, raw = srv:request(method, path, body)
@@ -82,20 +77,11 @@ describe("obleth-provisioner as a systemd service", function()
     return plain(doc)
   end
 
-  -- the proxy standing in for slurmrestd, on one fixed port
-  local function front_up()
-    front = assert(http.server { host = "127.0.0.1", port = front_port or 0, handler = function(_, res)
-      local st, why = res:proxy { host = "127.0.0.1", port = rest_port, timeout = 30 }
-      if not st and not res:sent() then res:send(502, { ["Content-Type"] = "text/plain" }, tostring(why)) end
-    end })
-    front_port = front:port()
-  end
-
   setup(function()
     h = harness.start { port_range = { 24000, 24999 } }
     srv = h.srv
-    front_up()
-    ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = "http://127.0.0.1:" .. front_port,
+    front = outage.front(harness.URL)
+    ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = front.url,
       user = harness.USER, token = harness.TOKEN, defaults = { partition = "gpu", account = "research",
         log_dir = h.logdir, port_range = { 24000, 24999 } } })
     sock, received, stop_sock = notify_socket()
@@ -103,7 +89,7 @@ describe("obleth-provisioner as a systemd service", function()
 
   teardown(function()
     if prov then prov:stop() end
-    if front then front:close() end
+    if front then front:down() end
     if stop_sock then stop_sock() end
     if h then h:stop() end
   end)
@@ -126,8 +112,7 @@ describe("obleth-provisioner as a systemd service", function()
 
     -- slurmrestd goes away
     local passes0 = ok("GET", "/api/v1/settings/slurm").provisioner.passes
-    front:close()
-    front = nil
+    front:down()
     local t_down = loop.monotonic()
     wait_until(function() return prov:log():find("event=slurm_unreachable", 1, true) end, 30, "the outage logged")
     while loop.monotonic() - t_down < OUTAGE do
@@ -149,7 +134,7 @@ describe("obleth-provisioner as a systemd service", function()
     assert.equal(0, count(prov:log(), "event=pass_failed"))
 
     -- it returns: the first pass after that succeeds (at most one back-off wait later)
-    front_up()
+    front:up()
     local t_up = loop.monotonic()
     wait_until(function() return prov:log():find("event=slurm_reachable", 1, true) end, BACKOFF_MAX + 10,
       "the recovery logged")

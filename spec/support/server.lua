@@ -1,6 +1,6 @@
 -- Start `obleth serve` as a child process for integration specs: a free port,
 -- a temporary database (or a given one, to restart on it), a fresh admin token.
---   local srv = server.start{db = path?, env = {K = V}?, port = N?}
+--   local srv = server.start{db = path?, env = {K = V}?, port = n?}  (port: restart on the same one)
 --   srv.base, srv.token, srv.db, srv.pid
 --   srv:request(method, path, body_table_or_string?, headers?) -> status, decoded_json|nil, raw, headers
 --   srv:log() -> the server's stderr so far;  srv:stop(sig?) -> exit code, stdout, stderr
@@ -26,7 +26,7 @@ Srv.__index = Srv
 --- Start a server; raises when it does not come up within 10 s.
 ---@param opts {db: string|nil, token: string|nil, env: table|nil, args: string[]|nil,
 ---  exe: string|nil, port: integer|nil}|nil  exe: another obleth binary (e.g. an installed copy);
----  port: listen there instead of a free port (to restart on the same address)
+---  port: listen there instead of a free one (a restart that clients must find again)
 function M.start(opts)
   opts = opts or {}
   local token = opts.token or sys.random_hex(24)
@@ -38,8 +38,8 @@ function M.start(opts)
   for k, v in pairs(env) do
     if v ~= false then assigns[#assigns + 1] = k .. "=" .. util.shq(v) end
   end
-  local argv = { util.shq(opts.exe or util.obleth()), "serve", "--listen", "127.0.0.1:" .. (opts.port or 0),
-    "--db", util.shq(db) }
+  local argv = { util.shq(opts.exe or util.obleth()), "serve", "--listen",
+    "127.0.0.1:" .. math.tointeger(opts.port or 0), "--db", util.shq(db) }
   for _, a in ipairs(opts.args or {}) do argv[#argv + 1] = util.shq(a) end
   local script = ("echo $$; %s exec %s 2>%s"):format(table.concat(assigns, " "), table.concat(argv, " "),
     util.shq(errf))

@@ -218,13 +218,16 @@ end
 
 --- The rest of the live facts a pass decides from, besides the snapshot and
 --- the one job listing: for each recorded job the listing no longer shows,
---- one accounting lookup (conn:job). Reads only.
+--- one accounting lookup (conn:job). Reads only. A job Slurm says it does not know is left out
+--- (the plan ends its replica as UNKNOWN); a lookup that failed (slurmrestd, slurmctld or
+--- slurmdbd not answering) is an error: a failed poll must not end a replica.
 ---@param conn table an obleth.slurm connection
 ---@param snap table the Management API snapshot
 ---@param jobs table[] conn:jobs()
----@return table|nil job_by_id job id → job, or nil when the snapshot has no installation id
----@return table|nil err {code = "no_instance", message}: why nothing may be decided (nothing is submitted
----  or cancelled then)
+---@return table|nil job_by_id job id → job, or nil when the snapshot has no installation id or a
+---  lookup failed
+---@return table|nil err {code = "no_instance" | the lookup's code, message}: why nothing may be decided
+---  (nothing is submitted or cancelled then)
 function M.lookup_jobs(conn, snap, jobs)
   if not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then
     return nil, { code = "no_instance",
@@ -236,8 +239,12 @@ function M.lookup_jobs(conn, snap, jobs)
   for _, m in ipairs(snap.models or {}) do
     for _, r in ipairs(m.replicas or {}) do
       if r.job_id and not listed[r.job_id] and r.state ~= "lost" then
-        local j = conn:job(r.job_id)
-        if j then job_by_id[r.job_id] = j end
+        local j, jerr = conn:job(r.job_id)
+        if j then
+          job_by_id[r.job_id] = j
+        elseif jerr.code ~= "refused" then
+          return nil, { code = jerr.code, message = ("looking up job %d: %s"):format(r.job_id, tostring(jerr.message)) }
+        end
       end
     end
   end
@@ -309,6 +316,18 @@ function M:pass()
     if not jobs then
       pass_error = "listing jobs: " .. tostring(jerr.message)
       slurm_down = jerr.code == "unreachable" or jerr.code == "timeout"
+      if not slurm_down and (jerr.http_status or 0) >= 500 then
+        -- slurmrestd answered for slurmctld with a 5xx: slurmctld is stopped or restarting, unless
+        -- it rejected the JWT, which Slurm 22.05 words the same way ("Unspecified error"); slurmdbd
+        -- accepting the same token tells the two apart
+        if jerr.code ~= "auth" then
+          slurm_down = true
+        elseif conn:clusters() then
+          slurm_down = true
+          pass_error = ("listing jobs: slurmctld does not answer (slurmrestd: HTTP %d; slurmdbd accepts the token)")
+            :format(jerr.http_status)
+        end
+      end
     end
   elseif next(snap.models or {}) then
     pass_error = cerr.message
@@ -322,7 +341,7 @@ function M:pass()
     elseif slurm_down and self:_changed("slurm", "down") then
       self.slurm_down_since = loop.monotonic()
       log.warn("slurm_unreachable", { url = at, error = pass_error,
-        note = "passes back off until slurmrestd answers; replicas are left as they are" })
+        note = "passes back off until slurmrestd and slurmctld answer; replicas are left as they are" })
     end
   end
 
@@ -536,8 +555,11 @@ function M:run()
         backoff = math.min(self.backoff_max, math.max(self.interval, backoff * 2))
         wait = backoff
       end
-      -- once per change of state, not once per pass (an outage of slurmrestd is logged as such)
-      if self:_changed("pass", tostring(code) .. ":" .. tostring(err.message)) and code ~= "slurm" then
+      -- once per change of state, not once per pass (an outage of slurmrestd is logged as such; the
+      -- Management API not answering is one state, whatever each try's message says)
+      local state = (code == "unreachable" or code == "timeout") and code
+        or tostring(code) .. ":" .. tostring(err.message)
+      if self:_changed("pass", state) and code ~= "slurm" then
         log.warn("pass_failed", { error = err.message or tostring(err), code = code, failures = self.failures,
           next_in = math.floor(wait * 10 + 0.5) / 10 })
       end

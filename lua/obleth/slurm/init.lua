@@ -117,6 +117,8 @@ function Conn:job(id)
   -- 404 + error 2017 (v0.0.39+) or 500 (22.05): ask the accounting database
   local dstatus, ddoc = self._c:call("GET", "/slurmdb/{v}/job/" .. id)
   if not dstatus then return nil, ddoc end
+  -- an unknown job is a 200 with no jobs; a 5xx is slurmdbd not answering: not "not known"
+  if dstatus >= 500 then return _bad(dstatus, ddoc, "job " .. id .. " (accounting)") end
   if dstatus == 200 and type(ddoc) == "table" then
     local ok, j = pcall(normalize.db_job, ddoc, self._c:version())
     if ok and j then return j end
