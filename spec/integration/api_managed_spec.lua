@@ -136,6 +136,18 @@ describe("obleth serve: replicas and the provisioner protocol", function()
     local sm = snap.models[1]
     assert.equal(2, #sm.replicas)
     assert.same({ slot = 2, state = "NODE_FAIL", healthy = false, at = 1764496700 }, sm.recent_ends[1])
+    -- an end obleth caused carries its cancel_why into recent ends (the lost rule leaves it out)
+    srv:request("POST", "/api/v1/provisioner/report", { pass = { started_at = 3, duration = 0.1 },
+      replicas = { { nonce = NONCE2, state = "ending", cancel_why = "spec paused" } },
+      outcomes = { { nonce = NONCE2, model_id = m.id, slot = 2, job_id = 43, state = "CANCELLED",
+        ended_at = 1764496900, cancel_why = "spec paused" } } })
+    _, snap = srv:request("GET", "/api/v1/provisioner/snapshot")
+    assert.same({ slot = 2, state = "CANCELLED", healthy = false, at = 1764496900, cancel_why = "spec paused" },
+      snap.models[1].recent_ends[1])
+    _, reps = srv:request("GET", "/api/v1/models/" .. m.id .. "/replicas")
+    for _, r in ipairs(reps.replicas) do
+      if r.slot == 2 then assert.equal("spec paused", r.cancel_why) end
+    end
     local _, settings = srv:request("GET", "/api/v1/settings/slurm")
     assert.equal(0.1, settings.provisioner.last_pass_duration) -- the second report's
     assert.equal(0, settings.provisioner.failed_passes)

@@ -760,7 +760,7 @@ function Store:snapshot(now)
         SELECT o.*, row_number() OVER (PARTITION BY slot ORDER BY id DESC) AS k
         FROM job_outcomes o WHERE model_id = ?) WHERE k <= 10 ORDER BY at DESC, slot]], m.id)) do
       ends[#ends + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at,
-        cancel_why = e.cancel_why or NULL }
+        cancel_why = e.cancel_why } -- present only when obleth cancelled the job
     end
     models[#models + 1] = {
       id = m.id, name = m.name, status = m.status,
