@@ -108,8 +108,19 @@ local function measure(M, interval)
   local child, port, pid = spawn_server(M)
   local snap = world(M, port)
   for _, m in ipairs(snap.models) do m.spec.health.interval = interval end
-  local d = daemon.new { api = { snapshot = function() return snap end, report = function() return { ok = true } end } }
-  assert(d:pass()) -- warm-up: connects (discovery), resolves node addresses
+  -- the Management API in-process: this provisioner holds the lease, reports are taken
+  local api = {
+    lease = function() return { lease = { generation = 1, expires_at = os.time() + 3600 }, acquired = true, ttl = 3600 } end,
+    snapshot = function() return snap end,
+    report = function() return { ok = true } end,
+  }
+  local d = daemon.new { api = api }
+  local ok, err = d:pass() -- warm-up: connects (discovery), resolves node addresses
+  if not ok then
+    require("obleth.sys").kill(pid, "TERM") -- else closing the pipe waits for the stand-in forever
+    child:close()
+    error("provisioner_pass bench: the warm-up pass failed: " .. tostring(err and err.message or err), 0)
+  end
   counts(port)
   local passes, cpu, slurm_calls, checks = 5, 0, 0, 0
   for _ = 1, passes do
