@@ -7,6 +7,16 @@
 -- and the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
 local M = {}
 
+-- sbatch's --time forms, tried in order: the pattern and the field each capture is
+local FORMS = {
+  { "^(%d+)%-(%d+):(%d+):(%d+)$", { "d", "h", "m", "s" } },
+  { "^(%d+)%-(%d+):(%d+)$", { "d", "h", "m" } },
+  { "^(%d+)%-(%d+)$", { "d", "h" } },
+  { "^(%d+):(%d+):(%d+)$", { "h", "m", "s" } },
+  { "^(%d+):(%d+)$", { "m", "s" } },
+  { "^(%d+)$", { "m" } },
+}
+
 --- Parse a time limit into whole minutes.
 ---@param s string|integer e.g. "90", "1:30:00", "2-00", "0-12:00:00"; an integer is minutes
 ---@return integer|nil minutes, string|nil err (says which forms are accepted)
@@ -20,31 +30,19 @@ function M.parse_minutes(s)
   if t:upper() == "UNLIMITED" or t:upper() == "INFINITE" or t == "-1" then
     return nil, "UNLIMITED is not accepted: give a finite time limit"
   end
-  local forms = "expected MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
-  local d, h, m, sec
-  local a, b, c, e
-  a, b, c, e = t:match("^(%d+)%-(%d+):(%d+):(%d+)$")
-  if a then d, h, m, sec = a, b, c, e
-  else
-    a, b, c = t:match("^(%d+)%-(%d+):(%d+)$")
-    if a then d, h, m = a, b, c
-    else
-      a, b = t:match("^(%d+)%-(%d+)$")
-      if a then d, h = a, b
-      else
-        a, b, c = t:match("^(%d+):(%d+):(%d+)$")
-        if a then h, m, sec = a, b, c
-        else
-          a, b = t:match("^(%d+):(%d+)$")
-          if a then m, sec = a, b
-          else
-            a = t:match("^(%d+)$")
-            if a then m = a else return nil, ("%q is not a time limit: %s"):format(s, forms) end
-          end
-        end
-      end
+  local v
+  for _, f in ipairs(FORMS) do
+    local caps = { t:match(f[1]) }
+    if caps[1] then
+      v = {}
+      for i, name in ipairs(f[2]) do v[name] = caps[i] end
+      break
     end
   end
+  if not v then
+    return nil, ("%q is not a time limit: expected MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"):format(s)
+  end
+  local d, h, m, sec = v.d, v.h, v.m, v.s
   for _, part in ipairs({ d or "", h or "", m or "", sec or "" }) do
     if #part > 9 then return nil, ("%q is not a time limit: a field is too long"):format(s) end
   end
