@@ -569,9 +569,6 @@ end
 -- "Also save these settings as a recipe"
 ---------------------------------------------------------------------------
 
-local RESOURCE_FIELDS = { "partition", "account", "qos", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
-  "memory_per_node", "time_limit", "constraint", "exclude" }
-local TOP_FIELDS = { "replicas", "stdout", "stderr", "rollover_margin" }
 
 --- The recipe document to save: the launched recipe's own document with the
 --- form's settings written in (resources with account and QoS, replicas, job logs,
@@ -595,11 +592,11 @@ function M.saved_recipe(doc, save, values, provenance, prefilled)
   out.id = save.id
   out.name = save.name or save.id
   out.resources = _copy(_v(doc.resources))
-  for _, f in ipairs(RESOURCE_FIELDS) do
+  for f in pairs(recipe.RESOURCE_KEYS) do
     if keep(f) then out.resources[f] = values[f] end
   end
   if next(out.resources) == nil then out.resources = nil end
-  for _, f in ipairs(TOP_FIELDS) do
+  for f in pairs(recipe.TOP_SETTINGS) do
     if keep(f) then out[f] = values[f] end
   end
   local health = _copy(_v(doc.health))

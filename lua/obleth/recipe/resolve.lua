@@ -114,9 +114,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
     if name == "api_name" then v, source = recipe.id, "recipe" end
     if cd[name] ~= nil then v, source = cd[name], "cluster_default" end
     local rv = recipe.resources[name]
-    if name == "replicas" or name == "rollover_margin" or name == "stdout" or name == "stderr" then
-      rv = recipe[name]
-    end
+    if schema.TOP_SETTINGS[name] then rv = recipe[name] end
     if rv ~= nil then v, source = rv, "recipe" end
     if learned and (name == "account" or name == "qos") and _v(learned[name]) ~= nil then
       v, source = learned[name], "learned"

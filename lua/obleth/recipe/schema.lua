@@ -62,10 +62,13 @@ M.DEFAULT_KEYS = {
   partition = true, account = true, qos = true,
 }
 M.MODEL_KEYS = { api_name = true, id = true }
+--- Settings a recipe gives under `resources:`.
 M.RESOURCE_KEYS = {
   partition = true, nodes = true, gpus_per_node = true, gpu_type = true, cpus_per_node = true,
   memory_per_node = true, time_limit = true, constraint = true, exclude = true, account = true, qos = true,
 }
+--- Settings a recipe gives at its top level (each also has a rule in validate's RES_RULES).
+M.TOP_SETTINGS = { replicas = true, rollover_margin = true, stdout = true, stderr = true }
 M.FILTERS = { first_shard = true, in_image_dir = true }
 
 --- Managed-spec health defaults (docs/managed-spec.md).

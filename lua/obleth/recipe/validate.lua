@@ -214,8 +214,9 @@ local RES_RULES = {
   stdout = { kind = "text", maxlen = 4096 },
   stderr = { kind = "text", maxlen = 4096 },
 }
--- settings a recipe gives at its top level (the rest of RES_RULES go under resources:)
-local TOP_SETTINGS = { replicas = true, rollover_margin = true, stdout = true, stderr = true }
+-- RES_RULES holds the rule of every setting: schema.RESOURCE_KEYS go under resources:, schema.TOP_SETTINGS
+-- at the top level
+local RESOURCE_KEYS, TOP_SETTINGS = schema.RESOURCE_KEYS, schema.TOP_SETTINGS
 local HEALTH_RULES = {
   path = { kind = "path" },
   interval = { kind = "seconds" },
@@ -362,8 +363,8 @@ function M.validate(tbl, positions)
     add(tbl, "resources", "resources", "resources must be a mapping")
   elseif res then
     for k, val in pairs(res) do
-      local rule = RES_RULES[k]
-      if not rule or TOP_SETTINGS[k] then
+      local rule = RESOURCE_KEYS[k] and RES_RULES[k]
+      if not rule then
         add(res, k, "resources." .. tostring(k), ("unknown resource %q"):format(tostring(k)))
       elseif _v(val) ~= nil then
         local v, err = _check_rule(rule, val, "resources." .. k)
