@@ -52,18 +52,31 @@ function M.connection_options(o)
   }
 end
 
+-- The Slurm settings saved in obleth serve (OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN), their token
+-- registered as a secret; false when those variables are not set; nil, err when the API did not answer.
+local function _saved_settings()
+  local base, admin = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
+  if not (base and admin) then return false end
+  local snap, err = require("obleth.provisioner.client").new(base, admin):snapshot()
+  if not snap then return nil, err end
+  local s = snap.settings or {}
+  if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
+  return s
+end
+
 --- Connect from flags, the environment, or else the Management API's saved
 --- settings (OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN).
 ---@return table|nil conn, table|nil err {code, message, field?}: the Management API client's or
 ---  obleth.slurm's codes, "not_configured" or "token_file"
 function M.connect(o)
   local copts
-  local base, token = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
-  if not (o.url or o.socket or os.getenv("OBLETH_SLURM_URL") or os.getenv("OBLETH_SLURM_SOCKET")) and base and token then
-    local snap, err = require("obleth.provisioner.client").new(base, token):snapshot()
-    if not snap then return nil, err end
-    local s = snap.settings or {}
-    if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
+  local s = false
+  if not (o.url or o.socket or os.getenv("OBLETH_SLURM_URL") or os.getenv("OBLETH_SLURM_SOCKET")) then
+    local err
+    s, err = _saved_settings()
+    if s == nil then return nil, err end
+  end
+  if s then
     if not (s.url or s.socket) then
       return nil, { code = "not_configured", message = "the Management API has no Slurm connection saved" }
     end
@@ -246,14 +259,16 @@ function M.main(argv)
   end
   if cmd == "token-expiry" then
     local token = o[2] or os.getenv("OBLETH_SLURM_TOKEN")
-    local base, admin = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
-    if not token and base and admin then -- the token saved in obleth serve, as `connect` uses it
-      local snap, serr = require("obleth.provisioner.client").new(base, admin):snapshot()
-      if not snap then return die("token-expiry: " .. tostring(serr.message)) end
-      token = type((snap.settings or {}).token) == "string" and snap.settings.token or nil
-      if token then require("obleth.log").add_secret(token)
-      else return die("token-expiry: obleth serve has no static Slurm token saved (token_source "
-        .. tostring((snap.settings or {}).token_source or "static") .. ")") end
+    if not token then -- the token saved in obleth serve, as `connect` uses it
+      local s, serr = _saved_settings()
+      if s == nil then return die("token-expiry: " .. tostring(serr.message)) end
+      if s then
+        token = type(s.token) == "string" and s.token or nil
+        if not token then
+          return die("token-expiry: obleth serve has no static Slurm token saved (token_source "
+            .. tostring(s.token_source or "static") .. ")")
+        end
+      end
     end
     if not token then
       return die("token-expiry: give a token, set OBLETH_SLURM_TOKEN, or set OBLETH_ADMIN_BASE_URL and "
