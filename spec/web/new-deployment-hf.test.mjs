@@ -30,6 +30,7 @@ test('From Hugging Face: a GGUF repo offers llama.cpp and Ollama only; a gated r
     await page.goto('/deployments/new');
     // step 1 is three choices, as tabs: Saved, Library, From Hugging Face (Library first when nothing is saved)
     const choices = page.getByRole('tablist', { name: 'What to run' });
+    await choices.waitFor(); // shown once the recipe list is here (the opening tab depends on it)
     assert.deepEqual(await choices.getByRole('tab').allInnerTexts(), ['Saved', 'Library', 'From Hugging Face']);
     const libTab = choices.getByRole('tab', { name: 'Library' });
     assert.equal(await libTab.getAttribute('aria-selected'), 'true');

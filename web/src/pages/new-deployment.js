@@ -106,8 +106,14 @@ function Pick({ onPick, tab, setTab }) {
   useEffect(() => { api.get('/recipes').then((r) => setRecipes(r.recipes), setErr); }, []);
   const saved = (recipes || []).filter((r) => r.source === 'saved');
   const library = (recipes || []).filter((r) => r.source !== 'saved');
-  const shown = tab || (saved.length ? 'saved' : 'library');
   const p = 'pick-';
+  // the opening tab depends on whether recipes are saved: choose it once the list is here, so it
+  // does not switch from Library to Saved under the user (or a keyboard) a moment after the page opens
+  if (!recipes && !err && !tab) {
+    return html`<section class="card pick" aria-labelledby="pick-h" aria-busy="true">
+      <h2 id="pick-h">Pick what to run</h2><p class="muted">Loading…</p></section>`;
+  }
+  const shown = tab || (saved.length ? 'saved' : 'library');
   return html`<section class="card pick" aria-labelledby="pick-h">
     <h2 id="pick-h">Pick what to run</h2>
     <${ErrorNote} err=${err} />
