@@ -35,7 +35,10 @@ function M.lease_ttl(interval) return math.min(3600, math.max(15, 3 * interval))
 --- A daemon instance.
 ---@param opts {api: table, interval: number|nil, jitter: number|nil, policy: table|nil,
 ---  fault: string|nil, drain_seconds: number|nil, holder: string|nil, lease_ttl: number|nil,
----  backoff_max: number|nil}
+---  backoff_max: number|nil, log_report: {url: string, key: string}|nil}
+---  log_report: the Management API's base URL as the compute nodes reach it and the key the per-replica
+---  report tokens derive from (the admin token): each job gets OBLETH_LOG_URL and OBLETH_LOG_TOKEN
+---  (docs/replicas-and-failures.md, "The job's last words"); nil: jobs report nothing;
 ---  holder: the name this process gives the lease (default "obleth-provisioner"; host and PID are added);
 ---  lease_ttl: seconds (default M.lease_ttl(interval)); backoff_max: the longest wait, in seconds,
 ---  between passes while slurmrestd or the Management API is unreachable (default 60)
@@ -50,6 +53,7 @@ function M.new(opts)
     lease_ttl = opts.lease_ttl or M.lease_ttl(interval), lease = nil,
     backoff_max = opts.backoff_max or 60, said = {},
     tokens = opts.tokens or require("obleth.slurm.token_source").new(),
+    log_report = opts.log_report,
   }
   return setmetatable(self, { __index = M })
 end
@@ -404,6 +408,10 @@ function M:pass()
       if not fresh then return nil, ferr end
       s.model.instance = snap.instance
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
+      if self.log_report then -- the job's last words: where to send them and its own token for it
+        desc.environment.OBLETH_LOG_URL = self.log_report.url .. "/api/v1/replica-logs/" .. s.row.nonce
+        desc.environment.OBLETH_LOG_TOKEN = require("obleth.api.replica_logs").token(self.log_report.key, s.row.nonce)
+      end
       chaos.point("before_submit")
       local id, res = conn:submit(desc)
       if id then
