@@ -31,6 +31,7 @@ function M.main(argv)
       "  OBLETH_PASS_INTERVAL,\n",
       "  OBLETH_PROVISIONER_NAME (the lease holder's name), OBLETH_LEASE_TTL (seconds, default 3 intervals,\n",
       "  at least 15), OBLETH_BACKOFF_MAX (longest wait between passes while Slurm is down, default 60),\n",
+      "  OBLETH_HEALTH_CONCURRENCY (health checks in flight at once, 1-4096, default 64),\n",
       "  OBLETH_JOB_REPORT_URL (the Management API as compute nodes reach it, where jobs send their last\n",
       "  output lines when they exit; default OBLETH_ADMIN_BASE_URL, \"off\": jobs report nothing)\n")
     return o and 0 or 2
@@ -56,6 +57,13 @@ function M.main(argv)
       .. "(%g s) and at most 3600 s\n"):format(os.getenv("OBLETH_LEASE_TTL"), 2 * interval))
     return 2
   end
+  local conc_env = os.getenv("OBLETH_HEALTH_CONCURRENCY")
+  local concurrency = conc_env and conc_env ~= "" and math.tointeger(tonumber(conc_env)) or nil
+  if conc_env and conc_env ~= "" and not (concurrency and concurrency >= 1 and concurrency <= 4096) then
+    io.stderr:write(("obleth-provisioner: OBLETH_HEALTH_CONCURRENCY=%s: a whole number of health checks in flight "
+      .. "at once, 1 to 4096\n"):format(conc_env))
+    return 2
+  end
   -- test-only crash points (make chaos; obleth.provisioner.chaos): inert unless OBLETH_CHAOS is set
   local armed, cerr = require("obleth.provisioner.chaos").configure(os.getenv("OBLETH_CHAOS"))
   if not armed then
@@ -71,6 +79,7 @@ function M.main(argv)
     holder = os.getenv("OBLETH_PROVISIONER_NAME"),
     lease_ttl = lease_ttl,
     backoff_max = tonumber(os.getenv("OBLETH_BACKOFF_MAX") or ""),
+    check_concurrency = concurrency,
     policy = ok_policy and policy or nil,
     log_report = M.log_report(os.getenv("OBLETH_JOB_REPORT_URL"), base, token),
   }
