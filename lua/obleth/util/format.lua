@@ -148,7 +148,8 @@ function M.kv(t)
       if v.base then v = state_str(v)
       elseif k == "exit_code" then v = tostring(v.code) .. (v.signal and (" (signal " .. v.signal .. ")") or "")
       else
-        local ok, enc = pcall(require("cjson").encode, M.jsonable(v))
+        -- obleth.util.json keeps an empty list a list ([]; cjson alone writes {})
+        local ok, enc = pcall(require("obleth.util.json").encode, M.jsonable(v))
         v = ok and enc or tostring(v)
       end
     end
