@@ -825,8 +825,27 @@ function M.associations(doc, version)
   return out
 end
 
+-- A TRES list ([{type, name, count}], `limits.max.tres.per.*`) as {["cpu"] = n, ["node"] = n,
+-- ["mem"] = MiB, ["gres/gpu"] = n, ["gres/gpu:h100"] = n}; nil when it sets nothing.
+local function _tres_map(list)
+  list = _v(list)
+  if type(list) ~= "table" then return nil end
+  local out, any = {}, false
+  for _, t in ipairs(list) do
+    local ty, name = type(t) == "table" and _str(t.type), type(t) == "table" and _str(t.name)
+    local n = ty and M.count(t.count)
+    if ty and n then
+      out[name and (ty .. "/" .. name) or ty] = n
+      any = true
+    end
+  end
+  return any and out or nil
+end
+
 --- QoS of `GET /slurmdb/vX/qos` (key "QOS" on v0.0.38, "qos" later):
--- {name, max_wall (minutes per job; nil = no limit), priority}.
+-- {name, max_wall (minutes per job; nil = no limit), priority, max_tres_per_job,
+--  max_tres_per_node, max_tres_per_user (MaxTRESPerJob / PerNode / PerUser: {cpu, node, mem (MiB),
+--  ["gres/gpu"], ["gres/gpu:TYPE"]} counts; nil = no limit)}.
 ---@param doc table
 ---@param version string
 ---@return table[]
@@ -845,7 +864,12 @@ function M.qos(doc, version)
       wall = M.limit(per.job)
       if wall == HUGE then wall = nil end
     end
-    out[#out + 1] = { name = _str(q.name), max_wall = wall, priority = M.count(q.priority) }
+    local tres = type(mx) == "table" and _v(mx.tres)
+    local tper = type(tres) == "table" and _v(tres.per)
+    if type(tper) ~= "table" then tper = {} end
+    out[#out + 1] = { name = _str(q.name), max_wall = wall, priority = M.count(q.priority),
+      max_tres_per_job = _tres_map(tper.job), max_tres_per_node = _tres_map(tper.node),
+      max_tres_per_user = _tres_map(tper.user) }
   end
   return out
 end
