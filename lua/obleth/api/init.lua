@@ -23,6 +23,7 @@ M.ROUTE_MODULES = {
   "obleth.api.models",
   "obleth.api.managed",
   "obleth.api.replicas",
+  "obleth.api.replica_logs",
   "obleth.api.settings",
   "obleth.api.provisioner",
   "obleth.api.recipes",

@@ -131,10 +131,12 @@ function M.learned_input(launches)
 end
 
 --- Launch history → job outcomes for obleth.policy.suggestions, newest first.
---- Each outcome carries its launch id and that launch's time limit.
+--- Each outcome carries its launch id, that launch's time limit and, when `classify` is given
+--- (obleth.policy.failures.classify), its failure class (`failure`: whether it was the node's fault).
 ---@param launches table[] store launches, newest first, each with `outcomes` (oldest first)
+---@param classify function|nil
 ---@return table[]
-function M.outcomes(launches)
+function M.outcomes(launches, classify)
   local out = {}
   for _, l in ipairs(launches or {}) do
     local s = type(l.settings) == "table" and l.settings or {}
@@ -144,6 +146,11 @@ function M.outcomes(launches)
       out[#out + 1] = { launch_id = l.id, job_id = _v(o.job_id), state = _v(o.state), reason = _v(o.reason),
         exit_code = _v(o.exit_code), node = _v(o.node), started_at = _v(o.started_at),
         ended_at = _v(o.ended_at), healthy = o.healthy == true, time_limit = _v(s.time_limit) }
+      if classify then
+        local x = out[#out]
+        local ok, c = pcall(classify, { state = x.state, reason = x.reason, exit_code = x.exit_code })
+        if ok and c then x.failure = c end
+      end
     end
   end
   -- newest end first across launches (a launch's replicas can outlive the next launch)
@@ -223,7 +230,8 @@ end
 ---@param facts table|nil
 ---@return table[] {kind, field, value, message, evidence = [...]}
 function M.suggestions(policy, launches, values, facts)
-  return policy("suggestions").suggest(M.outcomes(launches), M.suggestion_ctx(values, facts))
+  local f = policy("failures")
+  return policy("suggestions").suggest(M.outcomes(launches, f and f.classify), M.suggestion_ctx(values, facts))
 end
 
 --- The partition-fit request of a replica, from resolved values.

@@ -588,6 +588,8 @@ local SLURM_FIELDS = {
   end_time = function(v, f) return _num(v, f, 0, 1e11) end,
   time_limit = function(v, f) return _int(v, f, 0, 1e9) end,
   estimated = _bool,
+  stdout = function(v, f) return _str(v, f, { max = 4096 }) end,
+  stderr = function(v, f) return _str(v, f, { max = 4096 }) end,
 }
 
 local END_FIELDS = {

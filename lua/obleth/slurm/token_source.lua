@@ -7,6 +7,10 @@
 --               and the resources it shows)
 --   "command"   the output of `token_command` run by /bin/sh (a line `SLURM_JWT=...` or the bare
 --               token), e.g. a wrapper that runs `scontrol token lifespan=3600` on a login node.
+--               It runs on the event loop (obleth.proc: the daemon keeps serving), in a process
+--               group killed after COMMAND_TIMEOUT seconds, with an environment of PATH, HOME, LANG
+--               and COMMAND_ENV only (never an OBLETH_ variable), at most MAX_COMMAND_OUTPUT bytes
+--               of output; its stderr is logged bounded and redacted.
 --               Runs only where OBLETH_ALLOW_TOKEN_COMMAND=1 is set in the daemon's environment, so
 --               the Management API alone cannot make a daemon run commands.
 -- A renewable token is renewed once less than a third of its life (at least 30 s) is left. The
@@ -16,7 +20,10 @@ local jwt = require "obleth.slurm.jwt"
 local M = {}
 
 M.DEFAULT_LIFESPAN = 1800 -- seconds, for minted tokens
-M.COMMAND_TIMEOUT = 30 -- seconds
+--- Seconds token_command may run before its process group is killed: OBLETH_TOKEN_COMMAND_TIMEOUT
+--- in the daemon's environment (1..600), else 30.
+M.COMMAND_TIMEOUT = math.tointeger(tonumber(os.getenv("OBLETH_TOKEN_COMMAND_TIMEOUT") or ""))
+if not M.COMMAND_TIMEOUT or M.COMMAND_TIMEOUT < 1 or M.COMMAND_TIMEOUT > 600 then M.COMMAND_TIMEOUT = 30 end
 M.WARN_BEFORE = 86400 -- seconds: a static token expiring sooner is warned about
 
 --- Seconds before expiry at which a token issued at `iat` expiring at `exp` is renewed: a third
@@ -55,18 +62,28 @@ local function _read(path)
 end
 M.read_key_file = _read
 
+--- The largest output of token_command kept (a JWT is a few hundred bytes): more kills the
+--- command and is an error. Its stderr is kept up to MAX_COMMAND_STDERR bytes, for the log.
+M.MAX_COMMAND_OUTPUT = 64 * 1024
+M.MAX_COMMAND_STDERR = 2048
+--- What token_command's environment holds besides PATH, HOME and LANG (never an OBLETH_ variable:
+--- the child does not get the admin token or any other setting of the daemon).
+M.COMMAND_ENV = { "USER", "LOGNAME", "SLURM_CONF", "KRB5CCNAME", "SSH_AUTH_SOCK" }
+
+-- token_command by /bin/sh -c on the event loop (obleth.proc: the loop keeps serving while it
+-- runs), killed with its process group after `timeout` seconds.
+-- Returns stdout | nil, err; and the command's stderr (bounded), for the caller to log.
 local function _run(cmd, timeout)
-  local shq = require("obleth.job.shell").quote
-  local fh = io.popen(("timeout %d /bin/sh -c %s"):format(timeout, shq(cmd)), "r")
-  if not fh then return nil, { code = "token_source", field = "token_command", message = "cannot start /bin/sh" } end
-  local out = fh:read("a")
-  local ok, how, code = fh:close()
-  if not ok then
-    return nil, { code = "token_source", field = "token_command",
-      message = how == "exit" and code == 124 and ("timed out after %d s"):format(timeout)
-        or ("exited with %s %s"):format(tostring(how), tostring(code)) }
-  end
-  return out
+  local r, perr = require("obleth.proc").run { argv = { "/bin/sh", "-c", cmd }, timeout = timeout,
+    stdout_limit = M.MAX_COMMAND_OUTPUT, stderr_limit = M.MAX_COMMAND_STDERR, inherit = M.COMMAND_ENV }
+  if not r then return nil, { code = "token_source", field = "token_command", message = perr.message } end
+  local msg
+  if r.timed_out then msg = ("timed out after %d s (killed)"):format(timeout)
+  elseif r.stdout_truncated then msg = ("printed more than %d KiB (killed)"):format(M.MAX_COMMAND_OUTPUT // 1024)
+  elseif r.signal then msg = "was killed by SIG" .. r.signal
+  elseif r.status ~= 0 then msg = ("exited with status %d"):format(r.status) end
+  if msg then return nil, { code = "token_source", field = "token_command", message = msg }, r.stderr end
+  return r.stdout, nil, r.stderr
 end
 
 local Source = {}
@@ -108,7 +125,14 @@ function Source:_fetch(s, now)
       return nil, { code = "token_source", field = "token_command", message = "token_command is not run on this "
         .. "host: set OBLETH_ALLOW_TOKEN_COMMAND=1 in the daemon's environment to allow it" }
     end
-    local out, cerr = self.run(s.token_command, M.COMMAND_TIMEOUT)
+    local out, cerr, stderr = self.run(s.token_command, M.COMMAND_TIMEOUT)
+    if stderr and stderr ~= "" then
+      -- bounded (MAX_COMMAND_STDERR), and redacted: every secret the log knows, and anything
+      -- shaped like a JWT (the token it may have printed there too)
+      local red = stderr:gsub("eyJ[%w_%-]*%.[%w_%-]+%.[%w_%-]*", "[redacted]")
+      if self.log.redact then red = self.log.redact(red) end
+      self.log.warn("slurm_token_command_stderr", { stderr = red })
+    end
     if not out then
       return nil, { code = "token_source", field = "token_command", message = "token_command " .. cerr.message }
     end

@@ -24,7 +24,44 @@ async function loadDeployment(id) {
   // the recipe's name, when the spec came from one that still exists
   const recipe = spec && spec.recipe_id
     ? await api.get(`/recipes/${encodeURIComponent(spec.recipe_id)}`).catch(() => null) : null;
-  return { model, spec, recipe, replicas: replicas.replicas, launches: launches.launches, keyless: router.keyless };
+  // the job's last words, for each shown replica whose job has run
+  const logs = {};
+  await Promise.all(visibleReplicas(replicas.replicas).filter((r) => r.started_at != null || r.end)
+    .map(async (r) => { logs[r.id] = await api.get(`/replicas/${r.id}/log`).catch(() => null); }));
+  return { model, spec, recipe, replicas: replicas.replicas, launches: launches.launches, keyless: router.keyless, logs };
+}
+
+const STREAM_LABEL = { stderr: 'stderr', stdout: 'stdout' };
+const SOURCE_LABEL = { log_dir: 'read from the job log dir', job: 'sent by the job when it exited' };
+
+// What went wrong, in Slurm's words and the engine's own, and what to do (the failures policy's class).
+function Failure({ f, slot }) {
+  return html`<div class="failure" role="group" aria-label=${`Why replica ${slot} failed`}>
+    <p><strong>Why: ${f.title}</strong>${f.doc ? html` — <a href=${f.doc}>Replicas and failures: ${f.title}</a>` : ''}</p>
+    <dl class="facts">
+      ${f.slurm && html`<${Item} term="Slurm says"><span class="reason">${f.slurm}</span><//>`}
+      ${f.engine && html`<${Item} term="The job said"><span class="reason engine-line">${f.engine}</span><//>`}
+      <${Item} term="What to do">${f.what}<//>
+    </dl>
+  </div>`;
+}
+
+// The last lines of a replica's job stderr and stdout, and where the whole files are.
+function JobOutput({ r, log }) {
+  if (!log) return null;
+  const open = !!log.failure || ['ended', 'lost', 'unhealthy'].includes(r.state);
+  return html`<div class="job-output">
+    ${log.failure && html`<${Failure} f=${log.failure} slot=${r.slot} />`}
+    <details open=${open}>
+      <summary>Job output of replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}: the last ${log.max_lines} lines</summary>
+      ${log.streams.map((st) => html`<div key=${st.stream} class="stream">
+        <p class="small"><strong>${STREAM_LABEL[st.stream]}</strong>${st.path ? html` — whole file on the cluster: <span class="mono">${st.path}</span>` : ''}
+          ${st.source ? html` <span class="muted">(${SOURCE_LABEL[st.source] || st.source}${st.truncated ? ', earlier lines left out' : ''})</span>` : ''}</p>
+        ${st.lines.length ? html`<pre class="code log" aria-label=${`Last lines of ${st.stream}, replica ${r.slot}`}><code>${st.lines.join('\n')}</code></pre>`
+          : html`<p class="muted small">${st.note ? `Not shown: ${st.note}.` : 'Nothing written yet.'}</p>`}
+      </div>`)}
+    </details>
+  </div>`;
 }
 
 function Steps({ r }) {
@@ -86,7 +123,8 @@ function Replicas({ data, now, onRestart, busyId }) {
           aria-label=${r.restart_requested ? `Restart asked for replica ${r.slot}` : `Restart replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}`}>
           ${r.restart_requested ? 'Restart asked' : 'Restart'}</button>`}</td>
     </tr>`)}</tbody>
-  </table></div>`;
+  </table></div>
+  ${rows.filter((r) => data.logs && data.logs[r.id]).map((r) => html`<${JobOutput} key=${r.id} r=${r} log=${data.logs[r.id]} />`)}`;
 }
 
 function History({ launches }) {
