@@ -39,10 +39,11 @@ M.CACHE_LIMIT = 64 * 1024 * 1024
 ---@param path string the request path (no query)
 ---@return boolean
 function M.is_page(path)
-  if path == "/" or path == "/signin" or path == "/deployments" or path == "/deployments/new" or path == "/keys" then
+  if path == "/" or path == "/signin" or path == "/deployments" or path == "/deployments/new" or path == "/keys"
+    or path == "/cluster" then
     return true
   end
-  return path:match("^/deployments/[^/]+$") ~= nil
+  return path:match("^/deployments/[^/]+$") ~= nil or path:match("^/docs/[a-z0-9-]+$") ~= nil
 end
 
 --- The web directory used when none is given: `build/web` when obleth runs

@@ -24,6 +24,7 @@ export function Layout({ title, path, children, actions = null }) {
       <nav aria-label="Main">
         <ul>
           ${nav('/deployments', 'Deployments', path.startsWith('/deployments') || path === '/')}
+          ${nav('/cluster', 'Cluster', path === '/cluster')}
           ${nav('/keys', 'Client keys', path === '/keys')}
         </ul>
       </nav>
