@@ -26,6 +26,7 @@ export function Layout({ title, path, children, actions = null }) {
           ${nav('/deployments', 'Deployments', path.startsWith('/deployments') || path === '/')}
           ${nav('/cluster', 'Cluster', path === '/cluster')}
           ${nav('/keys', 'Client keys', path === '/keys')}
+          ${nav('/docs/launch-on-slurm', 'Guide', path.startsWith('/docs/'))}
         </ul>
       </nav>
       <span class=${`live ${live}`} title="Updates from the server">${LIVE_TEXT[live]}</span>

@@ -38,7 +38,7 @@ const SOURCE_LABEL = { log_dir: 'read from the job log dir', job: 'sent by the j
 // What went wrong, in Slurm's words and the engine's own, and what to do (the failures policy's class).
 function Failure({ f, slot }) {
   return html`<div class="failure" role="group" aria-label=${`Why replica ${slot} failed`}>
-    <p><strong>Why: ${f.title}</strong>${f.doc ? html` — <a href=${f.doc}>Replicas and failures: ${f.title}</a>` : ''}</p>
+    <p><strong>Why: ${f.title}</strong>${f.doc ? html` — <${Link} href=${f.doc}>Replicas and failures: ${f.title}<//>` : ''}</p>
     <dl class="facts">
       ${f.slurm && html`<${Item} term="Slurm says"><span class="reason">${f.slurm}</span><//>`}
       ${f.engine && html`<${Item} term="The job said"><span class="reason engine-line">${f.engine}</span><//>`}
