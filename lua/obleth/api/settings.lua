@@ -213,6 +213,9 @@ local function _partition(p)
     allowed_accounts = _sorted(p.allowed_accounts), denied_accounts = _sorted(p.denied_accounts),
     allowed_qos = _sorted(p.allowed_qos), denied_qos = _sorted(p.denied_qos),
     allowed_groups = _sorted(p.allowed_groups),
+    -- Hidden=YES (null: the API version does not say), the partition's own QoS, PriorityTier
+    hidden = n(p.hidden), qos = n(p.qos), priority_tier = n(p.priority_tier),
+    exclusive = n(p.exclusive), oversubscribe = n(p.oversubscribe),
   }
 end
 

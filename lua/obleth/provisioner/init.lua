@@ -417,8 +417,12 @@ function M:pass()
       chaos.point("before_cancel")
       local ok, e = conn:cancel(c.job_id)
       if ok then chaos.point("after_cancel") end
-      log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
-        error = e and e.message or nil })
+      -- a cancel Slurm refused (another user's job, a job it does not know: HTTP 200 with a per-job
+      -- error on 26.05) is a failed one: the row stays ending with its job live, and the next pass
+      -- sends it again
+      local say = ok and log.info or log.warn
+      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
+        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
       if c.row then c.row.cancel_sent = true end
     end
 
@@ -484,9 +488,11 @@ function M:pass()
       local fresh, ferr = self:_fresh()
       if not fresh then return nil, ferr end
       chaos.point("before_cancel")
-      local ok = conn:cancel(c.job_id)
+      local ok, e = conn:cancel(c.job_id)
       if ok then chaos.point("after_cancel") end
-      log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false })
+      local say = ok and log.info or log.warn
+      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
+        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
       c.row.cancel_sent = true
     end
     report.endpoints = endpoints
