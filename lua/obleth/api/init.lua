@@ -33,6 +33,7 @@ M.ROUTE_MODULES = {
   "obleth.api.session",
   "obleth.api.events",
   "obleth.api.openapi",
+  "obleth.api.docs",
 }
 
 M.METHODS = { GET = true, POST = true, PUT = true, PATCH = true, DELETE = true }
