@@ -42,6 +42,19 @@ test('a launch whose engine is not installed shows the job\'s own "not found" li
   assert.match(await page.locator('.job-output').first().innerText(), /whole file on the cluster: \/\S+\.err/);
   await shot('failed-with-its-words');
   await axe(page, 'a deployment whose replica failed, with its job output');
+
+  // the failure's link opens the guide at its section
+  await link.click();
+  await page.waitForURL((u) => u.pathname === '/docs/replicas-and-failures' && u.hash === '#command-not-found');
+  const section = page.getByRole('heading', { name: 'Command not found' });
+  await section.waitFor();
+  assert.equal(await page.evaluate(() => document.activeElement && document.activeElement.id), 'command-not-found');
+  assert.ok(await section.evaluate((el) => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.top < innerHeight; }),
+    'the section is in view');
+  await shot('guide-at-its-section');
+  await axe(page, 'the guide at a failure class');
+  await page.goBack();
+  await page.getByRole('heading', { level: 1, name: 'no-vllm-web' }).waitFor();
   await stack.api('DELETE', `/api/v1/models/${id}/managed`);
   assertClean(rec);
 });
