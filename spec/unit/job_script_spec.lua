@@ -5,6 +5,13 @@
 local job = require "obleth.job"
 
 describe("obleth.job.script", function()
+  -- the lines that report the job's last words when the provisioner gave it a report URL (job.REPORT_LINES)
+  local function wrapper(cmd)
+    local out = {}
+    for i, l in ipairs(job.REPORT_LINES) do out[i] = (l:gsub("@CMD@", function() return cmd end)) end
+    assert.equal("  " .. cmd .. " &", out[2])
+    return table.concat(out, "\n")
+  end
   local function spec(over)
     local s = { launch_command = "'vllm' 'serve' '/m' --port \"${OBLETH_PORT}\"", preamble = { "ulimit -n 65536" } }
     for k, v in pairs(over or {}) do s[k] = v end
@@ -26,8 +33,10 @@ describe("obleth.job.script", function()
     local l = lines(script)
     assert.equal("#!/bin/bash", l[1])
     assert.equal("# obleth replica: model $OBLETH_API_MODEL_NAME, replica $OBLETH_REPLICA_ID", l[2])
-    assert.matches("\nulimit %-n 65536\nexec apptainer exec %-%-nv %${OBLETH_BINDS:%+%-%-bind \"%$OBLETH_BINDS\"} "
-      .. "'/site/images/vllm 0%.6%.sif' 'vllm' 'serve' '/m' %-%-port \"%${OBLETH_PORT}\"\n$", script)
+    local cmd = "apptainer exec --nv ${OBLETH_BINDS:+--bind \"$OBLETH_BINDS\"} '/site/images/vllm 0.6.sif' 'vllm' "
+      .. "'serve' '/m' --port \"${OBLETH_PORT}\""
+    local tail = "\nulimit -n 65536\n" .. wrapper(cmd) .. "\nexec " .. cmd .. "\n"
+    assert.equal(tail, script:sub(-#tail))
     -- each module once, after the module system is initialised
     assert.equal(1, count(script, "\nmodule load 'cuda/12' 'a b' ||"))
     assert.is_truthy(script:find('. "$obleth_f"', 1, true))
@@ -38,7 +47,9 @@ describe("obleth.job.script", function()
   it("runs the command directly when the image is blank or absent, with no module lines without modules", function()
     for _, image in ipairs({ "", false }) do
       local script = job.script(spec { image = image or nil, preamble = {} }, {})
-      assert.matches("\nexec 'vllm' 'serve' '/m' %-%-port \"%${OBLETH_PORT}\"\n$", script)
+      local cmd = "'vllm' 'serve' '/m' --port \"${OBLETH_PORT}\""
+      local tail = "\n" .. wrapper(cmd) .. "\nexec " .. cmd .. "\n"
+      assert.equal(tail, script:sub(-#tail))
       assert.is_nil(script:find("module", 1, true))
     end
   end)
