@@ -188,7 +188,7 @@ describe("obleth.deployment.preview", function()
 
   it("a recipe's time_limit max is the longest the partition allows, so its form opens with no problem", function()
     local lib = assert(recipe.validate({ id = "long", engine = "custom", inputs = { model = { type = "string" } },
-      resources = { time_limit = "max" }, launch = { "engine", "{{ inputs.model }}" } }))
+      programs = { "engine" }, resources = { time_limit = "max" }, launch = { "engine", "{{ inputs.model }}" } }))
     for _, part in ipairs({ "gpu", "debug" }) do
       local res = pv({ recipe = lib, values = { partition = part, inputs = { model = "org/m" } } })
       assert.same({}, res.errors)
