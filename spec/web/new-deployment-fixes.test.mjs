@@ -87,3 +87,21 @@ test('field errors in the labels\' words, the YAML\'s problems in the header, a 
   await shot('saved-deleted');
   assertClean(rec);
 });
+
+test('Cluster defaults offer the cluster\'s partitions, accounts and QoS as choices', { skip }, async () => {
+  const { page, rec, shot } = await newPage(b, stack, 'defaults-choices');
+  await signIn(page, stack);
+  await page.goto('/deployments?slurm=1&tab=defaults');
+  const part = page.getByLabel('Default partition');
+  await part.waitFor();
+  await page.getByText("The cluster's partitions are offered.").waitFor();
+  const listed = async (id) => page.locator(`#${id}-list option`).evaluateAll((os) => os.map((o) => o.value));
+  const parts = await listed('d-partition');
+  for (const p of ['gpu', 'debug', 'inference']) assert.ok(parts.includes(p), `${p} in ${parts}`);
+  assert.ok((await listed('d-account')).includes('research'));
+  assert.ok((await listed('d-qos')).includes('normal'));
+  assert.equal(await part.inputValue(), 'gpu');
+  await shot('choices');
+  await axe(page, 'Cluster defaults with choices');
+  assertClean(rec);
+});

@@ -104,8 +104,10 @@ export function toYaml(fields, userValues = {}) {
   const lines = [];
   let section = null;
   for (const f of fields) {
-    const v = Object.prototype.hasOwnProperty.call(userValues, f.field) ? userValues[f.field] : f.value;
+    let v = Object.prototype.hasOwnProperty.call(userValues, f.field) ? userValues[f.field] : f.value;
     if (v == null || v === '') continue;
+    // what was typed ("4", "true") as the server read it (4, true): the YAML keeps the setting's type
+    if (f.value != null && typeof f.value !== 'string' && typeof v === 'string' && String(f.value) === v.trim()) v = f.value;
     const dot = f.field.indexOf('.');
     if (dot > 0) {
       const top = f.field.slice(0, dot);

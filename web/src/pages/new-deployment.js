@@ -177,16 +177,19 @@ function Pick({ onPick, tab, setTab }) {
 // ---------------------------------------------------------------- step 2
 
 /** The preview of source + values, asked again 300 ms after the last change; the last answer stays shown. */
-function usePreview(source, body) {
-  const [state, setState] = useState({ preview: null, error: null, pending: true });
+function usePreview(source, body, values = {}) {
+  const [state, setState] = useState({ preview: null, error: null, pending: true, seen: {} });
   const seq = useRef(0);
   const key = JSON.stringify(body);
+  const now = useRef(values);
+  now.current = values;
   const run = async () => {
     const n = ++seq.current;
+    const sent = now.current; // the values this preview answers for (its field errors are about them)
     setState((s) => ({ ...s, pending: true }));
     try {
       const p = await api.post('/deployments/preview', body);
-      if (n === seq.current) setState({ preview: p, error: null, pending: false });
+      if (n === seq.current) setState({ preview: p, error: null, pending: false, seen: sent });
       return p;
     } catch (e) {
       if (n === seq.current) setState((s) => ({ ...s, error: e, pending: false }));
@@ -335,7 +338,7 @@ function YamlEditor({ source, preview, values, setValues, onBad, draft, lockName
   </div>`;
 }
 
-function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad, lockName }) {
+function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad, lockName, seen = null }) {
   const draft = useRef(null);
   const [applied, setApplied] = useState(null);
   const before = useRef(null);
@@ -360,7 +363,9 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
           const meta = lockName && f.field === 'api_model_name'
             ? { ...fieldMeta(f.field, {}, { [f.field]: f.label }), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
             : fieldMeta(f.field, inputDefs, { [f.field]: f.label });
-          return html`<${Field} key=${f.field} f=${f} meta=${meta} raw=${values[f.field]} set=${set(f.field)} reset=${reset(f.field)} preview=${preview} />`;
+          // an error about a value the user has changed since is not shown (no stale error while the next preview comes)
+          const shownF = f.error && seen && values[f.field] !== seen[f.field] ? { ...f, error: null } : f;
+          return html`<${Field} key=${f.field} f=${shownF} meta=${meta} raw=${values[f.field]} set=${set(f.field)} reset=${reset(f.field)} preview=${preview} />`;
         })}</div></fieldset>`)}
     </div>
     <${Suggestions} preview=${preview} onApply=${apply} applied=${applied} />
@@ -456,7 +461,7 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
   useEffect(() => setNote(''), [JSON.stringify(values), yaml]); // eslint-disable-line
   const kinds = (vals) => Object.fromEntries(Object.entries(vals).map(([k, v]) => [k, typed(fieldMeta(k, inputDefs).kind, v)]));
   const body = requestBody(source, kinds(values));
-  const { preview, error, pending, now } = usePreview(source, body);
+  const { preview, error, pending, now, seen } = usePreview(source, body, values);
   const recipeId = preview && preview.recipe && preview.recipe.id;
   useEffect(() => {
     if (!recipeId) return;
@@ -493,7 +498,7 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
     <p class="picked">Running <strong>${label}</strong>${preview.recipe ? html` <span class="muted">(recipe ${preview.recipe.name || preview.recipe.id})</span>` : ''}
       <span class="preview-status" role="status">${statusText(pending, preview, yaml ? yamlBad : 0)}</span></p>
     <${ErrorNote} err=${error} />
-    ${step === 2 ? html`<${Form} source=${source} preview=${preview} pending=${pending} values=${values} setValues=${setValues}
+    ${step === 2 ? html`<${Form} source=${source} preview=${preview} pending=${pending} values=${values} setValues=${setValues} seen=${seen}
         yaml=${yaml} setYaml=${(on) => { setYaml(on); setYamlBad(0); }} inputDefs=${inputDefs} onYamlBad=${setYamlBad} lockName=${!!onSubmit} />
       <div class="actions sticky"><p class="error-text grow" role="alert">${note}</p>
         ${!onSubmit && html`<button type="button" onClick=${() => setStep(1)}>Back</button>`}
