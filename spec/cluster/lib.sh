@@ -80,11 +80,15 @@ CTLD_PORT="${OBLETH_CLUSTER_CTLD_PORT:-$((PORT_BASE + PORT_OFFSET + 1))}"
 DBD_PORT="${OBLETH_CLUSTER_DBD_PORT:-$((PORT_BASE + PORT_OFFSET + 2))}"
 DB_PORT="${OBLETH_CLUSTER_DB_PORT:-$((PORT_BASE + PORT_OFFSET + 3))}"
 SLURMD_PORT_BASE="${OBLETH_CLUSTER_SLURMD_PORT_BASE:-$((PORT_BASE + PORT_OFFSET + 10))}" # n0=base, n1=base+1, ...
-# Every script but up.sh talks to the cluster on the ports it was started with (up.sh records them).
+# The scripts talk to the cluster on the ports it was started with (up.sh records them); up.sh
+# itself keeps them unless a port variable asks for others (a spec that runs up.sh again, or
+# scripts/demo.sh, never moves a cluster started on another base).
 PORTS_FILE="$STATE/ports"
-if [ "$(basename "$0")" != up.sh ] && [ -r "$PORTS_FILE" ]; then
-  # shellcheck source=/dev/null
-  . "$PORTS_FILE"
+if [ -r "$PORTS_FILE" ]; then
+  if [ "$(basename "$0")" != up.sh ] || [ -z "${OBLETH_CLUSTER_PORT_BASE:-}${OBLETH_CLUSTER_REST_PORT:-}${OBLETH_CLUSTER_CTLD_PORT:-}${OBLETH_CLUSTER_DBD_PORT:-}${OBLETH_CLUSTER_DB_PORT:-}${OBLETH_CLUSTER_SLURMD_PORT_BASE:-}" ]; then
+    # shellcheck source=/dev/null
+    . "$PORTS_FILE"
+  fi
 fi
 
 TOKEN_LIFESPAN="${OBLETH_CLUSTER_TOKEN_LIFESPAN:-86400}"
@@ -379,23 +383,40 @@ take_lock() { # [create]: create the state dir if missing (up.sh)
 }
 
 # ------------------------------------------------------- rooted releases ----
-# Bind mounts that make the root a machine of its own release with this one's kernel, devices,
-# /tmp (specs and jobs share files there) and this repository at its own path.
-root_mounts() { # the mount points, in mount order
-  printf '%s\n' "$ROOTFS/proc" "$ROOTFS/sys" "$ROOTFS/dev" "$ROOTFS/tmp" "$ROOTFS$REPO"
-}
-root_is_mounted() { mountpoint -q "$ROOTFS$REPO" && mountpoint -q "$ROOTFS/proc"; }
+# Mounts that make the root a machine of its own release with this one's kernel and /tmp (specs and
+# jobs share files there), and this repository at its own path. Nothing a careless `rm -rf build`
+# could reach through them is this machine's: /dev is a tmpfs of its own with this machine's few
+# device files bound in (an rm of them fails), /sys a read-only sysfs, and the repository is bound
+# read-only except build/ (the state dirs, build/obleth). /tmp is this machine's /tmp: stop a rooted
+# cluster (down.sh) before deleting its state dir by hand.
+root_is_mounted() { mountpoint -q "$ROOTFS$REPO/build" && mountpoint -q "$ROOTFS/proc"; }
 
 mount_root() {
   root_is_mounted && return 0
   unmount_root
-  mountpoint -q "$ROOTFS/proc" || mount -t proc proc "$ROOTFS/proc"
-  # /sys with /sys/fs/cgroup (slurmd and hwloc read it); rslave: unmounting here never reaches the host
-  mountpoint -q "$ROOTFS/sys" || { mount --rbind /sys "$ROOTFS/sys" && mount --make-rslave "$ROOTFS/sys"; }
-  mountpoint -q "$ROOTFS/dev" || { mount --rbind /dev "$ROOTFS/dev" && mount --make-rslave "$ROOTFS/dev"; }
-  mountpoint -q "$ROOTFS/tmp" || mount --bind /tmp "$ROOTFS/tmp"
+  mount -t proc proc "$ROOTFS/proc"
+  mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$ROOTFS/sys" 2>/dev/null ||
+    { mount --rbind /sys "$ROOTFS/sys" && mount --make-rslave "$ROOTFS/sys" && mount -o remount,bind,ro "$ROOTFS/sys"; }
+  mount -t tmpfs -o mode=755,nosuid tmpfs "$ROOTFS/dev"
+  local d
+  for d in null zero full random urandom tty; do
+    touch "$ROOTFS/dev/$d"
+    mount --bind "/dev/$d" "$ROOTFS/dev/$d"
+  done
+  ln -s /proc/self/fd "$ROOTFS/dev/fd"
+  ln -s /proc/self/fd/0 "$ROOTFS/dev/stdin"
+  ln -s /proc/self/fd/1 "$ROOTFS/dev/stdout"
+  ln -s /proc/self/fd/2 "$ROOTFS/dev/stderr"
+  install -d -m 755 "$ROOTFS/dev/pts"
+  install -d -m 1777 "$ROOTFS/dev/shm"
+  mount -t devpts -o newinstance,ptmxmode=0666 devpts "$ROOTFS/dev/pts" 2>/dev/null || mount --bind /dev/pts "$ROOTFS/dev/pts"
+  ln -s pts/ptmx "$ROOTFS/dev/ptmx"
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$ROOTFS/dev/shm"
+  mount --bind /tmp "$ROOTFS/tmp"
   install -d -m 755 "$ROOTFS$REPO"
-  mountpoint -q "$ROOTFS$REPO" || mount --bind "$REPO" "$ROOTFS$REPO"
+  mount --bind "$REPO" "$ROOTFS$REPO"
+  mount -o remount,bind,ro "$ROOTFS$REPO"
+  mount --bind "$REPO/build" "$ROOTFS$REPO/build"
   # name resolution as on this machine (slurmctld resolves its own host name)
   cp /etc/hosts "$ROOTFS/etc/hosts" 2>/dev/null || true
   cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf" 2>/dev/null || true
@@ -450,9 +471,9 @@ enter_root() {
       take_lock ""
       if [ -x "$ROOTFS/bin/bash" ]; then mount_root; fi ;;
     *)
-      [ -x "$ROOTFS/bin/bash" ] || die "no Slurm $RELEASE root at $ROOTFS; run OBLETH_CLUSTER_RELEASE=$RELEASE spec/cluster/up.sh first"
-      take_lock ""
-      mount_root ;;
+      # up.sh mounts the root and down.sh unmounts it: not mounted is not up (and stays unmounted)
+      root_is_mounted || die "the Slurm $RELEASE cluster is not up; run OBLETH_CLUSTER_RELEASE=$RELEASE spec/cluster/up.sh first"
+      take_lock "" ;;
   esac
   local args=("$@")
   if [ "$script" = down.sh ]; then
