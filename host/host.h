@@ -82,6 +82,7 @@ int luaopen_obleth_slurm_rest(lua_State *L);
 int luaopen_obleth_readline(lua_State *L);
 int luaopen_obleth_crypto(lua_State *L);
 int luaopen_obleth_jsonscan(lua_State *L);
+int luaopen_obleth_proc(lua_State *L);
 
 void obleth_open_modules(lua_State *L);
 

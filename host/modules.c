@@ -10,6 +10,7 @@ void obleth_open_modules(lua_State *L) {
         {"obleth.slurm.rest", luaopen_obleth_slurm_rest},
         {"obleth.readline", luaopen_obleth_readline},
         {"obleth.crypto", luaopen_obleth_crypto},   {"obleth.jsonscan", luaopen_obleth_jsonscan},
+        {"obleth.proc", luaopen_obleth_proc},
         {NULL, NULL}};
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     for (const luaL_Reg *m = mods; m->name; m++) {

@@ -10,7 +10,10 @@
  *   hostname()              -> string
  *   random_hex(nbytes)      -> 2*nbytes hex chars from getrandom(2)
  *   consteq(a, b)           -> boolean; time depends only on the lengths
- *   stat(path)              -> {type="file"|"dir"|"other", size=, mtime=, mode=} | nil, err
+ *   stat(path[, nofollow])  -> {type="file"|"dir"|"link"|"other", size=, mtime=, mode=, uid=, dev=, ino=}
+ *                           | nil, err (nofollow: lstat)
+ *   geteuid()               -> integer: the effective user id (the service user)
+ *   realpath(path)          -> the absolute path with no symbolic link, "." or ".." | nil, err
  *   listdir(path)           -> array of names (no "." / "..") | nil, err
  *   mkdir(path, mode?)      -> true | nil, err (exists is fine)
  *   rename(from, to)        -> true | nil, err (atomic on one filesystem)
@@ -18,6 +21,8 @@
  *   isatty(fd)              -> boolean
  *   sd_notify(state)        -> true if a notification socket was set (systemd)
  *   exit_now(code)          _exit(2): no cleanup — for fault injection only
+ *   nofile([n])             -> soft, hard: the descriptor limit (RLIMIT_NOFILE); with n, the
+ *                           soft limit is first set to n (at most the hard limit)
  *   user_groups(name)       -> array of the names of the user's groups in this host's
  *                           databases (NSS: files, LDAP, sssd ...), the primary group
  *                           first | nil, err when the user is unknown here
@@ -28,12 +33,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef OBLETH_HAVE_SYSTEMD
@@ -110,12 +117,15 @@ static int l_consteq(lua_State *L) {
     return 1;
 }
 
+/* stat(path[, nofollow]): {type = "file"|"dir"|"link"|"other", size, mtime, mode}; with nofollow
+ * true a symbolic link is described itself (lstat), type "link". */
 static int l_stat(lua_State *L) {
     const char *p = luaL_checkstring(L, 1);
+    int nofollow = lua_toboolean(L, 2);
     struct stat st;
-    if (stat(p, &st) != 0) return push_errno(L, p);
+    if ((nofollow ? lstat(p, &st) : stat(p, &st)) != 0) return push_errno(L, p);
     lua_createtable(L, 0, 4);
-    lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : "other");
+    lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : S_ISLNK(st.st_mode) ? "link" : "other");
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, (lua_Integer)st.st_size);
     lua_setfield(L, -2, "size");
@@ -123,6 +133,22 @@ static int l_stat(lua_State *L) {
     lua_setfield(L, -2, "mtime");
     lua_pushinteger(L, (lua_Integer)(st.st_mode & 07777));
     lua_setfield(L, -2, "mode");
+    lua_pushinteger(L, (lua_Integer)st.st_uid);
+    lua_setfield(L, -2, "uid");
+    lua_pushinteger(L, (lua_Integer)st.st_dev);
+    lua_setfield(L, -2, "dev");
+    lua_pushinteger(L, (lua_Integer)st.st_ino);
+    lua_setfield(L, -2, "ino");
+    return 1;
+}
+
+static int l_geteuid(lua_State *L) { lua_pushinteger(L, (lua_Integer)geteuid()); return 1; }
+
+static int l_realpath(lua_State *L) {
+    const char *p = luaL_checkstring(L, 1);
+    char buf[PATH_MAX];
+    if (!realpath(p, buf)) return push_errno(L, p);
+    lua_pushstring(L, buf);
     return 1;
 }
 
@@ -190,6 +216,22 @@ static int l_exit_now(lua_State *L) {
 }
 
 /* Buffers live in userdata (owned by the Lua stack), so nothing leaks if a push raises. */
+static int l_nofile(lua_State *L) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return push_errno(L, "getrlimit");
+    if (!lua_isnoneornil(L, 1)) {
+        lua_Integer n = luaL_checkinteger(L, 1);
+        luaL_argcheck(L, n >= 16, 1, "at least 16");
+        rlim_t want = (rlim_t)n;
+        if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return push_errno(L, "setrlimit");
+    }
+    lua_pushinteger(L, rl.rlim_cur == RLIM_INFINITY ? LUA_MAXINTEGER : (lua_Integer)rl.rlim_cur);
+    lua_pushinteger(L, rl.rlim_max == RLIM_INFINITY ? LUA_MAXINTEGER : (lua_Integer)rl.rlim_max);
+    return 2;
+}
+
 static int l_user_groups(lua_State *L) {
     const char *name = luaL_checkstring(L, 1);
     struct passwd pw, *pwp = NULL;
@@ -256,7 +298,8 @@ int luaopen_obleth_sys(lua_State *L) {
         {"random_hex", l_random_hex}, {"consteq", l_consteq}, {"stat", l_stat},
         {"listdir", l_listdir},   {"mkdir", l_mkdir},     {"rename", l_rename}, {"chmod", l_chmod},
         {"isatty", l_isatty},     {"sd_notify", l_sd_notify}, {"exit_now", l_exit_now},
-        {"user_groups", l_user_groups},
+        {"user_groups", l_user_groups}, {"nofile", l_nofile}, {"geteuid", l_geteuid},
+        {"realpath", l_realpath},
         {NULL, NULL}};
     luaL_newlib(L, funcs);
     lua_pushliteral(L, OBLETH_VERSION);

@@ -23,6 +23,7 @@ M.ROUTE_MODULES = {
   "obleth.api.models",
   "obleth.api.managed",
   "obleth.api.replicas",
+  "obleth.api.replica_logs",
   "obleth.api.settings",
   "obleth.api.provisioner",
   "obleth.api.recipes",
@@ -32,6 +33,7 @@ M.ROUTE_MODULES = {
   "obleth.api.session",
   "obleth.api.events",
   "obleth.api.openapi",
+  "obleth.api.docs",
 }
 
 M.METHODS = { GET = true, POST = true, PUT = true, PATCH = true, DELETE = true }
@@ -235,7 +237,11 @@ end
 
 --- This process's Slurm token source (obleth.slurm.token_source), made on first use.
 function App:slurm_tokens()
-  if not self._tokens then self._tokens = require("obleth.slurm.token_source").new { log = self.log } end
+  if not self._tokens then
+    local ts = require "obleth.slurm.token_source"
+    -- the key file may never be this server's own database or under its state directory
+    self._tokens = ts.new { log = self.log, protected = ts.protected_paths(self.store and self.store.path) }
+  end
   return self._tokens
 end
 
@@ -346,9 +352,13 @@ function App:_dispatch(req, res, found)
   end
   local body
   if not route.raw_body and req.body and req.body:find("%S") and req.method ~= "GET" and req.method ~= "HEAD" then
-    local v, err = json.decode(req.body)
+    local v, err, key = json.decode(req.body)
     if v == nil then
       local at = err and tonumber(err:match("at character (%d+)"))
+      if key then
+        return _reply(errors.fail(400, "duplicate_key", "the body names a key twice: " .. tostring(err), nil,
+          { at = at, key = key }))
+      end
       return _reply(errors.fail(400, "bad_json", "the body is not valid JSON: " .. tostring(err), nil,
         { at = at }))
     end

@@ -6,6 +6,16 @@ local log = require "obleth.log"
 
 local M = {}
 
+--- Where jobs send their last output lines (OBLETH_JOB_REPORT_URL, default the admin base URL;
+--- "off" or "" = nowhere), and the key their per-replica tokens derive from.
+---@return {url: string, key: string}|nil
+function M.log_report(url, base, token)
+  if url == "off" or url == "" then return nil end
+  url = url or base
+  if not url or not url:match("^https?://") then return nil end
+  return { url = (url:gsub("/+$", "")), key = token }
+end
+
 local spec = {
   interval = { kind = "number", help = "seconds between passes (env OBLETH_PASS_INTERVAL, default 5)" },
   once = { kind = "boolean", help = "run one pass and exit (status 0 when it succeeded)" },
@@ -20,7 +30,10 @@ function M.main(argv)
       "environment: OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN or OBLETH_ADMIN_TOKEN_FILE (required),\n",
       "  OBLETH_PASS_INTERVAL,\n",
       "  OBLETH_PROVISIONER_NAME (the lease holder's name), OBLETH_LEASE_TTL (seconds, default 3 intervals,\n",
-      "  at least 15), OBLETH_BACKOFF_MAX (longest wait between passes while Slurm is down, default 60)\n")
+      "  at least 15), OBLETH_BACKOFF_MAX (longest wait between passes while Slurm is down, default 60),\n",
+      "  OBLETH_HEALTH_CONCURRENCY (health checks in flight at once, 1-4096, default 64),\n",
+      "  OBLETH_JOB_REPORT_URL (the Management API as compute nodes reach it, where jobs send their last\n",
+      "  output lines when they exit; default OBLETH_ADMIN_BASE_URL, \"off\": jobs report nothing)\n")
     return o and 0 or 2
   end
   local base = os.getenv("OBLETH_ADMIN_BASE_URL")
@@ -44,6 +57,13 @@ function M.main(argv)
       .. "(%g s) and at most 3600 s\n"):format(os.getenv("OBLETH_LEASE_TTL"), 2 * interval))
     return 2
   end
+  local conc_env = os.getenv("OBLETH_HEALTH_CONCURRENCY")
+  local concurrency = conc_env and conc_env ~= "" and math.tointeger(tonumber(conc_env)) or nil
+  if conc_env and conc_env ~= "" and not (concurrency and concurrency >= 1 and concurrency <= 4096) then
+    io.stderr:write(("obleth-provisioner: OBLETH_HEALTH_CONCURRENCY=%s: a whole number of health checks in flight "
+      .. "at once, 1 to 4096\n"):format(conc_env))
+    return 2
+  end
   -- test-only crash points (make chaos; obleth.provisioner.chaos): inert unless OBLETH_CHAOS is set
   local armed, cerr = require("obleth.provisioner.chaos").configure(os.getenv("OBLETH_CHAOS"))
   if not armed then
@@ -59,7 +79,9 @@ function M.main(argv)
     holder = os.getenv("OBLETH_PROVISIONER_NAME"),
     lease_ttl = lease_ttl,
     backoff_max = tonumber(os.getenv("OBLETH_BACKOFF_MAX") or ""),
+    check_concurrency = concurrency,
     policy = ok_policy and policy or nil,
+    log_report = M.log_report(os.getenv("OBLETH_JOB_REPORT_URL"), base, token),
   }
   if o.once then
     local rep, perr = daemon:pass()

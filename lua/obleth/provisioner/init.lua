@@ -35,10 +35,14 @@ function M.lease_ttl(interval) return math.min(3600, math.max(15, 3 * interval))
 --- A daemon instance.
 ---@param opts {api: table, interval: number|nil, jitter: number|nil, policy: table|nil,
 ---  fault: string|nil, drain_seconds: number|nil, holder: string|nil, lease_ttl: number|nil,
----  backoff_max: number|nil}
+---  backoff_max: number|nil, check_concurrency: integer|nil, log_report: {url: string, key: string}|nil}
+---  log_report: the Management API's base URL as the compute nodes reach it and the key the per-replica
+---  report tokens derive from (the admin token): each job gets OBLETH_LOG_URL and OBLETH_LOG_TOKEN
+---  (docs/replicas-and-failures.md, "The job's last words"); nil: jobs report nothing;
 ---  holder: the name this process gives the lease (default "obleth-provisioner"; host and PID are added);
 ---  lease_ttl: seconds (default M.lease_ttl(interval)); backoff_max: the longest wait, in seconds,
----  between passes while slurmrestd or the Management API is unreachable (default 60)
+---  between passes while slurmrestd or the Management API is unreachable (default 60);
+---  check_concurrency: health checks in flight at most (default M.CHECK_CONCURRENCY)
 function M.new(opts)
   local interval = opts.interval or 5
   local self = {
@@ -48,8 +52,9 @@ function M.new(opts)
     stopping = false, in_pass = false, failures = 0,
     identity = { holder = opts.holder or "obleth-provisioner", host = sys.hostname(), pid = sys.getpid() },
     lease_ttl = opts.lease_ttl or M.lease_ttl(interval), lease = nil,
-    backoff_max = opts.backoff_max or 60, said = {},
+    backoff_max = opts.backoff_max or 60, said = {}, check_concurrency = opts.check_concurrency,
     tokens = opts.tokens or require("obleth.slurm.token_source").new(),
+    log_report = opts.log_report,
   }
   return setmetatable(self, { __index = M })
 end
@@ -196,23 +201,46 @@ local function serialize(row)
   return o
 end
 
--- Health-check the due replicas concurrently; returns results by nonce.
-local function check_all(due)
-  local results, pending = {}, #due
-  if pending == 0 then return results end
-  for _, d in ipairs(due) do
+--- Checks in flight at once unless told otherwise (OBLETH_HEALTH_CONCURRENCY).
+M.CHECK_CONCURRENCY = 64
+
+--- Health-check the due replicas concurrently, at most `limit` in flight at once: a few tasks
+--- take the next due check as each finishes, so a pass with 10,000 due checks never opens 10,000
+--- sockets at once (past the process's file limit, or the listen backlog of an engine that serves
+--- many replicas, the prober itself would fail checks). A check's timeout counts from its own
+--- start, not from the pass's. Connections are reused: every check goes through the one libcurl
+--- multi handle of obleth.http, whose cache keeps a kept-alive connection to an endpoint for the
+--- next check of the same endpoint (a later pass too, while the engine keeps it open).
+---@param due {row: table, url: string, timeout: number}[] plan.due_checks' list
+---@param limit integer|nil checks in flight at most (default M.CHECK_CONCURRENCY)
+---@return table<string, {ok: boolean, status: integer|nil, error: string|nil}> results by row.nonce
+function M.check_all(due, limit)
+  local results, n = {}, #due
+  if n == 0 then return results end
+  local workers = math.max(1, math.min(n, math.tointeger(limit) or M.CHECK_CONCURRENCY))
+  local next_i, running = 1, workers
+  local done = loop.notifier()
+  for _ = 1, workers do
     loop.spawn(function()
-      local r, err = http.request { url = d.url, timeout = d.timeout, connect_timeout = math.min(d.timeout, 3) }
-      if r then
-        results[d.row.nonce] = { ok = r.status >= 200 and r.status < 300, status = r.status,
-          error = (r.status < 200 or r.status >= 300) and ("HTTP " .. r.status) or nil }
-      else
-        results[d.row.nonce] = { ok = false, error = err.message }
+      while next_i <= n do
+        local d = due[next_i]
+        next_i = next_i + 1
+        local okc, r, err = pcall(http.request, { url = d.url, timeout = d.timeout,
+          connect_timeout = math.min(d.timeout, 3) })
+        if not okc then
+          results[d.row.nonce] = { ok = false, error = tostring(r) }
+        elseif r then
+          results[d.row.nonce] = { ok = r.status >= 200 and r.status < 300, status = r.status,
+            error = (r.status < 200 or r.status >= 300) and ("HTTP " .. r.status) or nil }
+        else
+          results[d.row.nonce] = { ok = false, error = err.message }
+        end
       end
-      pending = pending - 1
+      running = running - 1
+      if running == 0 then done:notify() end
     end)
   end
-  while pending > 0 do loop.sleep(0.01) end
+  done:wait()
   return results
 end
 
@@ -389,8 +417,12 @@ function M:pass()
       chaos.point("before_cancel")
       local ok, e = conn:cancel(c.job_id)
       if ok then chaos.point("after_cancel") end
-      log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
-        error = e and e.message or nil })
+      -- a cancel Slurm refused (another user's job, a job it does not know: HTTP 200 with a per-job
+      -- error on 26.05) is a failed one: the row stays ending with its job live, and the next pass
+      -- sends it again
+      local say = ok and log.info or log.warn
+      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
+        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
       if c.row then c.row.cancel_sent = true end
     end
 
@@ -404,6 +436,10 @@ function M:pass()
       if not fresh then return nil, ferr end
       s.model.instance = snap.instance
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
+      if self.log_report then -- the job's last words: where to send them and its own token for it
+        desc.environment.OBLETH_LOG_URL = self.log_report.url .. "/api/v1/replica-logs/" .. s.row.nonce
+        desc.environment.OBLETH_LOG_TOKEN = require("obleth.api.replica_logs").token(self.log_report.key, s.row.nonce)
+      end
       chaos.point("before_submit")
       local id, res = conn:submit(desc)
       if id then
@@ -445,16 +481,18 @@ function M:pass()
     end
 
     local due = plan.due_checks(state, self.last_checked, loop.now())
-    local results = check_all(due)
+    local results = M.check_all(due, self.check_concurrency)
     for nonce in pairs(results) do self.last_checked[nonce] = loop.now() end
     local endpoints, hcancels = plan.health(state, results, loop.now())
     for _, c in ipairs(hcancels) do
       local fresh, ferr = self:_fresh()
       if not fresh then return nil, ferr end
       chaos.point("before_cancel")
-      local ok = conn:cancel(c.job_id)
+      local ok, e = conn:cancel(c.job_id)
       if ok then chaos.point("after_cancel") end
-      log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false })
+      local say = ok and log.info or log.warn
+      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
+        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
       c.row.cancel_sent = true
     end
     report.endpoints = endpoints

@@ -7,6 +7,10 @@
 --               and the resources it shows)
 --   "command"   the output of `token_command` run by /bin/sh (a line `SLURM_JWT=...` or the bare
 --               token), e.g. a wrapper that runs `scontrol token lifespan=3600` on a login node.
+--               It runs on the event loop (obleth.proc: the daemon keeps serving), in a process
+--               group killed after COMMAND_TIMEOUT seconds, with an environment of PATH, HOME, LANG
+--               and COMMAND_ENV only (never an OBLETH_ variable), at most MAX_COMMAND_OUTPUT bytes
+--               of output; its stderr is logged bounded and redacted.
 --               Runs only where OBLETH_ALLOW_TOKEN_COMMAND=1 is set in the daemon's environment, so
 --               the Management API alone cannot make a daemon run commands.
 -- A renewable token is renewed once less than a third of its life (at least 30 s) is left. The
@@ -16,7 +20,10 @@ local jwt = require "obleth.slurm.jwt"
 local M = {}
 
 M.DEFAULT_LIFESPAN = 1800 -- seconds, for minted tokens
-M.COMMAND_TIMEOUT = 30 -- seconds
+--- Seconds token_command may run before its process group is killed: OBLETH_TOKEN_COMMAND_TIMEOUT
+--- in the daemon's environment (1..600), else 30.
+M.COMMAND_TIMEOUT = math.tointeger(tonumber(os.getenv("OBLETH_TOKEN_COMMAND_TIMEOUT") or ""))
+if not M.COMMAND_TIMEOUT or M.COMMAND_TIMEOUT < 1 or M.COMMAND_TIMEOUT > 600 then M.COMMAND_TIMEOUT = 30 end
 M.WARN_BEFORE = 86400 -- seconds: a static token expiring sooner is warned about
 
 --- Seconds before expiry at which a token issued at `iat` expiring at `exp` is renewed: a third
@@ -33,40 +40,93 @@ end
 --- few hundred): a bigger file is not a JWT key.
 M.MAX_KEY_FILE = 64 * 1024
 
--- The HS256 key: only a regular file of 1 byte to MAX_KEY_FILE, read with a bound, so a path (it
--- comes through the API) can be neither a FIFO that blocks the loop, nor /dev/zero, nor a huge file,
--- nor /proc's size-0 files (the process's environment). One message for every refusal: the answer
--- tells nothing about which files exist.
-local function _read(path)
-  local refused = { code = "token_source", field = "token_key_file",
-    message = path .. ": not usable as a JWT key file (a regular file of 1 byte to "
-      .. M.MAX_KEY_FILE // 1024 .. " KiB that this process can read)" }
+-- The HS256 key, as Slurm keeps its jwt_key: a regular file of 1 byte to MAX_KEY_FILE, owned by the
+-- service user (this process's effective uid), readable or writable by nobody else (no group or
+-- other bit of 0066), and never obleth's own database (nor its -wal / -shm) or a file under its state
+-- directory (`protected`). Read with a bound, so a path (it comes through the API) can be neither a
+-- FIFO that blocks the loop, nor /dev/zero, nor a huge file, nor /proc's size-0 files, nor /etc/shadow.
+-- Returns the key | nil, {code = "token_source", field = "token_key_file", message = the reason}.
+---@param path string
+---@param protected {files: string[]|nil, dirs: string[]|nil}|nil paths the key may not be (or be under)
+local function _read(path, protected)
+  local function refused(why)
+    return nil, { code = "token_source", field = "token_key_file",
+      message = ("token_key_file %s: %s"):format(path, why) }
+  end
+  if type(path) ~= "string" or path:sub(1, 1) ~= "/" then return refused("must be an absolute path") end
   local ok, sys = pcall(require, "obleth.sys")
-  if ok then
-    local st = sys.stat(path)
-    if not st or st.type ~= "file" or st.size == 0 or st.size > M.MAX_KEY_FILE then return nil, refused end
+  if not ok then return refused("cannot be checked without the obleth host") end
+  local st = sys.stat(path)
+  if not st then return refused("does not exist, or this process cannot reach it") end
+  if st.type ~= "file" then return refused("is not a regular file") end
+  local real = sys.realpath(path) or path
+  for _, f in ipairs(protected and protected.files or {}) do
+    local fst = sys.stat(f)
+    if (fst and fst.dev == st.dev and fst.ino == st.ino) or real == (sys.realpath(f) or f) then
+      return refused("is obleth's own database, never a JWT key")
+    end
+  end
+  for _, d in ipairs(protected and protected.dirs or {}) do
+    local rd = (sys.realpath(d) or d):gsub("/+$", "")
+    if rd ~= "" and real:sub(1, #rd + 1) == rd .. "/" then
+      return refused(("is under obleth's state directory %s, never a JWT key"):format(rd))
+    end
+  end
+  local euid = sys.geteuid()
+  if st.uid ~= euid then
+    return refused(("is owned by uid %d, not by the service user (uid %d): chown it"):format(st.uid, euid))
+  end
+  if st.mode & 0x36 ~= 0 then -- 0066: group or others may read or write it
+    return refused(("is readable or writable by group or others (mode %04o): chmod 600 it"):format(st.mode))
+  end
+  if st.size == 0 or st.size > M.MAX_KEY_FILE then
+    return refused(("must hold 1 byte to %d KiB (it has %d bytes)"):format(M.MAX_KEY_FILE // 1024, st.size))
   end
   local fh = io.open(path, "rb")
-  if not fh then return nil, refused end
+  if not fh then return refused("this process cannot read it") end
   local s = fh:read(M.MAX_KEY_FILE + 1)
   fh:close()
-  if not s or #s == 0 or #s > M.MAX_KEY_FILE then return nil, refused end
+  if not s or #s == 0 or #s > M.MAX_KEY_FILE then return refused("changed while it was read") end
   return s
 end
 M.read_key_file = _read
 
-local function _run(cmd, timeout)
-  local shq = require("obleth.job.shell").quote
-  local fh = io.popen(("timeout %d /bin/sh -c %s"):format(timeout, shq(cmd)), "r")
-  if not fh then return nil, { code = "token_source", field = "token_command", message = "cannot start /bin/sh" } end
-  local out = fh:read("a")
-  local ok, how, code = fh:close()
-  if not ok then
-    return nil, { code = "token_source", field = "token_command",
-      message = how == "exit" and code == 124 and ("timed out after %d s"):format(timeout)
-        or ("exited with %s %s"):format(tostring(how), tostring(code)) }
+--- The paths a key file may never be in this process: obleth's database (and its -wal, -shm), and
+--- its state directories (systemd's STATE_DIRECTORY, colon-separated, as the units set it).
+---@param db string|nil the database file
+---@param state_dirs string|nil default: os.getenv("STATE_DIRECTORY")
+---@return {files: string[], dirs: string[]}
+function M.protected_paths(db, state_dirs)
+  local p = { files = {}, dirs = {} }
+  if db then
+    for _, suffix in ipairs({ "", "-wal", "-shm", "-journal" }) do p.files[#p.files + 1] = db .. suffix end
   end
-  return out
+  for d in (state_dirs or os.getenv("STATE_DIRECTORY") or ""):gmatch("[^:]+") do p.dirs[#p.dirs + 1] = d end
+  return p
+end
+
+--- The largest output of token_command kept (a JWT is a few hundred bytes): more kills the
+--- command and is an error. Its stderr is kept up to MAX_COMMAND_STDERR bytes, for the log.
+M.MAX_COMMAND_OUTPUT = 64 * 1024
+M.MAX_COMMAND_STDERR = 2048
+--- What token_command's environment holds besides PATH, HOME and LANG (never an OBLETH_ variable:
+--- the child does not get the admin token or any other setting of the daemon).
+M.COMMAND_ENV = { "USER", "LOGNAME", "SLURM_CONF", "KRB5CCNAME", "SSH_AUTH_SOCK" }
+
+-- token_command by /bin/sh -c on the event loop (obleth.proc: the loop keeps serving while it
+-- runs), killed with its process group after `timeout` seconds.
+-- Returns stdout | nil, err; and the command's stderr (bounded), for the caller to log.
+local function _run(cmd, timeout)
+  local r, perr = require("obleth.proc").run { argv = { "/bin/sh", "-c", cmd }, timeout = timeout,
+    stdout_limit = M.MAX_COMMAND_OUTPUT, stderr_limit = M.MAX_COMMAND_STDERR, inherit = M.COMMAND_ENV }
+  if not r then return nil, { code = "token_source", field = "token_command", message = perr.message } end
+  local msg
+  if r.timed_out then msg = ("timed out after %d s (killed)"):format(timeout)
+  elseif r.stdout_truncated then msg = ("printed more than %d KiB (killed)"):format(M.MAX_COMMAND_OUTPUT // 1024)
+  elseif r.signal then msg = "was killed by SIG" .. r.signal
+  elseif r.status ~= 0 then msg = ("exited with status %d"):format(r.status) end
+  if msg then return nil, { code = "token_source", field = "token_command", message = msg }, r.stderr end
+  return r.stdout, nil, r.stderr
 end
 
 local Source = {}
@@ -81,7 +141,9 @@ function M.new(opts)
   opts = opts or {}
   local allow = opts.allow_command
   if allow == nil then allow = os.getenv("OBLETH_ALLOW_TOKEN_COMMAND") == "1" end
-  return setmetatable({ now = opts.now or os.time, read = opts.read or _read, run = opts.run or _run, hmac = opts.hmac,
+  local protected = opts.protected or M.protected_paths(nil)
+  local read = opts.read or function(path) return _read(path, protected) end
+  return setmetatable({ now = opts.now or os.time, read = read, run = opts.run or _run, hmac = opts.hmac,
     log = opts.log or require("obleth.log"), allow_command = allow, cache = nil, err = nil }, Source)
 end
 
@@ -108,7 +170,14 @@ function Source:_fetch(s, now)
       return nil, { code = "token_source", field = "token_command", message = "token_command is not run on this "
         .. "host: set OBLETH_ALLOW_TOKEN_COMMAND=1 in the daemon's environment to allow it" }
     end
-    local out, cerr = self.run(s.token_command, M.COMMAND_TIMEOUT)
+    local out, cerr, stderr = self.run(s.token_command, M.COMMAND_TIMEOUT)
+    if stderr and stderr ~= "" then
+      -- bounded (MAX_COMMAND_STDERR), and redacted: every secret the log knows, and anything
+      -- shaped like a JWT (the token it may have printed there too)
+      local red = stderr:gsub("eyJ[%w_%-]*%.[%w_%-]+%.[%w_%-]*", "[redacted]")
+      if self.log.redact then red = self.log.redact(red) end
+      self.log.warn("slurm_token_command_stderr", { stderr = red })
+    end
     if not out then
       return nil, { code = "token_source", field = "token_command", message = "token_command " .. cerr.message }
     end
