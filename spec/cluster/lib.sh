@@ -297,9 +297,9 @@ mint_token() {
 
 API_VERSIONS=(v0.0.46 v0.0.45 v0.0.44 v0.0.43 v0.0.42 v0.0.41 v0.0.40 v0.0.39 v0.0.38 v0.0.37 v0.0.36)
 
-# The API versions obleth's Slurm bindings speak (lua/obleth/slurm/submit.lua's VERSIONS), one a line.
+# The API versions obleth's Slurm bindings speak (lua/obleth/slurm/versions.lua's list), one a line.
 obleth_api_versions() {
-  grep -m1 -E '^local VERSIONS *=' "$REPO/lua/obleth/slurm/submit.lua" 2>/dev/null | grep -oE 'v0\.0\.[0-9]+' || true
+  grep -m1 -E '^M\.known *=' "$REPO/lua/obleth/slurm/versions.lua" 2>/dev/null | grep -oE 'v0\.0\.[0-9]+' || true
 }
 
 # Print the newest API version whose ping answers with token $1; fail if none. With $2 = known,
