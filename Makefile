@@ -111,6 +111,8 @@ install: all
 	if [ -d recipes ]; then cp -R recipes $(DESTDIR)$(PREFIX)/share/obleth/; fi
 	rm -rf $(DESTDIR)$(PREFIX)/share/obleth/web
 	cp -R build/web $(DESTDIR)$(PREFIX)/share/obleth/web
+	rm -rf $(DESTDIR)$(PREFIX)/share/obleth/docs
+	cp -R docs $(DESTDIR)$(PREFIX)/share/obleth/docs
 	install -d $(DESTDIR)$(PREFIX)/share/doc/obleth
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/obleth/
 

@@ -9,31 +9,82 @@
  *   ok, a, b, ... = jsonscan.fields(text, "model", "stream", ...)
  *     -> true, then the value of each named member of the top-level object, in order:
  *        a string, a number, a boolean, or nil when the member is missing,
- *        null, an object or an array. A name given twice in the text: the last
- *        one counts (as with cjson and Python's json).
- *     -> nil, message  when text is not one JSON value (RFC 8259), or the top
+ *        null, an object or an array.
+ *     -> nil, message, kind, key  when text is not one JSON value (RFC 8259), or the top
  *        level is not an object: the message names the byte offset (1-based).
+ *   ok, message, kind, key = jsonscan.check(text)
+ *     -> true when text is one JSON value (any top level), else nil, message, kind, key.
+ *   kind: "syntax", "utf8" (a string that is not valid UTF-8) or "duplicate_key" (an
+ *   object, at any depth, names a member twice; key is that name, printable: control
+ *   characters, quotes and backslashes escaped, at most 64 bytes). Messages never
+ *   hold bytes of the text, only offsets and (for a duplicate) the escaped key.
  *   At most 32 names; nesting deeper than MAX_DEPTH (1000) is an error.
  *
- * The whole text is checked (strings, escapes, numbers, literals, nesting,
- * nothing after the value), so what it accepts cjson accepts too; like cjson
- * it does not check that strings are valid UTF-8.
+ * The whole text is checked (strings, escapes, numbers, literals, nesting, UTF-8
+ * inside strings, unique member names, nothing after the value), so what it accepts
+ * cjson accepts too.
  */
 #include "host.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_DEPTH 1000
 #define MAX_NAMES 32
 
+/* A member name seen in an object still open: its bytes in the text when it had no
+   escape (at), else decoded into the arena (off). */
+typedef struct {
+    const unsigned char *at;
+    size_t off, len;
+    unsigned hash;
+} name_ref;
+
 typedef struct {
     const unsigned char *p, *end, *start;
     const char *err;
+    const char *kind;           /* "syntax" | "utf8" | "duplicate_key" */
+    const unsigned char *dup;   /* the duplicate's name (in the text or the arena) */
+    size_t dup_len;
+    int dup_in_arena;
+    size_t dup_off;
+    /* the names of the objects still open, innermost last; owned, freed by scan_free */
+    name_ref *names;
+    size_t nnames, cap;
+    unsigned char *arena;
+    size_t alen, acap;
+    name_ref inline_names[64];
 } scan;
 
+static void scan_init(scan *s, const char *text, size_t len) {
+    s->p = s->start = (const unsigned char *)text;
+    s->end = s->p + len;
+    s->err = NULL;
+    s->kind = NULL;
+    s->dup = NULL;
+    s->dup_len = 0;
+    s->dup_in_arena = 0;
+    s->dup_off = 0;
+    s->names = s->inline_names;
+    s->nnames = 0;
+    s->cap = sizeof s->inline_names / sizeof s->inline_names[0];
+    s->arena = NULL;
+    s->alen = s->acap = 0;
+}
+
+static void scan_free(scan *s) {
+    if (s->names != s->inline_names) free(s->names);
+    free(s->arena);
+    s->names = s->inline_names;
+    s->arena = NULL;
+}
+
 static int fail(scan *s, const char *msg) {
-    if (!s->err) s->err = msg;
+    if (!s->err) {
+        s->err = msg;
+        if (!s->kind) s->kind = "syntax";
+    }
     return -1;
 }
 
@@ -76,6 +127,34 @@ static void put_utf8(luaL_Buffer *b, unsigned cp) {
     luaL_addlstring(b, u, (size_t)n);
 }
 
+/* One UTF-8 character at s->p (its first byte >= 0x80), RFC 3629: no overlong form,
+   no surrogate, nothing above U+10FFFF. Skips it, or fails with kind "utf8". */
+static int utf8_char(scan *s) {
+    const unsigned char *q = s->p;
+    size_t left = (size_t)(s->end - q);
+    unsigned c = q[0];
+    int n;
+    unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else n = 0;
+    int ok = n > 0 && left >= (size_t)n && q[1] >= lo && q[1] <= hi;
+    for (int i = 2; ok && i < n; i++) ok = q[i] >= 0x80 && q[i] <= 0xBF;
+    if (!ok) {
+        s->kind = "utf8";
+        return fail(s, "a string that is not valid UTF-8");
+    }
+    s->p += n;
+    return 0;
+}
+
 /* A string at s->p (on its opening quote). With b, its decoded value is added
    to b (the caller has luaL_buffinit'ed it); without, it is only checked.
    *raw and *rawlen get the bytes between the quotes when the string has no escape
@@ -84,11 +163,13 @@ static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *ra
     s->p++; /* the quote */
     const unsigned char *from = s->p;
     int esc = 0;
-    static unsigned char plain[256]; /* bytes that stand for themselves in a string */
+    static unsigned char plain[256]; /* ASCII bytes that stand for themselves in a string */
     if (!plain['a'])
-        for (int c = 0x20; c < 256; c++) plain[c] = c != '"' && c != '\\';
+        for (int c = 0x20; c < 0x80; c++) plain[c] = c != '"' && c != '\\';
     while (s->p < s->end) {
-        while (s->p < s->end && plain[*s->p]) s->p++;
+        const unsigned char *q = s->p, *end = s->end; /* locals: plain[] is char, it may alias s */
+        while (q < end && plain[*q]) q++;
+        s->p = q;
         if (s->p >= s->end) break;
         unsigned char c = *s->p;
         if (c == '"') {
@@ -101,6 +182,10 @@ static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *ra
             return 0;
         }
         if (c < 0x20) return fail(s, "a control character inside a string");
+        if (c >= 0x80) {
+            if (utf8_char(s) < 0) return -1;
+            continue;
+        }
         if (c != '\\') { s->p++; continue; }
         esc = 1;
         if (b && from < s->p) luaL_addlstring(b, (const char *)from, (size_t)(s->p - from));
@@ -135,6 +220,180 @@ static int string(scan *s, luaL_Buffer *b, const unsigned char **raw, size_t *ra
         from = s->p;
     }
     return fail(s, "a string that never ends");
+}
+
+/* ---- member names: each object's names are kept while it is open, to refuse a duplicate ---- */
+
+static const unsigned char *name_bytes(const scan *s, const name_ref *r) {
+    return r->at ? r->at : s->arena + r->off;
+}
+
+static unsigned name_hash(const unsigned char *p, size_t n) {
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+static int arena_put(scan *s, const void *p, size_t n) {
+    if (s->alen + n > s->acap) {
+        size_t cap = s->acap ? s->acap * 2 : 256;
+        while (cap < s->alen + n) cap *= 2;
+        unsigned char *a = realloc(s->arena, cap);
+        if (!a) return fail(s, "out of memory");
+        s->arena = a;
+        s->acap = cap;
+    }
+    memcpy(s->arena + s->alen, p, n);
+    s->alen += n;
+    return 0;
+}
+
+static int arena_utf8(scan *s, unsigned cp) {
+    unsigned char u[4];
+    size_t n;
+    if (cp < 0x80) { u[0] = (unsigned char)cp; n = 1; }
+    else if (cp < 0x800) { u[0] = (unsigned char)(0xC0 | (cp >> 6)); u[1] = (unsigned char)(0x80 | (cp & 0x3F)); n = 2; }
+    else if (cp < 0x10000) {
+        u[0] = (unsigned char)(0xE0 | (cp >> 12)); u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (unsigned char)(0x80 | (cp & 0x3F)); n = 3;
+    } else {
+        u[0] = (unsigned char)(0xF0 | (cp >> 18)); u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+        u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (unsigned char)(0x80 | (cp & 0x3F)); n = 4;
+    }
+    return arena_put(s, u, n);
+}
+
+/* Decode a name with escapes (already checked by string(), at its opening quote) into the arena. */
+static int name_decode(scan *s, const unsigned char *q, size_t *off, size_t *len) {
+    *off = s->alen;
+    q++;
+    for (;;) {
+        const unsigned char *from = q;
+        while (*q != '"' && *q != '\\') q++;
+        if (q > from && arena_put(s, from, (size_t)(q - from)) < 0) return -1;
+        if (*q == '"') break;
+        q++;
+        unsigned char c = *q++, e;
+        unsigned cp = 0;
+        switch (c) {
+        case 'b': e = '\b'; break;
+        case 'f': e = '\f'; break;
+        case 'n': e = '\n'; break;
+        case 'r': e = '\r'; break;
+        case 't': e = '\t'; break;
+        case 'u':
+            for (int i = 0; i < 4; i++) cp = cp * 16 + (unsigned)hexval(*q++);
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo = 0;
+                q += 2;
+                for (int i = 0; i < 4; i++) lo = lo * 16 + (unsigned)hexval(*q++);
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (arena_utf8(s, cp) < 0) return -1;
+            continue;
+        default: e = c; break; /* " \ / */
+        }
+        if (arena_put(s, &e, 1) < 0) return -1;
+    }
+    *len = s->alen - *off;
+    return 0;
+}
+
+/* The names of one open object: from names[base]; a hash index once it has many. */
+typedef struct {
+    size_t base, amark;
+    size_t *slots; /* index + 1 into names, 0 = empty; NULL while the object is small */
+    size_t mask;
+    int hashed; /* the names' hashes are computed (only once the object is indexed) */
+} obj_names;
+
+#define INDEX_FROM 16
+
+static void obj_open(scan *s, obj_names *o) {
+    o->base = s->nnames;
+    o->amark = s->alen;
+    o->slots = NULL;
+    o->mask = 0;
+    o->hashed = 0;
+}
+
+static void obj_close(scan *s, obj_names *o) {
+    free(o->slots);
+    o->slots = NULL;
+    s->nnames = o->base;
+    s->alen = o->amark;
+}
+
+static int same_name(const scan *s, const name_ref *a, const name_ref *b) {
+    return a->len == b->len && memcmp(name_bytes(s, a), name_bytes(s, b), a->len) == 0;
+}
+
+static int index_build(scan *s, obj_names *o, size_t size) {
+    size_t *slots = calloc(size, sizeof *slots);
+    if (!slots) return fail(s, "out of memory");
+    free(o->slots);
+    o->slots = slots;
+    o->mask = size - 1;
+    for (size_t j = o->base; j < s->nnames; j++) {
+        name_ref *r = &s->names[j];
+        if (!o->hashed) r->hash = name_hash(name_bytes(s, r), r->len);
+        size_t i = r->hash & o->mask;
+        while (slots[i]) i = (i + 1) & o->mask;
+        slots[i] = j + 1;
+    }
+    o->hashed = 1;
+    return 0;
+}
+
+/* Add the member name at name_at (its opening quote; raw/rawlen: its bytes when it has no
+   escape) to the open object o; fails with kind "duplicate_key" when o has it already. */
+static int obj_add(scan *s, obj_names *o, const unsigned char *name_at, const unsigned char *raw, size_t rawlen) {
+    name_ref r;
+    if (raw) {
+        r.at = raw; r.off = 0; r.len = rawlen;
+    } else {
+        r.at = NULL;
+        if (name_decode(s, name_at, &r.off, &r.len) < 0) return -1;
+    }
+    r.hash = 0;
+    const name_ref *dup = NULL;
+    if (o->slots) {
+        r.hash = name_hash(name_bytes(s, &r), r.len);
+        for (size_t i = r.hash & o->mask; o->slots[i]; i = (i + 1) & o->mask) {
+            const name_ref *q = &s->names[o->slots[i] - 1];
+            if (q->hash == r.hash && same_name(s, q, &r)) { dup = q; break; }
+        }
+    } else {
+        for (size_t j = o->base; j < s->nnames; j++)
+            if (same_name(s, &s->names[j], &r)) { dup = &s->names[j]; break; }
+    }
+    if (dup) {
+        s->kind = "duplicate_key";
+        s->dup_in_arena = r.at == NULL;
+        s->dup = r.at;
+        s->dup_off = r.off;
+        s->dup_len = r.len;
+        return fail(s, "a duplicate key");
+    }
+    if (s->nnames == s->cap) {
+        size_t cap = s->cap * 2;
+        name_ref *n = s->names == s->inline_names ? malloc(cap * sizeof *n) : realloc(s->names, cap * sizeof *n);
+        if (!n) return fail(s, "out of memory");
+        if (s->names == s->inline_names) memcpy(n, s->inline_names, sizeof s->inline_names);
+        s->names = n;
+        s->cap = cap;
+    }
+    s->names[s->nnames++] = r;
+    size_t count = s->nnames - o->base;
+    if (o->slots) {
+        if (count * 2 > o->mask + 1) return index_build(s, o, (o->mask + 1) * 2);
+        size_t i = r.hash & o->mask;
+        while (o->slots[i]) i = (i + 1) & o->mask;
+        o->slots[i] = s->nnames;
+    } else if (count >= INDEX_FROM) {
+        return index_build(s, o, 4 * INDEX_FROM);
+    }
+    return 0;
 }
 
 static int digits(scan *s) {
@@ -182,21 +441,29 @@ static int skip(scan *s, int depth) {
         s->p++;
         ws(s);
         if (s->p < s->end && *s->p == close) { s->p++; return 0; }
+        obj_names o;
+        obj_open(s, &o);
+        int rc;
         for (;;) {
             if (close == '}') {
                 ws(s);
-                if (s->p >= s->end || *s->p != '"') return fail(s, "an object member without a string name");
-                if (string(s, NULL, NULL, NULL) < 0) return -1;
+                if (s->p >= s->end || *s->p != '"') { rc = fail(s, "an object member without a string name"); break; }
+                const unsigned char *name_at = s->p, *raw = NULL;
+                size_t nl = 0;
+                if (string(s, NULL, &raw, &nl) < 0 || obj_add(s, &o, name_at, raw, nl) < 0) { rc = -1; break; }
                 ws(s);
-                if (s->p >= s->end || *s->p != ':') return fail(s, "a ':' is missing after a member name");
+                if (s->p >= s->end || *s->p != ':') { rc = fail(s, "a ':' is missing after a member name"); break; }
                 s->p++;
             }
-            if (skip(s, depth + 1) < 0) return -1;
+            if (skip(s, depth + 1) < 0) { rc = -1; break; }
             ws(s);
             if (s->p < s->end && *s->p == ',') { s->p++; continue; }
-            if (s->p < s->end && *s->p == close) { s->p++; return 0; }
-            return fail(s, close == '}' ? "a ',' or '}' is missing" : "a ',' or ']' is missing");
+            if (s->p < s->end && *s->p == close) { s->p++; rc = 0; break; }
+            rc = fail(s, close == '}' ? "a ',' or '}' is missing" : "a ',' or ']' is missing");
+            break;
         }
+        obj_close(s, &o);
+        return rc;
     }
     default:
         if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')) return number(s);
@@ -223,25 +490,30 @@ static int walk_object(scan *s, member_fn on_member, void *ctx) {
     if (s->p < s->end && *s->p == '}') {
         s->p++;
     } else {
+        obj_names o;
+        obj_open(s, &o);
+        int rc;
         for (;;) {
             ws(s);
-            if (s->p >= s->end || *s->p != '"') return fail(s, "an object member without a string name");
+            if (s->p >= s->end || *s->p != '"') { rc = fail(s, "an object member without a string name"); break; }
             const unsigned char *name_at = s->p, *raw = NULL;
             size_t nl = 0;
-            if (string(s, NULL, &raw, &nl) < 0) return -1;
+            if (string(s, NULL, &raw, &nl) < 0 || obj_add(s, &o, name_at, raw, nl) < 0) { rc = -1; break; }
             ws(s);
-            if (s->p >= s->end || *s->p != ':') return fail(s, "a ':' is missing after a member name");
+            if (s->p >= s->end || *s->p != ':') { rc = fail(s, "a ':' is missing after a member name"); break; }
             s->p++;
             ws(s);
-            if (s->p >= s->end) return fail(s, "the text ends where a value should be");
+            if (s->p >= s->end) { rc = fail(s, "the text ends where a value should be"); break; }
             int took = on_member(s, name_at, (const char *)raw, nl, ctx);
-            if (took < 0) return -1;
-            if (!took && skip(s, 1) < 0) return -1;
+            if (took < 0 || (!took && skip(s, 1) < 0)) { rc = -1; break; }
             ws(s);
             if (s->p < s->end && *s->p == ',') { s->p++; continue; }
-            if (s->p < s->end && *s->p == '}') { s->p++; break; }
-            return fail(s, "a ',' or '}' is missing");
+            if (s->p < s->end && *s->p == '}') { s->p++; rc = 0; break; }
+            rc = fail(s, "a ',' or '}' is missing");
+            break;
         }
+        obj_close(s, &o);
+        if (rc < 0) return -1;
     }
     ws(s);
     if (s->p < s->end) {
@@ -263,7 +535,9 @@ static int fields_member(scan *s, const unsigned char *name_at, const char *name
     lua_State *L = f->L;
     int decoded = 0;
     if (!name) { /* escapes: decode the name to compare it */
-        scan t = {name_at, s->end, s->start, NULL};
+        scan t;
+        scan_init(&t, (const char *)s->start, (size_t)(s->end - s->start));
+        t.p = name_at;
         luaL_Buffer b;
         luaL_buffinit(L, &b);
         string(&t, &b, NULL, NULL);
@@ -300,6 +574,46 @@ static int fields_member(scan *s, const unsigned char *name_at, const char *name
     return 1;
 }
 
+/* Push nil, message, kind, key (key: nil unless kind is "duplicate_key") for a failed scan;
+   frees the scan. Returns 4. The key is shown escaped: no byte of the text reaches the
+   message unless it is printable ASCII or part of valid UTF-8. */
+static int push_error(lua_State *L, scan *s) {
+    const char *kind = s->kind ? s->kind : "syntax";
+    int at = (int)(s->p - s->start) + 1;
+    char key[64 * 6 + 8];
+    size_t k = 0;
+    if (s->dup_in_arena) s->dup = s->arena + s->dup_off; /* else it points into the text */
+    if (s->dup) {
+        size_t n = s->dup_len;
+        int cut = 0;
+        if (n > 64) {
+            n = 64;
+            while (n > 0 && (s->dup[n] & 0xC0) == 0x80) n--; /* not inside a UTF-8 character */
+            cut = 1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = s->dup[i];
+            if (c == '"' || c == '\\') { key[k++] = '\\'; key[k++] = (char)c; }
+            else if (c < 0x20 || c == 0x7F) k += (size_t)snprintf(key + k, sizeof key - k, "\\u%04x", c);
+            else key[k++] = (char)c;
+        }
+        if (cut) { memcpy(key + k, "...", 3); k += 3; }
+    }
+    int dup = s->dup != NULL;
+    const char *err = s->err ? s->err : "invalid JSON";
+    scan_free(s); /* before anything that can raise */
+    lua_pushnil(L);
+    if (dup) {
+        key[k] = '\0';
+        lua_pushfstring(L, "the key \"%s\" appears twice in one object (at byte %d)", key, at);
+    } else {
+        lua_pushfstring(L, "%s (at byte %d)", err, at);
+    }
+    lua_pushstring(L, kind);
+    if (dup) lua_pushlstring(L, key, k); else lua_pushnil(L);
+    return 4;
+}
+
 static int l_fields(lua_State *L) {
     size_t len;
     const char *text = luaL_checklstring(L, 1, &len);
@@ -311,17 +625,39 @@ static int l_fields(lua_State *L) {
     f.base = lua_gettop(L);
     lua_pushboolean(L, 1);
     for (int i = 0; i < f.n; i++) lua_pushnil(L); /* the results, at base+2 .. base+n+1 */
-    scan s = {(const unsigned char *)text, (const unsigned char *)text + len, (const unsigned char *)text, NULL};
-    if (walk_object(&s, fields_member, &f) == 0) return f.n + 1;
+    scan s;
+    scan_init(&s, text, len);
+    if (walk_object(&s, fields_member, &f) == 0) {
+        scan_free(&s);
+        return f.n + 1;
+    }
     lua_settop(L, f.base);
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s (at byte %d)", s.err ? s.err : "invalid JSON", (int)(s.p - s.start) + 1);
-    return 2;
+    return push_error(L, &s);
+}
+
+static int l_check(lua_State *L) {
+    size_t len;
+    const char *text = luaL_checklstring(L, 1, &len);
+    scan s;
+    scan_init(&s, text, len);
+    int rc = skip(&s, 0);
+    if (rc == 0) {
+        ws(&s);
+        if (s.p < s.end) rc = fail(&s, "more text after the JSON value");
+    }
+    if (rc == 0) {
+        scan_free(&s);
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    return push_error(L, &s);
 }
 
 int luaopen_obleth_jsonscan(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_fields);
     lua_setfield(L, -2, "fields");
+    lua_pushcfunction(L, l_check);
+    lua_setfield(L, -2, "check");
     return 1;
 }

@@ -14,7 +14,8 @@
  *   conn:version()  -> "v0.0.38";  conn:versions() -> array the server serves
  *   conn:has_slurmdb() -> boolean (accounting paths are served)
  *   conn:set_token(jwt); conn:info() -> {url=, socket=, user=, version=}
- *   rest.known_versions -> {"v0.0.44", ..., "v0.0.38"} (newest first)
+ *   rest.known_versions -> {"v0.0.46", ..., "v0.0.38"} (newest first; a copy of
+ *                          obleth.slurm.versions.known, read when this module loads)
  *
  * err = {code = "unreachable"|"timeout"|"auth"|"bad_response"|"unsupported",
  *        message = "...", http_status = n?, expired = true?}
@@ -39,15 +40,43 @@
 
 #define CONN_MT "obleth.slurm.conn"
 
-static const char *known[] = {"v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41",
-                              "v0.0.40", "v0.0.39", "v0.0.38", NULL};
+/* The API versions obleth knows, newest first, as lua/obleth/slurm/versions.lua
+   lists them (the one list): read when this module loads, NULL-terminated. */
+#define MAX_KNOWN 32
+static char known_store[MAX_KNOWN][16];
+static const char *known[MAX_KNOWN + 1];
+
+/* "v0.0.38 to v0.0.46": the oldest and newest of known[]. */
+static void push_known_range(lua_State *L) {
+    int n = 0;
+    while (known[n]) n++;
+    if (n == 0) { lua_pushliteral(L, "none"); return; }
+    lua_pushfstring(L, "%s to %s", known[n - 1], known[0]);
+}
+
+/* Fill known[] from the array at idx; raises on a malformed entry. */
+static void load_known(lua_State *L, int idx) {
+    lua_Integer n = luaL_len(L, idx);
+    if (n < 1 || n > MAX_KNOWN) luaL_error(L, "obleth.slurm.versions: known must list 1 to %d versions", MAX_KNOWN);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i);
+        size_t len;
+        const char *v = lua_tolstring(L, -1, &len);
+        if (!v || len >= sizeof known_store[0] || strncmp(v, "v0.0.", 5) != 0)
+            luaL_error(L, "obleth.slurm.versions: entry %d is not an API version like \"v0.0.45\"", (int)i);
+        memcpy(known_store[i - 1], v, len + 1);
+        known[i - 1] = known_store[i - 1];
+        lua_pop(L, 1);
+    }
+    known[n] = NULL;
+}
 
 typedef struct {
     int closed;
     double timeout;
     int verify;
     char version[16];
-    int has_slurmdb;
+    int has_slurmdb; /* 1: /openapi/v3 lists /slurmdb/ paths, 0: it does not, -1: not read (probed) */
 } conn;
 
 /* uservalue 1: table {url=, socket=, user=, token=, ca_file=, versions={}} */
@@ -274,7 +303,7 @@ static int is_auth_failure_doc(lua_State *L, int idx) {
    Returns the number of known versions found. */
 static int versions_from_openapi(lua_State *L, int conn_idx, int doc_idx) {
     conn *c = lua_touserdata(L, conn_idx);
-    int found[16] = {0};
+    int found[MAX_KNOWN] = {0};
     int has_db = 0;
     lua_getfield(L, doc_idx, "paths");
     if (lua_istable(L, -1)) {
@@ -393,7 +422,7 @@ static void cache_store(lua_State *L, int conn_idx) {
         lua_createtable(L, 0, 3);
         lua_getfield(L, uv, "versions");
         lua_setfield(L, -2, "versions");
-        lua_pushboolean(L, c->has_slurmdb);
+        lua_pushinteger(L, c->has_slurmdb);
         lua_setfield(L, -2, "has_db");
         lua_pushvalue(L, uv + 1);
         lua_setfield(L, -2, "release");
@@ -431,7 +460,7 @@ static int cache_load(lua_State *L, int conn_idx, char *out, size_t outsz) {
         }
         lua_setfield(L, uv, "versions");
         lua_getfield(L, e, "has_db");
-        c->has_slurmdb = lua_toboolean(L, -1);
+        c->has_slurmdb = (int)lua_tointeger(L, -1);
         lua_getfield(L, e, "release");
         lua_setfield(L, uv, "cached_release");
         if (choose_version(L, conn_idx)) {
@@ -471,7 +500,11 @@ static int discover_probe(lua_State *L, int idx) {
         return discover_send(L, path, D_PROBE, idx);
     }
     lua_settop(L, 1);
-    push_err(L, "unsupported", "slurmrestd serves none of the API versions v0.0.38-v0.0.44", 0);
+    push_known_range(L);
+    lua_pushfstring(L, "slurmrestd serves none of the API versions obleth knows (%s)", lua_tostring(L, -1));
+    push_err(L, "unsupported", lua_tostring(L, -1), 0);
+    lua_remove(L, -3);
+    lua_remove(L, -3);
     return 2;
 }
 
@@ -641,6 +674,7 @@ static int l_connect(lua_State *L) {
     int opts = 1;
     conn *c = lua_newuserdatauv(L, sizeof *c, 1);
     memset(c, 0, sizeof *c);
+    c->has_slurmdb = -1;
     c->timeout = 10;
     c->verify = 1;
     luaL_setmetatable(L, CONN_MT);
@@ -667,7 +701,11 @@ static int l_connect(lua_State *L) {
         for (int i = 0; known[i]; i++) if (strcmp(known[i], ver) == 0) ok = 1;
         if (!ok) {
             lua_pop(L, 3);
-            push_err(L, "unsupported", "unknown API version (known: v0.0.38 to v0.0.44, or \"auto\")", 0);
+            push_known_range(L);
+            lua_pushfstring(L, "unknown API version %s (obleth knows %s, or \"auto\")", ver, lua_tostring(L, -1));
+            push_err(L, "unsupported", lua_tostring(L, -1), 0);
+            lua_remove(L, -3);
+            lua_remove(L, -3);
             return 2;
         }
         lua_setfield(L, uv, "pinned");
@@ -757,6 +795,17 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
         push_json(L, raw);
         int json = lua_istable(L, -1);
         lua_pop(L, 1);
+        if (!json && strncmp(lua_tostring(L, 3), "/slurmdb/", 9) == 0 && c->has_slurmdb != 1) {
+            /* accounting paths are not served while the /slurm/ ones are: slurmdbd
+               accounting is not configured. No new discovery: it would read the
+               2 MB /openapi/v3 again on every accounting call and blame the version. */
+            lua_settop(L, 4);
+            push_err(L, "no_accounting",
+                     "slurmrestd serves no accounting (/slurmdb/) paths: Slurm accounting (slurmdbd, "
+                     "AccountingStorageType=accounting_storage/slurmdbd) is not configured on this cluster",
+                     404);
+            return 2;
+        }
         if (!json) {
             lua_settop(L, 4);
             lua_pushcfunction(L, discover);
@@ -809,7 +858,7 @@ static int conn_versions(lua_State *L) {
 
 static int conn_has_slurmdb(lua_State *L) {
     conn *c = check_conn(L, 1);
-    lua_pushboolean(L, c->has_slurmdb);
+    lua_pushboolean(L, c->has_slurmdb == 1);
     return 1;
 }
 
@@ -869,6 +918,13 @@ int luaopen_obleth_slurm_rest(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.slurm.json_decode");
     lua_pop(L, 1);
     obleth_newclass(L, CONN_MT, &(obleth_class){.methods = methods, .close = conn_close, .tostring = conn_tostring});
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "obleth.slurm.versions");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "known");
+    luaL_checktype(L, -1, LUA_TTABLE);
+    load_known(L, lua_gettop(L));
+    lua_pop(L, 2);
     luaL_newlib(L, funcs);
     lua_newtable(L);
     for (int i = 0; known[i]; i++) {

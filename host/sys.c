@@ -10,7 +10,7 @@
  *   hostname()              -> string
  *   random_hex(nbytes)      -> 2*nbytes hex chars from getrandom(2)
  *   consteq(a, b)           -> boolean; time depends only on the lengths
- *   stat(path)              -> {type="file"|"dir"|"other", size=, mtime=, mode=} | nil, err
+ *   stat(path[, nofollow])  -> {type="file"|"dir"|"link"|"other", size=, mtime=, mode=} | nil, err (nofollow: lstat)
  *   listdir(path)           -> array of names (no "." / "..") | nil, err
  *   mkdir(path, mode?)      -> true | nil, err (exists is fine)
  *   rename(from, to)        -> true | nil, err (atomic on one filesystem)
@@ -110,12 +110,15 @@ static int l_consteq(lua_State *L) {
     return 1;
 }
 
+/* stat(path[, nofollow]): {type = "file"|"dir"|"link"|"other", size, mtime, mode}; with nofollow
+ * true a symbolic link is described itself (lstat), type "link". */
 static int l_stat(lua_State *L) {
     const char *p = luaL_checkstring(L, 1);
+    int nofollow = lua_toboolean(L, 2);
     struct stat st;
-    if (stat(p, &st) != 0) return push_errno(L, p);
+    if ((nofollow ? lstat(p, &st) : stat(p, &st)) != 0) return push_errno(L, p);
     lua_createtable(L, 0, 4);
-    lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : "other");
+    lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir" : S_ISLNK(st.st_mode) ? "link" : "other");
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, (lua_Integer)st.st_size);
     lua_setfield(L, -2, "size");

@@ -8,7 +8,8 @@ if (major < 18) {
   process.exit(1);
 }
 const esbuild = await import('esbuild');
-import { mkdir, rm, writeFile, readFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile, readFile, readdir } from 'node:fs/promises';
+import { gzipSync, constants as zlibConstants } from 'node:zlib';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -62,4 +63,17 @@ const html = `<!doctype html>
 </html>
 `;
 await writeFile(path.join(out, 'index.html'), html);
+
+// Each asset also gzipped at build time (<name>.gz beside it): obleth serve answers it with
+// Content-Encoding: gzip to a browser that accepts it, and compresses nothing itself.
+const sizes = [];
+for (const f of await readdir(assets)) {
+  const body = await readFile(path.join(assets, f));
+  const gz = gzipSync(body, { level: zlibConstants.Z_BEST_COMPRESSION });
+  if (gz.length < body.length) {
+    await writeFile(path.join(assets, `${f}.gz`), gz);
+    sizes.push(`${f} ${body.length} -> ${gz.length} B gzipped`);
+  }
+}
 console.log(`web: ${path.relative(process.cwd(), out)}/index.html, assets/${names['.js']}, assets/${names['.css']}`);
+console.log(`web: ${sizes.join('; ')}`);

@@ -9,7 +9,7 @@ local N = require "obleth.slurm.normalize"
 local cjson = require("cjson").new()
 cjson.decode_max_depth(64)
 
-local VERSIONS = { "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44" }
+local VERSIONS = require("obleth.slurm.versions").known -- every version obleth knows
 local LISTS = { "jobs", "db_jobs", "nodes", "partitions", "accounts", "associations", "qos", "errors", "warnings" }
 local ODD = { cjson.null, "", "x", -1, 0, 4294967294, 4294967295, 18446744073709551614, 1e308, -1e308, 0.5,
   true, false, {}, { set = true, infinite = true }, { set = false }, { set = true, number = "7" }, { 1, 2 },
@@ -56,6 +56,8 @@ local function run(doc, v)
   N.ping(doc, v)
   N.diag(doc, v)
   N.submit_response(doc, v, 200)
+  assert(type(N.cancel_failures(doc)) == "table", "cancel_failures")
+  N.mark_listed(N.partitions(doc, v), N.partitions(doc, v))
 end
 
 return function(data)

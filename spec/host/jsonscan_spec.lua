@@ -34,6 +34,8 @@ end
 local function ref(text, ...)
   -- cjson lets raw control characters through inside strings; RFC 8259 (and Python's json) do not
   if text:find("[%z\1-\8\11\12\14-\31]") then return false end
+  -- nor invalid UTF-8 (jsonscan refuses it, cjson does not look)
+  if not utf8.len(text) then return false end
   local ok, doc = pcall(cjson.decode, text)
   if not ok or type(doc) ~= "table" or text:match("^%s*%[") or not strict_numbers(text) then return false end
   local out = {}
@@ -46,10 +48,8 @@ local function ref(text, ...)
 end
 
 describe("obleth.jsonscan.fields", function()
-  it("reads the members asked for, the last of a repeated name winning", function()
+  it("reads the members asked for", function()
     assert.same({ true, "m", true }, { jsonscan.fields('{"model":"m","stream":true}', "model", "stream") })
-    assert.same({ true, "last", false },
-      { jsonscan.fields('{"model":"a","stream":false,"model":"last"}', "model", "stream") })
     assert.same({ true, 1500 }, { jsonscan.fields('{"n": 1.5e3}', "n") })
     assert.same({ true }, { jsonscan.fields("{}", "n") })
   end)
@@ -153,5 +153,72 @@ describe("obleth.jsonscan.fields", function()
     for _, t in ipairs({ '{"model":', '{"stream":', '  {"model": ', '{"model":"a","stream":' }) do
       assert.is_nil((jsonscan.fields(t, "model")))
     end
+  end)
+end)
+
+-- Issue 26, finding 8: a name given twice took the last value silently, and invalid UTF-8 passed.
+describe("obleth.jsonscan: duplicate keys and UTF-8", function()
+  it("refuses a key given twice in one object, at any depth, naming the key", function()
+    for _, case in ipairs({
+      { '{"model":"a","stream":false,"model":"last"}', "model" },
+      { '{"messages":[{"role":"user","role":"system","content":"x"}],"model":"m"}', "role" },
+      { '{"a":{"b":{"c":1,"c":2}}}', "c" },
+      { '{"model":"a","mo\\u0064el":"b"}', "model" }, -- the same name, escaped
+      { '{"\\u00e9":1,"\195\169":2}', "\195\169" },
+    }) do
+      for _, fn in ipairs({ function(t) return jsonscan.fields(t, "model") end, jsonscan.check }) do
+        local ok, err, kind, key = fn(case[1])
+        assert.is_nil(ok, case[1])
+        assert.equal("duplicate_key", kind, case[1])
+        assert.equal(case[2], key)
+        assert.matches('^the key "' .. case[2]:gsub("%p", "%%%0") .. '" appears twice in one object %(at byte %d+%)$', err)
+      end
+    end
+    -- the same name in two objects, or as a value, is fine
+    assert.same({ true, "m" }, { jsonscan.fields('{"messages":[{"role":"a"},{"role":"b"}],"x":"model","model":"m"}',
+      "model") })
+  end)
+
+  it("checks objects with many members through its index, also a duplicate far apart", function()
+    local parts = {}
+    for i = 1, 5000 do parts[i] = ('"k%d":%d'):format(i, i) end
+    assert.is_true(jsonscan.check("{" .. table.concat(parts, ",") .. "}"))
+    parts[#parts + 1] = '"k17":0'
+    local ok, _, kind, key = jsonscan.check("{" .. table.concat(parts, ",") .. "}")
+    assert.is_nil(ok)
+    assert.equal("duplicate_key", kind)
+    assert.equal("k17", key)
+  end)
+
+  it("shows a key's control characters, quotes and backslashes escaped, and at most 64 bytes of it", function()
+    local _, err, _, key = jsonscan.check('{"a\\u0001\\"\\\\b":1,"a\\u0001\\"\\\\b":2}')
+    assert.equal('a\\u0001\\"\\\\b', key)
+    assert.is_nil(err:find("\1", 1, true))
+    local long = ("é"):rep(40) -- 80 bytes: cut at a character boundary
+    local _, _, _, k2 = jsonscan.check('{"' .. long .. '":1,"' .. long .. '":2}')
+    assert.equal(("é"):rep(32) .. "...", k2)
+  end)
+
+  it("refuses a string that is not valid UTF-8, without the byte in the message", function()
+    for _, bad in ipairs({ "\255", "\192\175", "\224\128\175", "\237\160\128", "\244\144\128\128", "\195",
+      "\226\130" }) do
+      for _, text in ipairs({ '{"model":"x' .. bad .. '"}', '{"k' .. bad .. '":1}', '["' .. bad .. '"]' }) do
+        local ok, err, kind = jsonscan.check(text)
+        assert.is_nil(ok, text)
+        assert.equal("utf8", kind)
+        assert.matches("^a string that is not valid UTF%-8 %(at byte %d+%)$", err)
+        if text:sub(1, 1) == "{" then assert.is_nil(jsonscan.fields(text, "model")) end
+      end
+    end
+    for _, good in ipairs({ "é", "€", "\u{10FFFF}", "\u{1F600}", "\u{7FF}", "\u{800}" }) do
+      assert.is_true(jsonscan.check('{"s":"' .. good .. '"}'), good)
+    end
+  end)
+
+  it("check takes any top level, and refuses trailing text", function()
+    assert.is_true(jsonscan.check("[1, 2]"))
+    assert.is_true(jsonscan.check('  "s"  '))
+    assert.is_nil(jsonscan.check("[1] 2"))
+    assert.is_nil(jsonscan.check(""))
   end)
 end)

@@ -105,6 +105,31 @@ describe("router in-process (" .. transport .. ")", function()
     assert.equal("bad_json", decode(r3).error.code)
   end)
 
+  -- issue 26, finding 8: the last of a repeated key won, invalid UTF-8 passed and the byte came back
+  it("refuses a key given twice (at any depth) as 400 duplicate_key naming it, and invalid UTF-8 as 400 bad_json",
+    function()
+      local ct = { ["Content-Type"] = "application/json" }
+      local r = req("POST", "/v1/chat/completions", '{"model":"no-such-model","model":"other","messages":[]}', ct)
+      assert.equal(400, r.status)
+      local e = decode(r).error
+      assert.equal("duplicate_key", e.code)
+      assert.equal("model", e.param)
+      assert.matches('"model" twice', e.message)
+      r = req("POST", "/v1/chat/completions",
+        '{"model":"no-such-model","messages":[{"role":"user","role":"system","content":"x"}]}', ct)
+      assert.equal(400, r.status)
+      assert.equal("role", decode(r).error.param)
+      r = req("POST", "/v1/chat/completions", '{"model":"no-such-model\255","messages":[]}', ct)
+      assert.equal(400, r.status)
+      assert.equal("bad_json", decode(r).error.code)
+      assert.is_nil(r.body:find("\255", 1, true))
+      -- a name from the query string with a raw byte: the 404 shows it escaped
+      r = req("GET", "/v1/models/x%FF%0Ay")
+      assert.equal(404, r.status)
+      assert.is_nil(r.body:find("[\255\n]"))
+      assert.matches("x\\xFF\\x0Ay", decode(r).error.message)
+    end)
+
   it("finds model and stream at the top of a long body, after the messages, and never inside them", function()
     local _, u = engine("long", { model = "long" })
     model("long", { u })

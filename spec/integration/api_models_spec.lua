@@ -36,6 +36,23 @@ describe("obleth serve: auth, routing and models", function()
     assert.equal("DELETE, GET, HEAD, PUT", headers["allow"])
   end)
 
+  -- issue 26, finding 8: a repeated key silently took the last value
+  it("a key given twice in a body, at any depth, is a 400 duplicate_key naming the key; invalid UTF-8 is bad_json",
+    function()
+      local st, doc = srv:request("POST", "/api/v1/models", '{"name": "a", "name": "b"}')
+      assert.equal(400, st)
+      assert.equal("duplicate_key", doc.error.code)
+      assert.equal("name", doc.error.key)
+      assert.matches('the key "name" appears twice in one object at character %d+', doc.error.message)
+      st, doc = srv:request("POST", "/api/v1/models", '{"name": "a", "endpoints": [{"url": "http://x", "url": "y"}]}')
+      assert.equal(400, st)
+      assert.equal("url", doc.error.key)
+      st, doc = srv:request("POST", "/api/v1/models", '{"name": "a\255"}')
+      assert.equal(400, st)
+      assert.equal("bad_json", doc.error.code)
+      assert.is_nil(doc.error.message:find("\255", 1, true))
+    end)
+
   it("malformed JSON is a 400 that says where; a body over the limit is 413", function()
     local st, doc = srv:request("POST", "/api/v1/models", '{"name": "a",, }')
     assert.equal(400, st)

@@ -53,7 +53,8 @@ describe("obleth serve: the dashboard's files", function()
   teardown(function() srv:cleanup(); rmrf(dir) end)
 
   it("answers index.html on every page path, revalidated every time, with the security headers", function()
-    for _, p in ipairs({ "/", "/signin", "/deployments", "/deployments/new", "/deployments/17", "/keys",
+    for _, p in ipairs({ "/", "/signin", "/deployments", "/deployments/new", "/deployments/17", "/keys", "/cluster",
+      "/docs/replicas-and-failures",
       "/deployments?slurm=1" }) do
       local r = raw(srv, "GET", p)
       assert.equal(200, r.status, p)
@@ -66,6 +67,42 @@ describe("obleth serve: the dashboard's files", function()
     assert.equal(200, h.status)
     assert.equal("", h.body)
     assert_page_headers(h, "HEAD")
+  end)
+
+  it("the built dashboard's main JS: gzipped at build time, answered with Content-Encoding: gzip when the "
+    .. "browser takes it, plain otherwise, Vary: Accept-Encoding on both", function()
+    local built = require("obleth.web").default_dir()
+    local fh = assert(io.open(built .. "/index.html"), "the dashboard is built (make)")
+    local index = fh:read("a")
+    fh:close()
+    local main = assert(index:match('src="/assets/(main%-[%w]+%.js)"'), "index.html names its main JS")
+    local bsrv = server.start { args = { "--web-dir", built } }
+    local ok_, err = pcall(function()
+      local gz = raw(bsrv, "GET", "/assets/" .. main, { ["Accept-Encoding"] = "gzip, deflate, br" })
+      local plain = raw(bsrv, "GET", "/assets/" .. main)
+      assert.equal(200, gz.status)
+      assert.equal("gzip", gz.headers["content-encoding"])
+      assert.equal("Accept-Encoding", gz.headers["vary"])
+      assert.equal("text/javascript; charset=utf-8", gz.headers["content-type"])
+      assert.is_nil(plain.headers["content-encoding"])
+      assert.equal("Accept-Encoding", plain.headers["vary"])
+      assert.is_true(#gz.body < #plain.body / 2, ("%d gzipped vs %d"):format(#gz.body, #plain.body))
+      -- the gzipped body is the plain one (gunzip, not obleth, says so)
+      local tmp = os.tmpname()
+      local out = assert(io.open(tmp, "wb"))
+      out:write(gz.body)
+      out:close()
+      local _, unzipped = util.sh("gunzip -c < " .. util.shq(tmp))
+      os.remove(tmp)
+      assert.equal(plain.body, unzipped)
+      -- gzip;q=0 refuses it; identity only too
+      for _, ae in ipairs({ "gzip;q=0", "identity", "br", "*;q=0" }) do
+        assert.is_nil(raw(bsrv, "GET", "/assets/" .. main, { ["Accept-Encoding"] = ae }).headers["content-encoding"], ae)
+      end
+      assert.equal("gzip", raw(bsrv, "GET", "/assets/" .. main, { ["Accept-Encoding"] = "*" }).headers["content-encoding"])
+    end)
+    bsrv:cleanup()
+    assert(ok_, err)
   end)
 
   it("answers assets with their type, cacheable for a year, and 404 for anything else", function()

@@ -243,6 +243,34 @@ describe("the launch flow on the harness cluster", function()
     end
   end)
 
+  it("a stopped model is launched again under its own name (model_id), then deleted", function()
+    local first = ok("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "again-1",
+      values = { replicas = 0 } })
+    local id = first.model.id
+    -- still launched: launching it again is refused on model_id
+    local st, doc = srv:request("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", model_id = id,
+      values = { replicas = 0 } })
+    assert.equal(409, st)
+    assert.equal("model_id", doc.error.field)
+    ok("DELETE", "/api/v1/models/" .. id .. "/managed")
+    st, doc = srv:request("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", model_id = id,
+      api_model_name = "another-name", values = { replicas = 0 } })
+    assert.equal(400, st)
+    assert.equal("api_model_name", doc.error.field)
+    -- the page's Launch again: {model_id} alone is the last launch's recipe and settings (values over them)
+    local again = ok("POST", "/api/v1/deployments/launch", { model_id = id, values = { time_limit = "20" } })
+    assert.equal(id, again.model.id)
+    assert.equal("again-1", again.model.name)
+    assert.equal(20, again.spec.time_limit)
+    assert.equal(again.launch.id, again.spec.launch_id)
+    assert.equal(2, #ok("GET", "/api/v1/deployments/launches?model_id=" .. id).launches)
+    st = srv:request("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", model_id = 999999 })
+    assert.equal(404, st)
+    ok("DELETE", "/api/v1/models/" .. id .. "/managed")
+    ok("DELETE", "/api/v1/models/" .. id)
+    assert.equal(404, (srv:request("GET", "/api/v1/models/" .. id)))
+  end)
+
   it("a launch of smoke-test through this flow ends with healthy replicas while the provisioner runs", function()
     prov = provisioner.start { base = srv.base, token = srv.token }
     local res = ok("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "smoke-launch",

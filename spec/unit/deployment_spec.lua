@@ -8,7 +8,7 @@ local recipe = require "obleth.recipe"
 local function policy(name) return require("obleth.policy." .. name) end
 
 local R = assert(recipe.validate({
-  id = "eng", name = "Engine", engine = "custom",
+  id = "eng", name = "Engine", engine = "custom", programs = { "engine" },
   inputs = {
     model = { type = "string", required = true },
     tp = { type = "integer", default = 1, min = 1, max = 8 },

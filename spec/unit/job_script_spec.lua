@@ -3,6 +3,13 @@
 local job = require "obleth.job"
 
 describe("obleth.job.script", function()
+  -- the lines that report the job's last words when the provisioner gave it a report URL (job.REPORT_LINES)
+  local function wrapper(cmd)
+    local out = {}
+    for i, l in ipairs(job.REPORT_LINES) do out[i] = (l:gsub("@CMD@", function() return cmd end)) end
+    assert.equal("  " .. cmd .. " &", out[2])
+    return table.concat(out, "\n")
+  end
   local function spec(over)
     local s = { launch_command = "'vllm' 'serve' '/m' --port \"${OBLETH_PORT}\"", preamble = { "ulimit -n 65536" } }
     for k, v in pairs(over or {}) do s[k] = v end
@@ -16,6 +23,7 @@ describe("obleth.job.script", function()
       "# obleth replica: model $OBLETH_API_MODEL_NAME, replica $OBLETH_REPLICA_ID",
       "module load 'cuda/12' 'a b'",
       "ulimit -n 65536",
+      wrapper("apptainer exec --nv '/site/images/vllm 0.6.sif' 'vllm' 'serve' '/m' --port \"${OBLETH_PORT}\""),
       "exec apptainer exec --nv '/site/images/vllm 0.6.sif' 'vllm' 'serve' '/m' --port \"${OBLETH_PORT}\"",
     }, "\n") .. "\n", script)
   end)
@@ -24,6 +32,7 @@ describe("obleth.job.script", function()
     for _, image in ipairs({ "", false }) do
       local script = job.script(spec { image = image or nil, preamble = {} }, {})
       assert.equal("#!/bin/bash\n# obleth replica: model $OBLETH_API_MODEL_NAME, replica $OBLETH_REPLICA_ID\n"
+        .. wrapper("'vllm' 'serve' '/m' --port \"${OBLETH_PORT}\"") .. "\n"
         .. "exec 'vllm' 'serve' '/m' --port \"${OBLETH_PORT}\"\n", script)
     end
   end)

@@ -160,3 +160,43 @@ describe("policy.partition_fit", function()
     end)
   end)
 end)
+
+describe("policy.partition_fit on nodes read by the normalizer", function()
+  local N = require "obleth.slurm.normalize"
+  -- a v0.0.44 node record: 4 H100s, 32 CPUs, nothing allocated
+  local function rec(name, state)
+    return N.node_record({ name = name, state = state, cpus = 32, alloc_cpus = 0, real_memory = 256000,
+      alloc_memory = 0, gres = "gpu:h100:4", gres_used = "gpu:h100:0(IDX:N/A)", features = {} }, "v0.0.44")
+  end
+  local part = { name = "gpu", node_list = { "g1" }, max_time = math.huge, max_nodes = math.huge, state = "UP" }
+
+  for _, flag in ipairs({ "RESERVED", "BLOCKED" }) do
+    it("IDLE+" .. flag .. " is neither idle nor free: the replica cannot start there now", function()
+      local r = fit.partition(part, { rec("g1", { "IDLE", flag }) }, { nodes = 1, gpus_per_node = 4 })
+      assert.equal(1, r.fitting_nodes) -- its configuration fits
+      assert.equal(0, r.idle_fitting_nodes)
+      assert.equal(0, r.free_fitting_nodes)
+      assert.is_false(r.fits)
+      assert.same({}, r.errors) -- not something Slurm refuses
+    end)
+  end
+
+  it("fits is false, with a reason, when every fitting node is busy (Slurm would pend on Resources)", function()
+    local busy = N.node_record({ name = "g1", state = { "MIXED" }, cpus = 32, alloc_cpus = 4, real_memory = 256000,
+      alloc_memory = 1000, gres = "gpu:h100:4", gres_used = "gpu:h100:1(IDX:0)", features = {} }, "v0.0.44")
+    local r = fit.partition(part, { busy }, { nodes = 1, gpus_per_node = 4 })
+    assert.equal(1, r.fitting_nodes)
+    assert.equal(0, r.free_fitting_nodes)
+    assert.is_false(r.fits)
+    assert.matches("every fitting node is busy now", r.reasons[1], 1, true)
+    assert.same({}, r.errors)
+    -- 3 GPUs are free on it: a 3-GPU replica can start now
+    assert.is_true(fit.partition(part, { busy }, { nodes = 1, gpus_per_node = 3, memory_per_node = 1000 }).fits)
+  end)
+
+  it("a plain idle node fits and is free", function()
+    local r = fit.partition(part, { rec("g1", { "IDLE" }) }, { nodes = 1, gpus_per_node = 4 })
+    assert.is_true(r.fits)
+    assert.equal(1, r.free_fitting_nodes)
+  end)
+end)

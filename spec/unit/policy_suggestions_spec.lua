@@ -93,6 +93,31 @@ describe("policy.suggestions", function()
       assert.equal("n1", s[1].node)
     end)
 
+    it("exit 127 (command not found) twice on n1 suggests no node: a missing command fails on every node", function()
+      local failures = require "obleth.policy.failures"
+      local outs = {}
+      for i = 3, 1, -1 do
+        local x = o(i, 100 + i, "FAILED", "n1", { exit_code = 127 })
+        x.failure = failures.classify { state = "FAILED", exit_code = 127, stderr = { "x: line 3: vllm: command not found" } }
+        outs[#outs + 1] = x
+      end
+      assert.equal("command_not_found", outs[1].failure.class)
+      assert.same({}, suggestions.suggest(outs, {}))
+    end)
+
+    it("a start-up failure whose class says it is not the node's fault is not counted against the node", function()
+      local notnode = { class = "python_traceback", node_fault = false }
+      local a, b2 = o(2, 102, "FAILED", "n1", { exit_code = 1 }), o(1, 101, "FAILED", "n1", { exit_code = 1 })
+      a.failure, b2.failure = notnode, notnode
+      assert.same({}, suggestions.suggest({ a, b2 }, {}))
+    end)
+
+    it("start-up failures on n1 and on n2 suggest no node, even when n0 became healthy", function()
+      local s = suggestions.suggest({ o(4, 104, "FAILED", "n1", { exit_code = 1 }), o(3, 103, "FAILED", "n2", { exit_code = 1 }),
+        o(2, 102, "CANCELLED", "n0", { healthy = true }), o(1, 101, "FAILED", "n1", { exit_code = 1 }) }, {})
+      assert.same({}, s)
+    end)
+
     it("one start-up failure is not enough", function()
       assert.same({}, suggestions.suggest({ o(1, 101, "FAILED", "n1") }, {}))
     end)

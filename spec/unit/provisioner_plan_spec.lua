@@ -71,6 +71,12 @@ describe("provisioner plan: reconcile", function()
         end_time = NOW + 3540, time_limit = math.huge }) })
     assert.same({ state = "RUNNING", start_time = NOW - 60, end_time = NOW + 3540, estimated = false },
       st.rows[1].slurm)
+    -- where the job's output goes, as Slurm names it (an empty path is no path)
+    st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { r } } }),
+      { job(1, 1, r.nonce, "RUNNING", { id = 43, node_list = { "n1" }, start_time = NOW - 60, time_limit = 60,
+        stdout = "/logs/obleth-m-43.out", stderr = "" }) })
+    assert.equal("/logs/obleth-m-43.out", st.rows[1].slurm.stdout)
+    assert.is_nil(st.rows[1].slurm.stderr)
   end)
 
   it("never reuses a port another model's live replica holds", function()

@@ -6,6 +6,8 @@ local recipe = require "obleth.recipe"
 local function base(over)
   local r = {
     id = "t", name = "Test", engine = "custom",
+    -- the stand-in programs take an input's text as data (obleth.recipe.contexts)
+    programs = { "engine", "e" },
     inputs = {
       model = { type = "string", required = true },
       tp = { type = "integer", default = 1, min = 1, max = 8 },
@@ -394,7 +396,7 @@ end)
 
 describe("obleth.recipe input patterns stay cheap", function()
   local function with_pattern(p)
-    return recipe.validate({ id = "p", engine = "custom", inputs = { x = { type = "string", pattern = p } },
+    return recipe.validate({ id = "p", engine = "custom", programs = { "e" }, inputs = { x = { type = "string", pattern = p } },
       launch = { "e", "{{ inputs.x }}" } })
   end
 

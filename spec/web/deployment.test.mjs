@@ -149,7 +149,7 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     await card.getByText('Enabled').waitFor();
     assert.equal((await stack.api('GET', '/api/v1/settings/slurm')).json.enabled, true);
 
-    // Stop launching: asks, then the jobs go and the page says the model is not managed
+    // Stop launching: asks, then the jobs go and the page says the model is stopped
     await page.goto(`/deployments/${id}`);
     await page.getByRole('button', { name: 'Stop launching' }).waitFor();
     await pressWithKeyboard(page, 'Stop launching');
@@ -161,7 +161,7 @@ test('a launched model comes up live on its deployment page; restart, pause, res
     await page.keyboard.press('Tab');
     await page.keyboard.press('Enter');
     await stop.waitFor({ state: 'detached' });
-    await page.getByText('Not managed: obleth launches nothing for this model.').waitFor();
+    await page.getByText(/^Stopped: obleth launches nothing for this model/).waitFor();
     await until(async () => (await liveJobs(stack, id)).length === 0, { timeout: 60000, what: 'the jobs cancelled after Stop launching' });
     await shot('stopped');
 

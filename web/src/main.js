@@ -10,10 +10,12 @@ import { Deployment } from './pages/deployment.js';
 import { NewDeployment } from './pages/new-deployment.js';
 import { EditDeployment } from './pages/edit-deployment.js';
 import { Keys } from './pages/keys.js';
+import { Cluster } from './pages/cluster.js';
+import { Docs } from './pages/docs.js';
 import { NotFound } from './pages/not-found.js';
 
 const PAGES = { signin: SignIn, deployments: Deployments, deployment: Deployment,
-  'new-deployment': NewDeployment, 'edit-deployment': EditDeployment, keys: Keys, 'not-found': NotFound };
+  'new-deployment': NewDeployment, 'edit-deployment': EditDeployment, keys: Keys, cluster: Cluster, docs: Docs, 'not-found': NotFound };
 
 function App() {
   const loc = useLocation();
@@ -29,7 +31,7 @@ function App() {
     const main = document.getElementById('main');
     if (main && (document.activeElement === document.body || !document.activeElement)) main.focus();
   }, [loc.path]);
-  return html`<${Page} key=${name + (route.params.modelId || '')} params=${route.params} loc=${loc} />`;
+  return html`<${Page} key=${name + (route.params.modelId || route.params.page || '')} params=${route.params} loc=${loc} />`;
 }
 
 render(html`<${App} />`, document.getElementById('app'));

@@ -7,13 +7,13 @@ const EVENT = 'obleth:navigate';
 
 /** Go to a local path (pathname + search). replace: no new history entry. */
 export function navigate(to, { replace = false } = {}) {
-  if (to === location.pathname + location.search) return;
+  if (to === location.pathname + location.search + location.hash) return;
   history[replace ? 'replaceState' : 'pushState'](null, '', to);
   window.dispatchEvent(new Event(EVENT));
 }
 
 function current() {
-  return { path: location.pathname, search: new URLSearchParams(location.search) };
+  return { path: location.pathname, search: new URLSearchParams(location.search), hash: location.hash };
 }
 
 /** The current location; re-renders on navigate() and on back / forward. */

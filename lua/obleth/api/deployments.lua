@@ -298,7 +298,7 @@ local function _read_body(ctx, extra_keys)
   for k in pairs(b) do
     if not BODY_KEYS[k] and not (extra_keys and extra_keys[k]) then
       return nil, _fail(400, "invalid", ("unknown field %s (recipe_id, hf, api_model_name, values%s)"):format(k,
-        extra_keys and ", save_recipe" or ""), k)
+        extra_keys and ", save_recipe, model_id" or ""), k)
     end
   end
   if _null(b.recipe_id) == _null(b.hf) then
@@ -425,10 +425,48 @@ end
 
 local ABORT = { __name = "obleth.api.deployments.abort" }
 
+-- "Launch again": model_id names a model that exists and is not managed (stopped); the launch
+-- reuses it (its name is the API model name) instead of creating one. Returns the model or a failure.
+local function _relaunch_target(app, b)
+  if _null(b.model_id) then return nil end
+  if math.type(b.model_id) ~= "integer" then
+    return nil, _fail(400, "invalid", "model_id: must be the id of a model (an integer)", "model_id")
+  end
+  local m = app.store:get_model(b.model_id)
+  if not m then return nil, _fail(404, "not_found", ("model %d does not exist"):format(b.model_id), "model_id") end
+  if app.store:get_spec(m.id) then
+    return nil, _fail(409, "conflict", ("model %s is still launched: stop launching it first"):format(m.name), "model_id")
+  end
+  if not _null(b.api_model_name) and b.api_model_name ~= m.name then
+    return nil, _fail(400, "invalid", ("api_model_name: launching model %d again keeps its name %s"):format(m.id, m.name),
+      "api_model_name")
+  end
+  b.api_model_name = m.name
+  return m
+end
+
+-- Launch again as it was: {model_id} alone takes the recipe and the settings of the model's last
+-- launch (values given beside it are laid over them).
+local RECORD_ONLY = { provenance = true, hf = true, saved_recipe_id = true }
+local function _as_last_launch(app, b)
+  if type(b) ~= "table" or math.type(b.model_id) ~= "integer" or not _null(b.recipe_id) or not _null(b.hf) then return end
+  local last = app.store:list_launches({ model_id = b.model_id, limit = 1 })[1]
+  if not last or _null(last.recipe_id) then return end
+  local values = {}
+  for k, v in pairs(type(last.settings) == "table" and last.settings or {}) do
+    if not RECORD_ONLY[k] then values[k] = v end
+  end
+  for k, v in pairs(type(b.values) == "table" and b.values or {}) do values[k] = v end
+  b.recipe_id, b.values = last.recipe_id, values
+end
+
 local function do_launch(ctx)
   local app = ctx.app
-  local b, values = _read_body(ctx, { save_recipe = true })
+  _as_last_launch(app, ctx.json)
+  local b, values = _read_body(ctx, { save_recipe = true, model_id = true })
   if not b then return values.status, values.body, values.headers end
+  local again, af = _relaunch_target(app, b)
+  if af then return af.status, af.body end
   local save, sf = _save_target(app, b.save_recipe)
   if sf then return sf.status, sf.body end
   local pv, c = M.prepare(app, b, values)
@@ -467,7 +505,11 @@ local function do_launch(ctx)
       if x == nil then error(setmetatable({ err = e }, ABORT), 0) end
       return x
     end
-    local model = need(store:create_model { name = v.api_name })
+    local model = again and need(store:get_model(again.id), { code = "not_found", message = "the model is gone",
+      field = "model_id" }) or need(store:create_model { name = v.api_name })
+    if again and store:get_spec(model.id) then
+      need(nil, { code = "conflict", message = ("model %s is still launched"):format(model.name), field = "model_id" })
+    end
     local lid = need(store:add_launch { model_id = model.id, recipe_id = c.recipe.id, settings = record,
       created_by = "admin", created_at = math.floor(app.now()) })
     need(store:put_spec(model.id, pv.spec))

@@ -23,6 +23,7 @@ M.ROUTE_MODULES = {
   "obleth.api.models",
   "obleth.api.managed",
   "obleth.api.replicas",
+  "obleth.api.replica_logs",
   "obleth.api.settings",
   "obleth.api.provisioner",
   "obleth.api.recipes",
@@ -32,6 +33,7 @@ M.ROUTE_MODULES = {
   "obleth.api.session",
   "obleth.api.events",
   "obleth.api.openapi",
+  "obleth.api.docs",
 }
 
 M.METHODS = { GET = true, POST = true, PUT = true, PATCH = true, DELETE = true }
@@ -346,9 +348,13 @@ function App:_dispatch(req, res, found)
   end
   local body
   if not route.raw_body and req.body and req.body:find("%S") and req.method ~= "GET" and req.method ~= "HEAD" then
-    local v, err = json.decode(req.body)
+    local v, err, key = json.decode(req.body)
     if v == nil then
       local at = err and tonumber(err:match("at character (%d+)"))
+      if key then
+        return _reply(errors.fail(400, "duplicate_key", "the body names a key twice: " .. tostring(err), nil,
+          { at = at, key = key }))
+      end
       return _reply(errors.fail(400, "bad_json", "the body is not valid JSON: " .. tostring(err), nil,
         { at = at }))
     end

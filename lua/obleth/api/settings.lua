@@ -213,11 +213,38 @@ local function _partition(p)
     allowed_accounts = _sorted(p.allowed_accounts), denied_accounts = _sorted(p.denied_accounts),
     allowed_qos = _sorted(p.allowed_qos), denied_qos = _sorted(p.denied_qos),
     allowed_groups = _sorted(p.allowed_groups),
+    -- Hidden=YES (null: the API version does not say), the partition's own QoS, PriorityTier
+    hidden = n(p.hidden), qos = n(p.qos), priority_tier = n(p.priority_tier),
+    exclusive = n(p.exclusive), oversubscribe = n(p.oversubscribe),
   }
+end
+
+-- GPUs of a node per type: [{type, total, used, free}] (free = 0 on a node that takes no job).
+local function _gpus_by_type(x)
+  local out = json.array()
+  local g = x.gres and x.gres.gpu
+  if not g then return out end
+  local used = x.gres_used and x.gres_used.gpu and x.gres_used.gpu.by_type or {}
+  local free = x.gres_free and x.gres_free.gpu and x.gres_free.gpu.by_type or {}
+  local types = {}
+  for t in pairs(g.by_type or {}) do types[#types + 1] = t end
+  table.sort(types)
+  if #types == 0 and (g.total or 0) > 0 then
+    local u = x.gres_used and x.gres_used.gpu and x.gres_used.gpu.total or 0
+    out[1] = { type = NULL, total = g.total, used = u, free = x.gpus_free or 0 }
+    return out
+  end
+  for _, t in ipairs(types) do
+    local f = free[t] or 0
+    if (x.gpus_free or 0) == 0 then f = 0 end
+    out[#out + 1] = { type = t, total = g.by_type[t], used = used[t] or 0, free = f }
+  end
+  return out
 end
 
 local function _node(x)
   return {
+    gpus_by_type = _gpus_by_type(x), gpus_used = x.gres_used and x.gres_used.gpu and x.gres_used.gpu.total or 0,
     name = x.name, address = n(x.address), hostname = n(x.hostname), state = _state(x.state), idle = x.idle == true,
     reason = n(x.reason), cpus = n(x.cpus), alloc_cpus = n(x.alloc_cpus), memory = n(x.memory),
     alloc_memory = n(x.alloc_memory), free_memory = n(x.free_memory), features = _sorted(x.features or {}),
@@ -239,6 +266,26 @@ local function _fetch(app)
     user_qos = NULL, warnings = json.array() }
   for _, p in ipairs(parts) do out.partitions[#out.partitions + 1] = _partition(p) end
   for _, x in ipairs(nodes) do out.nodes[#out.nodes + 1] = _node(x) end
+  -- this installation's jobs in the queue or running, with Slurm's reason and (estimated) start
+  out.jobs = json.array()
+  local jobs, jerr = conn:jobs()
+  if jobs then
+    local inst = app.store:instance()
+    local tag = require "obleth.job.tag"
+    for _, j in ipairs(jobs) do
+      local t = tag.parse(j)
+      local base = j.state and j.state.base
+      if t and t.instance == inst and (base == "PENDING" or base == "RUNNING" or base == "CONFIGURING"
+        or base == "COMPLETING" or base == "SUSPENDED") then
+        local m = app.store:get_model(t.model_id)
+        out.jobs[#out.jobs + 1] = { job_id = j.id, model_id = t.model_id, model_name = m and m.name or NULL,
+          slot = t.slot, state = n(base), reason = n(j.reason), partition = n(j.partition), account = n(j.account),
+          qos = n(j.qos), nodes = n(j.nodes), submit_time = n(j.submit_time), start_time = n(j.start_time),
+          estimated = j.estimated == true, time_limit = _limit(j.time_limit) }
+      end
+    end
+    table.sort(out.jobs, function(a, b) return a.job_id < b.job_id end)
+  else out.warnings[#out.warnings + 1] = "jobs: " .. tostring(jerr.message) end
   local accts, aerr = conn:accounts()
   if accts then
     out.accounts = json.array()

@@ -6,6 +6,16 @@ local log = require "obleth.log"
 
 local M = {}
 
+--- Where jobs send their last output lines (OBLETH_JOB_REPORT_URL, default the admin base URL;
+--- "off" or "" = nowhere), and the key their per-replica tokens derive from.
+---@return {url: string, key: string}|nil
+function M.log_report(url, base, token)
+  if url == "off" or url == "" then return nil end
+  url = url or base
+  if not url or not url:match("^https?://") then return nil end
+  return { url = (url:gsub("/+$", "")), key = token }
+end
+
 local spec = {
   interval = { kind = "number", help = "seconds between passes (env OBLETH_PASS_INTERVAL, default 5)" },
   once = { kind = "boolean", help = "run one pass and exit (status 0 when it succeeded)" },
@@ -21,7 +31,9 @@ function M.main(argv)
       "  OBLETH_PASS_INTERVAL,\n",
       "  OBLETH_PROVISIONER_NAME (the lease holder's name), OBLETH_LEASE_TTL (seconds, default 3 intervals,\n",
       "  at least 15), OBLETH_BACKOFF_MAX (longest wait between passes while Slurm is down, default 60),\n",
-      "  OBLETH_HEALTH_CONCURRENCY (health checks in flight at once, 1-4096, default 64)\n")
+      "  OBLETH_HEALTH_CONCURRENCY (health checks in flight at once, 1-4096, default 64),\n",
+      "  OBLETH_JOB_REPORT_URL (the Management API as compute nodes reach it, where jobs send their last\n",
+      "  output lines when they exit; default OBLETH_ADMIN_BASE_URL, \"off\": jobs report nothing)\n")
     return o and 0 or 2
   end
   local base = os.getenv("OBLETH_ADMIN_BASE_URL")
@@ -69,6 +81,7 @@ function M.main(argv)
     backoff_max = tonumber(os.getenv("OBLETH_BACKOFF_MAX") or ""),
     check_concurrency = concurrency,
     policy = ok_policy and policy or nil,
+    log_report = M.log_report(os.getenv("OBLETH_JOB_REPORT_URL"), base, token),
   }
   if o.once then
     local rep, perr = daemon:pass()

@@ -10,6 +10,11 @@ local json = require "obleth.util.json"
 
 local M = {}
 
+--- Seconds per request when --timeout is not given. More than slurmrestd's own wait for a
+--- slurmctld that does not answer (about 10 s on 26.05, then HTTP 502), so a stopped controller
+--- is reported as such (slurmrestd's 502) and not as slurmrestd not answering in time.
+M.DEFAULT_TIMEOUT = 20
+
 M.connection_spec = {
   url = { kind = "string", help = "slurmrestd base URL (env OBLETH_SLURM_URL)" },
   socket = { kind = "string", help = "slurmrestd unix socket (env OBLETH_SLURM_SOCKET)" },
@@ -18,7 +23,7 @@ M.connection_spec = {
   api_version = { kind = "string", arg = "vX", help = "API version, default: the newest both sides know" },
   ca_file = { kind = "string", help = "CA bundle for https" },
   insecure = { kind = "boolean", help = "turn TLS verification off" },
-  timeout = { kind = "number", help = "seconds per request (default 10)" },
+  timeout = { kind = "number", help = "seconds per request (default 20: longer than slurmrestd waits for slurmctld)" },
 }
 
 --- Connection options from parsed flags and the environment. The token is
@@ -48,7 +53,7 @@ function M.connection_options(o)
     url = url, socket = socket, token = token,
     user = o.user or os.getenv("OBLETH_SLURM_USER"),
     version = o.api_version or os.getenv("OBLETH_SLURM_API_VERSION") or "auto",
-    ca_file = o.ca_file, verify = not o.insecure, timeout = o.timeout,
+    ca_file = o.ca_file, verify = not o.insecure, timeout = o.timeout or M.DEFAULT_TIMEOUT,
   }
 end
 
@@ -81,7 +86,7 @@ function M.connect(o)
       return nil, { code = "not_configured", message = "the Management API has no Slurm connection saved" }
     end
     copts = { url = s.url, socket = s.socket, user = s.user, token = s.token, version = s.api_version or "auto",
-      verify = s.verify ~= false, ca_file = s.ca_file }
+      verify = s.verify ~= false, ca_file = s.ca_file, timeout = o.timeout or s.timeout or M.DEFAULT_TIMEOUT }
   else
     local e
     copts, e = M.connection_options(o)
@@ -199,7 +204,8 @@ function sub.cancel(conn, o)
   if not id or id <= 0 then return die("cancel: give a job id (a positive whole number)", 2) end
   local ok, err = conn:cancel(id, o.signal)
   if not ok then return die(errmsg(err)) end
-  if not o.json then print(("cancelled job %d"):format(id)) else print(cjson.encode({ cancelled = id })) end
+  if not o.json then io.stdout:write(("cancelled job %d\n"):format(id))
+  else io.stdout:write(cjson.encode({ cancelled = id }), "\n") end
   return 0
 end
 
@@ -238,10 +244,10 @@ function sub.submit(conn, o)
   local id, res = conn:submit(desc)
   if not id then return die(errmsg(res)) end
   if o.json then
-    print(cjson.encode({ job_id = id, warnings = res }))
+    io.stdout:write(json.encode({ job_id = id, warnings = json.array(fmt.jsonable(res)) }), "\n") -- none: []
   else
-    print(("submitted job %d"):format(id))
-    for _, w in ipairs(res) do print("warning: " .. tostring(w.message)) end
+    io.stdout:write(("submitted job %d\n"):format(id))
+    for _, w in ipairs(res) do io.stdout:write("warning: ", tostring(w.message), "\n") end
   end
   return 0
 end

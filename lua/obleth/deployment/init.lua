@@ -131,10 +131,12 @@ function M.learned_input(launches)
 end
 
 --- Launch history → job outcomes for obleth.policy.suggestions, newest first.
---- Each outcome carries its launch id and that launch's time limit.
+--- Each outcome carries its launch id, that launch's time limit and, when `classify` is given
+--- (obleth.policy.failures.classify), its failure class (`failure`: whether it was the node's fault).
 ---@param launches table[] store launches, newest first, each with `outcomes` (oldest first)
+---@param classify function|nil
 ---@return table[]
-function M.outcomes(launches)
+function M.outcomes(launches, classify)
   local out = {}
   for _, l in ipairs(launches or {}) do
     local s = type(l.settings) == "table" and l.settings or {}
@@ -144,6 +146,11 @@ function M.outcomes(launches)
       out[#out + 1] = { launch_id = l.id, job_id = _v(o.job_id), state = _v(o.state), reason = _v(o.reason),
         exit_code = _v(o.exit_code), node = _v(o.node), started_at = _v(o.started_at),
         ended_at = _v(o.ended_at), healthy = o.healthy == true, time_limit = _v(s.time_limit) }
+      if classify then
+        local x = out[#out]
+        local ok, c = pcall(classify, { state = x.state, reason = x.reason, exit_code = x.exit_code })
+        if ok and c then x.failure = c end
+      end
     end
   end
   -- newest end first across launches (a launch's replicas can outlive the next launch)
@@ -184,6 +191,17 @@ function M.max_node_memory(partition, nodes)
   return best
 end
 
+--- The most CPUs of a partition's nodes, or nil.
+function M.max_node_cpus(partition, nodes)
+  local by_name, best = {}, nil
+  for k, n in pairs(nodes or {}) do by_name[type(k) == "string" and k or n.name] = n end
+  for _, name in ipairs(partition and partition.node_list or {}) do
+    local n = by_name[name]
+    if n and n.cpus and (best == nil or n.cpus > best) then best = n.cpus end
+  end
+  return best
+end
+
 local function _finite(x)
   if x == math.huge then return nil end
   return x
@@ -212,7 +230,8 @@ end
 ---@param facts table|nil
 ---@return table[] {kind, field, value, message, evidence = [...]}
 function M.suggestions(policy, launches, values, facts)
-  return policy("suggestions").suggest(M.outcomes(launches), M.suggestion_ctx(values, facts))
+  local f = policy("failures")
+  return policy("suggestions").suggest(M.outcomes(launches, f and f.classify), M.suggestion_ctx(values, facts))
 end
 
 --- The partition-fit request of a replica, from resolved values.
@@ -262,7 +281,9 @@ function M.partitions(policy, values, facts, req)
         values.account and "" or " (your default account)")
     end
     f.can_run = f.available and #f.errors == 0
-    if f.available then offered[#offered + 1] = p.name end
+    -- Hidden=YES: Slurm shows it only to those who ask for it; offered only when it is the one chosen
+    f.hidden = p.hidden == true
+    if f.available and (not f.hidden or p.name == values.partition) then offered[#offered + 1] = p.name end
   end
   return fits, offered
 end
@@ -331,12 +352,28 @@ function M.cluster_errors(policy, values, facts)
     seen[e.field] = true
     errors[#errors + 1] = { field = e.field, message = e.message, code = e.code }
   end
+  local part = _find_partition(facts, values.partition)
   for _, e in ipairs(policy("validate").check({ partition = values.partition, account = values.account,
-    qos = values.qos, time_limit = values.time_limit }, facts)) do add(e) end
+    qos = values.qos, time_limit = values.time_limit, nodes = values.nodes, cpus_per_node = values.cpus_per_node,
+    gpus_per_node = values.gpus_per_node, memory_per_node = values.memory_per_node,
+    -- the whole node (0 CPUs / 0 MiB) is the partition's largest node, for the QoS limits
+    node_cpus = part and M.max_node_cpus(part, facts.nodes), node_memory = part and M.max_node_memory(part, facts.nodes),
+  }, facts)) do add(e) end
   local fits, offered = M.partitions(policy, values, facts)
+  -- the partitions (not hidden) that could run this replica, to name when the chosen one cannot
+  local could = {}
+  for _, f in ipairs(fits) do
+    if f.can_run and not f.hidden and f.partition ~= values.partition then could[#could + 1] = f.partition end
+  end
   for _, f in ipairs(fits) do
     if f.partition == values.partition then
-      for _, e in ipairs(f.errors) do add(e) end
+      for i, e in ipairs(f.errors) do
+        if i == 1 and #could > 0 then
+          e = { field = e.field, code = e.code, message = ("%s; partition%s that can run it: %s"):format(e.message,
+            #could == 1 and "" or "s", table.concat(could, ", ")) }
+        end
+        add(e)
+      end
       if not f.fits and #f.errors == 0 then
         warnings[#warnings + 1] = ("one replica cannot start on partition %s now: %s"):format(f.partition,
           table.concat(f.reasons, "; "))

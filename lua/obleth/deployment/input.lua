@@ -385,7 +385,10 @@ local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "veri
 M.TOKEN_SOURCES = { static = true, key_file = true, command = true }
 local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
   "qos", "hf_token", "port_range", "environment", "hf_token_set", "user_groups", "enforce_part_limits" })
-local API_VERSIONS = _set({ "auto", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44" })
+-- "auto" and every version obleth knows (obleth.slurm.versions, the one list)
+local slurm_versions = require "obleth.slurm.versions"
+local API_VERSIONS = _set({ "auto", table.unpack(slurm_versions.known) })
+local API_VERSIONS_TEXT = "\"auto\" or one of " .. slurm_versions.range()
 
 local function _secret(v, field)
   if v == nil or v == M.MASK then return M.KEEP end
@@ -414,7 +417,7 @@ local function _connection(input, out)
     { "ca_file", _path },
     { "api_version", function(v, f)
       if type(v) ~= "string" or not API_VERSIONS[v] then
-        return _err(f, "must be \"auto\" or one of v0.0.38 .. v0.0.44")
+        return _err(f, "must be " .. API_VERSIONS_TEXT)
       end
       return v
     end },
@@ -585,6 +588,8 @@ local SLURM_FIELDS = {
   end_time = function(v, f) return _num(v, f, 0, 1e11) end,
   time_limit = function(v, f) return _int(v, f, 0, 1e9) end,
   estimated = _bool,
+  stdout = function(v, f) return _str(v, f, { max = 4096 }) end,
+  stderr = function(v, f) return _str(v, f, { max = 4096 }) end,
 }
 
 local END_FIELDS = {

@@ -37,12 +37,52 @@ function M.script(spec, defaults)
     lines[#lines + 1] = "module load " .. table.concat(quoted, " ")
   end
   for _, l in ipairs(spec.preamble or {}) do lines[#lines + 1] = l end
-  if spec.image and spec.image ~= "" then
-    lines[#lines + 1] = "exec apptainer exec --nv " .. q(spec.image) .. " " .. spec.launch_command
-  else
-    lines[#lines + 1] = "exec " .. spec.launch_command
-  end
+  local cmd = spec.launch_command
+  if spec.image and spec.image ~= "" then cmd = "apptainer exec --nv " .. q(spec.image) .. " " .. cmd end
+  for _, l in ipairs(M.REPORT_LINES) do lines[#lines + 1] = (l:gsub("@CMD@", function() return cmd end)) end
+  lines[#lines + 1] = "exec " .. cmd
   return table.concat(lines, "\n") .. "\n"
+end
+
+--- Bytes of each stream's end the job sends when it exits (the server keeps the last lines of it).
+M.REPORT_BYTES = 16384
+
+--- The job's last words (docs/replicas-and-failures.md): when the provisioner gave the job a report URL
+--- and its per-replica token (OBLETH_LOG_URL, OBLETH_LOG_TOKEN) and curl is there, the engine runs as a
+--- child; when it exits (or the job is cancelled: the TERM is passed on) the job PUTs the last
+--- REPORT_BYTES of its stdout and stderr (the files behind its fds 1 and 2) to the Management API and
+--- exits with the engine's code. The token goes to curl through a config on a pipe, never its
+--- command line. Without them the engine is exec'd as before. @CMD@ is the launch command.
+M.REPORT_LINES = {
+  'if [ -n "${OBLETH_LOG_URL:-}" ] && [ -n "${OBLETH_LOG_TOKEN:-}" ] && command -v curl >/dev/null 2>&1; then',
+  "  @CMD@ &",
+  "  obleth_pid=$!",
+  "  trap 'kill -TERM \"$obleth_pid\" 2>/dev/null' TERM INT",
+  '  while :; do wait "$obleth_pid"; obleth_rc=$?; kill -0 "$obleth_pid" 2>/dev/null || break; done',
+  "  trap - TERM INT",
+  "  for obleth_s in stdout:1 stderr:2; do",
+  '    obleth_f=$(readlink -f "/proc/$$/fd/${obleth_s#*:}" 2>/dev/null) && [ -f "$obleth_f" ] || continue',
+  '    tail -c ' .. M.REPORT_BYTES .. ' "$obleth_f" | curl -sS -o /dev/null -m 10 -X PUT \\',
+  '      -K <(printf \'header = "Authorization: Bearer %s"\\n\' "$OBLETH_LOG_TOKEN") \\',
+  '      -H "Content-Type: text/plain; charset=utf-8" --data-binary @- \\',
+  '      "$OBLETH_LOG_URL/${obleth_s%:*}?exit_code=$obleth_rc" 2>/dev/null || :',
+  "  done",
+  '  exit "$obleth_rc"',
+  "fi",
+}
+
+--- Where a job of this spec writes its stdout and stderr: the spec's paths, else the cluster
+--- default log_dir's obleth-<model name>-%j.out / .err; nil when neither (Slurm's default,
+--- slurm-%j.out in the working directory). Slurm's filename patterns (%j ...) are left in.
+---@return string|nil stdout, string|nil stderr
+function M.log_paths(model, spec, defaults)
+  local log_dir = defaults and defaults.log_dir
+  local function logpath(p, kind)
+    if p and p ~= "" then return p end
+    if log_dir then return ("%s/obleth-%s-%%j.%s"):format(log_dir, (model.name:gsub("[^%w._-]", "_")), kind) end
+    return nil
+  end
+  return logpath(spec.stdout, "out"), logpath(spec.stderr, "err")
 end
 
 --- The job environment: PATH, the OBLETH_* variables recipes use, the
@@ -82,11 +122,7 @@ end
 --- never follows a requeued job to another node with a stale endpoint).
 function M.desc(model, replica, spec, defaults, bindir, exe)
   local log_dir = defaults.log_dir
-  local function logpath(p, kind)
-    if p and p ~= "" then return p end
-    if log_dir then return ("%s/obleth-%s-%%j.%s"):format(log_dir, model.name:gsub("[^%w._-]", "_"), kind) end
-    return nil
-  end
+  local stdout, stderr = M.log_paths(model, spec, defaults)
   local gpus = spec.gpus_per_node
   return {
     name = tag.name(model.instance, model.id, replica.slot, replica.nonce),
@@ -104,8 +140,8 @@ function M.desc(model, replica, spec, defaults, bindir, exe)
     exclude = spec.exclude,
     environment = M.environment(model, replica, spec, defaults, bindir, exe),
     script = M.script(spec, defaults),
-    stdout = logpath(spec.stdout, "out"),
-    stderr = logpath(spec.stderr, "err"),
+    stdout = stdout,
+    stderr = stderr,
     working_directory = spec.working_directory or log_dir or "/tmp",
     requeue = false,
   }

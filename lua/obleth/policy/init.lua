@@ -28,8 +28,9 @@ M.REQUIRED = {
   validate = { "check", "accounts_for" },
   rollover = { "plan" },
   lost = { "check", "backoff" },
+  failures = { "classify" },
 }
-M.NAMES = { "learned", "suggestions", "partition_fit", "validate", "rollover", "lost" }
+M.NAMES = { "learned", "suggestions", "partition_fit", "validate", "rollover", "lost", "failures" }
 
 local function _stat_fn()
   local ok, sys = pcall(require, "obleth.sys")

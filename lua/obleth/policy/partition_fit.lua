@@ -154,8 +154,26 @@ local function new(defaults)
     return nil
   end
 
+  --- Flags of a node that can take jobs in general but none of ours now: in a reservation
+  -- (RESERVED: only the reservation's jobs), BLOCKED (v0.0.44+: kept for a job of another
+  -- partition or topology block), being powered down (v0.0.45's POWER_DOWN_ASAP / FORCE).
+  -- Such a node is neither idle nor free, whatever its base state (IDLE+RESERVED is common).
+  M.NOT_FREE = { RESERVED = true, BLOCKED = true, POWER_DOWN_ASAP = true, POWER_DOWN_FORCE = true }
+
+  local function held(node)
+    local st = node.state or {}
+    if st.base and M.NOT_FREE[st.base] then return true end
+    for f in pairs(st.flags or {}) do
+      if M.NOT_FREE[f] then return true end
+    end
+    return false
+  end
+
+  local function idle_now(node) return node.idle == true and not held(node) end
+
   -- Can the node take the replica's share right now (free CPUs, memory, GPUs)?
   local function free_now(node, req)
+    if held(node) then return false end
     if node.idle then return true end
     local st = node.state or {}
     if st.base ~= "MIXED" and st.base ~= "IDLE" then return false end
@@ -366,7 +384,7 @@ local function new(defaults)
           configured = configured + 1
           if usable(node) then
             fitting[#fitting + 1] = name
-            if node.idle then idle[#idle + 1] = name end
+            if idle_now(node) then idle[#idle + 1] = name end
             if free_now(node, req) then free = free + 1 end
           else
             n_unusable = n_unusable + 1
@@ -404,6 +422,15 @@ local function new(defaults)
       if #misfits > 0 then extra[#extra + 1] = misfits[1] .. (#misfits > 1 and (" (and %d more)"):format(#misfits - 1) or "") end
       if #extra > 0 then msg = msg .. ": " .. table.concat(extra, "; ") end
       reasons[#reasons + 1] = msg
+    end
+    -- `fits` is "can start there now" (docs/launch.md): enough of the fitting nodes must also be
+    -- free now; a replica that only fits once a busy node frees pends on Resources
+    if #reasons == 0 and free < want then
+      reasons[#reasons + 1] = free == 0
+        and ("every fitting node is busy now (%d fit%s, none free): Slurm would queue the job until one frees")
+          :format(#fitting, #fitting == 1 and "s" or "")
+        or ("%d node%s wanted, %d free now of %d that fit: Slurm would queue the job"):format(want,
+          want == 1 and "" or "s", free, #fitting)
     end
     return {
       partition = partition.name, fits = #reasons == 0, reasons = reasons, errors = errors,

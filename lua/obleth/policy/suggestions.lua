@@ -7,8 +7,10 @@
 --     MaxWall; only offered when that is longer than the current limit.
 --   * NODE_FAIL / BOOT_FAIL on a node -> avoid that node. So do
 --     DEFAULTS.startup_failures start-up failures (ended without becoming
---     healthy) on one node, when the failures point at the node: the recipe
---     became healthy on another node, or no other node saw a start-up failure.
+--     healthy) on one node, when the failures point at the node: no other node
+--     saw a start-up failure, and the failure's class (obleth.policy.failures,
+--     given as each outcome's `failure`) does not say it is not the node's
+--     fault (a missing command, a port in use, a Python traceback, ...).
 --   * OUT_OF_MEMORY (whatever the exit code: Slurm reports OOM kills with exit
 --     code 0 too) -> more memory per node (doubled, up to the largest node of
 --     the partition) when the spec asks for less than a whole node, else one
@@ -24,7 +26,7 @@ local function new(defaults)
   local function evidence_of(o)
     return { launch_id = o.launch_id, job_id = o.job_id, state = o.state, reason = o.reason,
       exit_code = o.exit_code, node = o.node, ended_at = o.ended_at, healthy = o.healthy,
-      time_limit = o.time_limit }
+      time_limit = o.time_limit, class = type(o.failure) == "table" and o.failure.class or nil }
   end
 
   local function is_oom(o)
@@ -74,17 +76,17 @@ local function new(defaults)
   local function node_suggestions(outcomes, ctx, opts)
     local out = {}
     local excluded, ex_list = excluded_set(ctx.exclude)
-    local hard, startup, healthy_on = {}, {}, {}
+    local hard, startup = {}, {}
     local order = {}
     for _, o in ipairs(outcomes) do
       local n = o.node
       if n and n ~= "" then
         if not hard[n] and not startup[n] then order[#order + 1] = n end
-        if o.healthy then healthy_on[n] = true end
         if o.state == "NODE_FAIL" or o.state == "BOOT_FAIL" then
           hard[n] = hard[n] or {}
           table.insert(hard[n], evidence_of(o))
-        elseif not o.healthy and not NEUTRAL[o.state] and not is_oom(o) and o.state ~= "TIMEOUT" then
+        elseif not o.healthy and not NEUTRAL[o.state] and not is_oom(o) and o.state ~= "TIMEOUT"
+          and not (type(o.failure) == "table" and o.failure.node_fault == false) then
           startup[n] = startup[n] or {}
           table.insert(startup[n], evidence_of(o))
         end
@@ -100,10 +102,10 @@ local function new(defaults)
           ev = hard[n]
           why = ("%s ended %s"):format(n, ev[1].state)
         elseif startup[n] and #startup[n] >= k then
-          local elsewhere_healthy, elsewhere_failed = false, false
-          for m in pairs(healthy_on) do if m ~= n then elsewhere_healthy = true end end
+          -- a failure seen on several nodes is the recipe's or the site's, not this node's
+          local elsewhere_failed = false
           for m in pairs(startup) do if m ~= n then elsewhere_failed = true end end
-          if elsewhere_healthy or not elsewhere_failed then
+          if not elsewhere_failed then
             ev = startup[n]
             why = ("%d start-ups failed on %s"):format(#ev, n)
           end
@@ -148,7 +150,8 @@ local function new(defaults)
   --- Suggestions for the next launch of a recipe.
   ---@param outcomes {launch_id: any, job_id: any, state: string, reason: string|nil, exit_code: integer|nil,
   ---  node: string|nil, started_at: number|nil, ended_at: number|nil, healthy: boolean,
-  ---  time_limit: integer|nil}[] ends of jobs from the recipe's launches, newest first
+  ---  time_limit: integer|nil, failure: table|nil}[] ends of jobs from the recipe's launches, newest first;
+  ---  failure = the end's class (obleth.policy.failures.classify), when known
   ---@param ctx {time_limit: integer|nil, nodes: integer|nil, memory_per_node: integer|nil,
   ---  exclude: string|string[]|nil, partition: table|nil, qos: table|nil, max_node_memory: integer|nil}
   ---  the form's current values (minutes, MiB), the chosen partition {name, max_time, max_nodes} and QoS

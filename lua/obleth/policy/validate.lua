@@ -8,7 +8,8 @@
 -- (minutes, math.huge), allowed_accounts, denied_accounts, allowed_qos,
 -- denied_qos, allowed_groups (sets; nil = no restriction)}, associations
 -- {account, user, partition|nil, qos (set; empty = no restriction),
--- default_qos|nil, is_default}, qos {name, max_wall (minutes|nil)}; plus
+-- default_qos|nil, is_default}, qos {name, max_wall (minutes|nil), max_tres_per_job /
+-- max_tres_per_node / max_tres_per_user ({cpu, node, mem, ["gres/gpu"], ...}|nil)}; plus
 -- `user` {name, groups (set of group names, nil when unknown), groups_from}
 -- and `enforce_part_limits` ("NO"|"ANY"|"ALL"|nil when unknown).
 --
@@ -183,11 +184,66 @@ local function new(defaults)
       :format(reason)
   end
 
+  -- TRES of a QoS limit -> the form field it is about, Slurm's pending-reason word, how to say it.
+  local TRES = {
+    { key = "node", field = "nodes", word = "Node", what = "nodes" },
+    { key = "cpu", field = "cpus_per_node", word = "Cpu", what = "CPUs" },
+    { key = "gres/gpu", field = "gpus_per_node", word = "GRES", what = "GPUs" },
+    { key = "mem", field = "memory_per_node", word = "Memory", what = "MiB of memory" },
+  }
+
+  --- Errors for a request over a QoS's MaxTRESPerJob, MaxTRESPerNode or MaxTRESPerUser (a job
+  --- larger on its own than the per-user limit never starts), one per field.
+  ---@param q table normalized QoS
+  ---@param what string how to name it ("QoS normal", "partition gpu's QoS part")
+  ---@param req {nodes: integer|nil, cpus_per_node: integer|nil, gpus_per_node: integer|nil,
+  ---  memory_per_node: integer|nil} per node; cpus 0 / memory 0 (the whole node) are not checked
+  ---  unless `node_cpus` / `node_memory` give the node's size
+  ---@return {field: string, code: string, message: string}[]
+  function M.qos_limit_errors(q, what, req)
+    local out, seen = {}, {}
+    local nodes = req.nodes or 1
+    local per_node = {
+      node = 1,
+      cpu = (req.cpus_per_node or 0) > 0 and req.cpus_per_node or req.node_cpus,
+      ["gres/gpu"] = (req.gpus_per_node or 0) > 0 and req.gpus_per_node or nil,
+      mem = (req.memory_per_node or 0) > 0 and req.memory_per_node or req.node_memory,
+    }
+    -- Slurm's pending reasons: QOSMaxCpuPerNode, QOSMaxGRESPerJob, QOSMaxNodePerJobLimit,
+    -- QOSMaxCpuPerUserLimit, QOSMaxGRESPerUser, ...
+    local function limit_word(w) return (w == "GRES" or w == "Memory") and "" or "Limit" end
+    local scopes = {
+      { limits = q.max_tres_per_node, name = "MaxTRESPerNode", per_node = true,
+        code = function(w) return "QOSMax" .. w .. "PerNode" end },
+      { limits = q.max_tres_per_job, name = "MaxTRESPerJob",
+        code = function(w) return "QOSMax" .. w .. "PerJob" .. limit_word(w) end },
+      { limits = q.max_tres_per_user, name = "MaxTRESPerUser",
+        code = function(w) return "QOSMax" .. w .. "PerUser" .. limit_word(w) end },
+    }
+    for _, sc in ipairs(scopes) do
+      for _, t in ipairs(TRES) do
+        local lim, v = sc.limits and sc.limits[t.key], per_node[t.key]
+        if lim and v and not seen[t.field] and not (sc.per_node and t.key == "node") then
+          local n = t.key == "node" and nodes or (sc.per_node and v or v * nodes)
+          if n > lim then
+            seen[t.field] = true
+            out[#out + 1] = { field = t.field, code = sc.code(t.word),
+              message = ("%d %s %s is above %s's %s %s=%d: Slurm accepts the job and never starts it"):format(n,
+                t.what, sc.per_node and "per node" or "in the job", what, sc.name, t.key, lim) }
+          end
+        end
+      end
+    end
+    return out
+  end
+
   --- Check the Slurm-side settings of a launch.
   --- An empty account is the user's default account and an empty QoS the
   --- association's default QoS (what Slurm fills in); the partition's
   --- AllowGroups is checked against `facts.user`.
-  ---@param req {partition: string, account: string|nil, qos: string|nil, time_limit: integer|nil} minutes
+  ---@param req {partition: string, account: string|nil, qos: string|nil, time_limit: integer|nil, nodes: integer|nil,
+  ---  cpus_per_node: integer|nil, gpus_per_node: integer|nil, memory_per_node: integer|nil, node_cpus: integer|nil,
+  ---  node_memory: integer|nil} minutes, MiB; node_cpus / node_memory: a node's size, for 0 (the whole node)
   ---@param facts {partitions: table[]|table<string, table>, associations: table[], qos: table[]|nil,
   ---  user: table|nil, enforce_part_limits: string|nil}
   ---  associations: the user's (only rows of the submitting user)
@@ -266,6 +322,20 @@ local function new(defaults)
       end
     end
 
+    -- QoS limits: the job's QoS, and the partition's own QoS (QOS= on the partition line), whose
+    -- limits apply to every job there. A job over a per-job or per-node limit, or larger on its own
+    -- than a per-user limit, is accepted and pends forever with the reason named here.
+    local limited = {}
+    local jq = qos and qos_by_name[qos]
+    if jq then limited[#limited + 1] = { q = jq, what = ("QoS %s"):format(jq.name) } end
+    local pq = partition.qos and qos_by_name[partition.qos]
+    if pq and pq ~= jq then
+      limited[#limited + 1] = { q = pq, what = ("partition %s's QoS %s"):format(partition.name, pq.name) }
+    end
+    for _, l in ipairs(limited) do
+      for _, e in ipairs(M.qos_limit_errors(l.q, l.what, req)) do err(e.field, e.code, e.message) end
+    end
+
     if req.time_limit then
       local max = partition.max_time
       if max and req.time_limit > max then
@@ -273,10 +343,12 @@ local function new(defaults)
           :format(fmt_minutes(req.time_limit), partition.name, fmt_minutes(max),
           M.outcome(enforce, "PartitionTimeLimit")))
       end
-      local q = qos and qos_by_name[qos]
-      if q and q.max_wall and req.time_limit > q.max_wall then
-        err("time_limit", "QOSMaxWallDurationPerJobLimit", ("time limit %s is above QoS %s's MaxWall %s")
-          :format(fmt_minutes(req.time_limit), q.name, fmt_minutes(q.max_wall)))
+      for _, l in ipairs(limited) do
+        local q = l.q
+        if q.max_wall and req.time_limit > q.max_wall then
+          err("time_limit", "QOSMaxWallDurationPerJobLimit", ("time limit %s is above %s's MaxWall %s")
+            :format(fmt_minutes(req.time_limit), l.what, fmt_minutes(q.max_wall)))
+        end
       end
     end
     return errors

@@ -33,7 +33,10 @@ function M.lease_ttl(interval) return math.min(3600, math.max(15, 3 * interval))
 --- A daemon instance.
 ---@param opts {api: table, interval: number|nil, jitter: number|nil, policy: table|nil,
 ---  fault: string|nil, drain_seconds: number|nil, holder: string|nil, lease_ttl: number|nil,
----  backoff_max: number|nil, check_concurrency: integer|nil}
+---  backoff_max: number|nil, check_concurrency: integer|nil, log_report: {url: string, key: string}|nil}
+---  log_report: the Management API's base URL as the compute nodes reach it and the key the per-replica
+---  report tokens derive from (the admin token): each job gets OBLETH_LOG_URL and OBLETH_LOG_TOKEN
+---  (docs/replicas-and-failures.md, "The job's last words"); nil: jobs report nothing;
 ---  holder: the name this process gives the lease (default "obleth-provisioner"; host and PID are added);
 ---  lease_ttl: seconds (default M.lease_ttl(interval)); backoff_max: the longest wait, in seconds,
 ---  between passes while slurmrestd or the Management API is unreachable (default 60);
@@ -49,6 +52,7 @@ function M.new(opts)
     lease_ttl = opts.lease_ttl or M.lease_ttl(interval), lease = nil,
     backoff_max = opts.backoff_max or 60, said = {}, check_concurrency = opts.check_concurrency,
     tokens = opts.tokens or require("obleth.slurm.token_source").new(),
+    log_report = opts.log_report,
   }
   return setmetatable(self, { __index = M })
 end
@@ -413,8 +417,12 @@ function M:pass()
       chaos.point("before_cancel")
       local ok, e = conn:cancel(c.job_id)
       if ok then chaos.point("after_cancel") end
-      log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
-        error = e and e.message or nil })
+      -- a cancel Slurm refused (another user's job, a job it does not know: HTTP 200 with a per-job
+      -- error on 26.05) is a failed one: the row stays ending with its job live, and the next pass
+      -- sends it again
+      local say = ok and log.info or log.warn
+      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
+        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
       if c.row then c.row.cancel_sent = true end
     end
 
@@ -428,6 +436,10 @@ function M:pass()
       if not fresh then return nil, ferr end
       s.model.instance = snap.instance
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
+      if self.log_report then -- the job's last words: where to send them and its own token for it
+        desc.environment.OBLETH_LOG_URL = self.log_report.url .. "/api/v1/replica-logs/" .. s.row.nonce
+        desc.environment.OBLETH_LOG_TOKEN = require("obleth.api.replica_logs").token(self.log_report.key, s.row.nonce)
+      end
       chaos.point("before_submit")
       local id, res = conn:submit(desc)
       if id then
@@ -476,9 +488,11 @@ function M:pass()
       local fresh, ferr = self:_fresh()
       if not fresh then return nil, ferr end
       chaos.point("before_cancel")
-      local ok = conn:cancel(c.job_id)
+      local ok, e = conn:cancel(c.job_id)
       if ok then chaos.point("after_cancel") end
-      log.info("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false })
+      local say = ok and log.info or log.warn
+      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
+        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
       c.row.cancel_sent = true
     end
     report.endpoints = plan.changed_endpoints(snap, endpoints)

@@ -50,14 +50,17 @@ end
 --- A replica's job as Slurm shows it now, for the deployment page (the replica's `slurm`,
 --- docs/managed-spec.md): base state, reason, start and end times (for a pending job Slurm's
 --- estimates: `estimated` is true, and the start may be unknown), time limit in minutes
---- (absent for UNLIMITED).
+--- (absent for UNLIMITED), and the paths of the job's stdout and stderr files when Slurm names them
+--- (where the full logs are; obleth serve reads their last lines when the log dir is mounted).
 ---@param job table a normalized job record (obleth.slurm)
 ---@return table
 function M.slurm_view(job)
   local tl = job.time_limit
   if tl == math.huge then tl = nil end
+  local function path(p) if type(p) == "string" and p ~= "" then return p end return nil end
   return { state = job.state and job.state.base or nil, reason = job.reason, start_time = job.start_time,
-    end_time = job.end_time, time_limit = tl, estimated = job.estimated == true }
+    end_time = job.end_time, time_limit = tl, estimated = job.estimated == true,
+    stdout = path(job.stdout), stderr = path(job.stderr) }
 end
 
 --- Pick a port for a new replica: inside [lo, hi], not used by any live

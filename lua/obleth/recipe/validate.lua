@@ -16,6 +16,7 @@ local TOP_KEYS, INPUT_KEYS = schema.TOP_KEYS, schema.INPUT_KEYS
 local _v, _is_int, _int, _is_array, _text = schema._v, schema._is_int, schema._int, schema._is_array, schema._text
 local _check_ref, _check_script_context = templates._check_ref, templates._check_script_context
 local _parse_argv_element = templates._parse_argv_element
+local contexts = require "obleth.recipe.contexts"
 
 ---------------------------------------------------------------------------
 -- validation
@@ -55,7 +56,9 @@ local function _check_typed_value(def, v, field)
       if n == nil then return nil, ("%s must be a%s, got %q"):format(field, t == "integer" and "n integer" or " number", v) end
       v = n
     end
-    if type(v) ~= "number" or v ~= v then return nil, field .. " must be a number" end
+    if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+      return nil, field .. " must be a finite number"
+    end
     if t == "integer" then
       if not _is_int(v) then return nil, field .. " must be a whole number" end
       v = _int(v)
@@ -319,6 +322,107 @@ local function _check_when(when, inputs)
   return _check_ref({ ns = ns, name = name, raw = tostring(ref) }, inputs)
 end
 
+-- The recipe's `programs:` (names its author says take their arguments as data), or nil.
+local function _programs(tbl, out, add)
+  local list = _v(tbl.programs)
+  if list == nil then return nil end
+  if type(list) ~= "table" or not _is_array(list) then
+    add(tbl, "programs", "programs", "programs must be a list of program names"); return nil
+  end
+  local set = {}
+  for i, p in ipairs(list) do
+    if type(p) ~= "string" or not p:match("^[%w][%w._+-]*$") then
+      add(list, i, ("programs[%d]"):format(i), ("programs[%d]: a program name (letters, digits, . _ + -)"):format(i))
+    elseif contexts.INTERPRETERS[p] then
+      add(list, i, ("programs[%d]"):format(i), ("programs[%d]: %s runs its arguments as code or runs another "
+        .. "program: it cannot take an input's text as data"):format(i, p))
+    else
+      set[p] = true
+    end
+  end
+  out.programs = list
+  return set
+end
+
+-- Where free text (string and path inputs) may stand: the allowlist of obleth.recipe.contexts, for
+-- the script, the preamble lines and the launch list, with the `environment:` entries that carry
+-- free text. Every refusal names the line.
+local function _check_text_contexts(tbl, out, add, refused)
+  local programs = _programs(tbl, out, add)
+  if refused.script or refused.preamble or refused.launch or refused.environment then return end
+  local inputs = out.inputs or {}
+  local function is_text(p)
+    return p.kind == "ref" and p.ns == "inputs" and inputs[p.name] ~= nil
+      and contexts.TEXT_TYPES[inputs[p.name].type] == true
+  end
+  local function marked(text)
+    local parts = M.parse_template(text)
+    if not parts then return nil end
+    local buf, any = {}, false
+    for _, p in ipairs(parts) do
+      if p.kind == "text" then buf[#buf + 1] = p.text
+      elseif is_text(p) then buf[#buf + 1] = contexts.TAINT; any = true
+      else buf[#buf + 1] = contexts.DATA end
+    end
+    return table.concat(buf), any
+  end
+  -- environment: entries whose value refers to free text carry it into the job
+  local carriers = {}
+  local env = _v(tbl.environment)
+  if type(env) == "table" then
+    for k, val in pairs(env) do
+      if type(k) == "string" and type(val) == "string" then
+        local _, any = marked(val)
+        if any then carriers[k] = true end
+      end
+    end
+  end
+  local script = _v(tbl.script)
+  if type(script) == "string" then
+    local text = marked(script)
+    if text then
+      local err = contexts.check_script(text, carriers, programs)
+      if err then add(tbl, "script", "script", err) end
+    end
+    return
+  end
+  local launch = _v(tbl.launch)
+  if type(launch) ~= "table" then return end
+  -- the preamble lines run before the command, as one script
+  local pre, lines = _v(tbl.preamble), {}
+  if type(pre) == "table" then
+    for i, el in ipairs(pre) do
+      local line = type(el) == "table" and _v(el.line) or el
+      lines[i] = type(line) == "string" and (marked(line) or "") or ""
+    end
+  end
+  local err, C = contexts.check_script(table.concat(lines, "\n"), carriers, programs)
+  if err then
+    local n = tonumber(err:match("^line (%d+)")) or 1
+    local el = pre[n]
+    local msg = err:gsub("^line %d+: ", "")
+    add(type(el) == "table" and el or pre, type(el) == "table" and "line" or n, ("preamble[%d]"):format(n),
+      ("preamble[%d]: %s"):format(n, msg))
+  end
+  -- the launch list: free text in any element, or a variable that carries it
+  local tainted = false
+  local function look(text)
+    if type(text) ~= "string" then return end
+    local _, any = marked(text)
+    if any then tainted = true end
+    for name in text:gmatch("%$%{?([%a_][%w_]*)") do if C[name] then tainted = true end end
+  end
+  for _, el in ipairs(launch) do
+    if type(el) == "table" and type(_v(el.args)) == "table" then
+      for _, a in ipairs(el.args) do look(a) end
+    else
+      look(el)
+    end
+  end
+  local lerr = contexts.check_launch(out.launch or {}, tainted, programs)
+  if lerr then add(launch, 1, "launch[1]", lerr) end
+end
+
 --- Validate a decoded recipe.
 ---@param tbl table the recipe as decoded from YAML (yaml.null reads as absent)
 ---@param positions table|nil `pos` from obleth.yaml decode{positions=true}: pos[tbl][key] = {line, column}
@@ -513,6 +617,11 @@ function M.validate(tbl, positions)
       if e then add(t, key, field, e) end
     end
   end)
+
+  -- where free text may stand, for the templates no check above has refused (one error each)
+  local refused = {}
+  for _, e in ipairs(errors) do refused[(e.field or ""):match("^[%a_]+")] = true end
+  _check_text_contexts(tbl, out, add, refused)
 
   -- rules across inputs: one_of = [[a, b], ...] (at least one of each group is set),
   -- requires = {a = [b, ...]} (when a is set, so is each b)

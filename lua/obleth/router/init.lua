@@ -55,6 +55,26 @@ function M.error_body(message, kind, param, code)
   return json.encode({ error = { message = message, type = kind, param = param or NULL, code = code or NULL } })
 end
 
+-- A name from the request as an error may show it: valid UTF-8 without control characters stays
+-- as it is (at most 256 bytes); any other byte is written as \xNN, so no error echoes raw bytes.
+local function _shown(name)
+  if #name <= 256 and utf8.len(name) and not name:find("[%c\127]") then return name end
+  local out, i, n = {}, 1, math.min(#name, 256)
+  while i <= n do
+    local c = name:byte(i)
+    local len = c < 0x80 and 1 or c >= 0xF0 and 4 or c >= 0xE0 and 3 or c >= 0xC2 and 2 or 0
+    local ch = len > 0 and name:sub(i, i + len - 1)
+    if ch and #ch == len and utf8.len(ch) == 1 and not ch:find("^[%c\127]$") then
+      out[#out + 1] = ch; i = i + len
+    else
+      out[#out + 1] = ("\\x%02X"):format(c); i = i + 1
+    end
+  end
+  if #name > n then out[#out + 1] = "..." end
+  return table.concat(out)
+end
+M._shown = _shown
+
 local function _fail(res, status, message, kind, param, code, headers)
   local h = { ["Content-Type"] = "application/json" }
   for k, v in pairs(headers or {}) do h[k] = v end
@@ -110,9 +130,11 @@ local function _model_of(req)
         if name then return name end
       end
     elseif body:find("^%s*{") then
-      local ok, model, stream
+      local ok, model, stream, key
       if has_jsonscan then
-        ok, model, stream = jsonscan.fields(body, "model", "stream")
+        -- a key twice or a string not UTF-8 is refused too (nil, message, kind, key)
+        ok, model, stream, key = jsonscan.fields(body, "model", "stream")
+        if not ok then return nil, nil, stream == "duplicate_key" and "duplicate_key" or "bad_json", key end
       else
         local doc
         ok, doc = pcall(cjson.decode, body)
@@ -323,7 +345,7 @@ end
 function Router:_get_model(res, name)
   local m = self.store:route_model(name)
   if not m then
-    return _fail(res, 404, ("The model `%s` does not exist."):format(name), "invalid_request_error", "model",
+    return _fail(res, 404, ("The model `%s` does not exist."):format(_shown(name)), "invalid_request_error", "model",
       "model_not_found")
   end
   local row = self.store:get_model(m.id)
@@ -564,8 +586,11 @@ function Router:_route(req, res)
     local name = path:sub(12):gsub("%%(%x%x)", function(x) return string.char(tonumber(x, 16)) end)
     return self:_get_model(res, name)
   end
-  local name, stream, bad = _model_of(req)
-  if bad then
+  local name, stream, bad, key = _model_of(req)
+  if bad == "duplicate_key" then
+    return _fail(res, 400, ('The JSON body of your request names the key "%s" twice in one object.'):format(key),
+      "invalid_request_error", key, "duplicate_key")
+  elseif bad then
     return _fail(res, 400, "We could not parse the JSON body of your request.", "invalid_request_error", nil,
       "bad_json")
   end
@@ -574,7 +599,7 @@ function Router:_route(req, res)
   end
   local model = self:_model(name)
   if not model then
-    return _fail(res, 404, ("The model `%s` does not exist."):format(name), "invalid_request_error", "model",
+    return _fail(res, 404, ("The model `%s` does not exist."):format(_shown(name)), "invalid_request_error", "model",
       "model_not_found")
   end
   req.model = model.name

@@ -1,5 +1,6 @@
 --- obleth.slurm — talk to slurmrestd and get one normalized picture of the
--- cluster whatever API version (v0.0.38 to v0.0.44) the site runs.
+-- cluster whatever API version the site runs (v0.0.38 to v0.0.46: `known_versions`, the
+-- host's one list; the newest both sides know is negotiated).
 --
 -- The transport (JWT headers, HTTP(S) or unix socket, version discovery and
 -- renegotiation, error kinds) is the host's C module `obleth.slurm.rest`;
@@ -17,7 +18,9 @@
 --   "refused"      Slurm said no: err.slurm_code (Slurm errno), err.message, and
 --                  err.field = the desc field it is about when that can be told
 --   "bad_response" an answer that is not what the API documents
---   "unsupported"  a desc field or call this API version cannot express (err.field)
+--   "unsupported"  a desc field or call this API version cannot express (err.field), or a
+--                  slurmrestd that serves none of the versions obleth knows (the message names them)
+--   "no_accounting" an accounting (/slurmdb/) call to a cluster without slurmdbd accounting
 local rest = require "obleth.slurm.rest"
 local normalize = require "obleth.slurm.normalize"
 local submit = require "obleth.slurm.submit"
@@ -44,7 +47,7 @@ Conn.__index = Conn
 --- Connect to slurmrestd and negotiate the API version.
 ---@param opts {url: string|nil, socket: string|nil, user: string|nil, token: string|nil,
 ---  version: string|nil, timeout: number|nil, ca_file: string|nil, verify: boolean|nil}
----  exactly one of url / socket; version "auto" (default) or "v0.0.38".."v0.0.44";
+---  exactly one of url / socket; version "auto" (default) or one of `known_versions`;
 ---  timeout in seconds per request (default 10); TLS verification is on unless verify = false
 ---@return table|nil conn, table|nil err
 function M.connect(opts)
@@ -58,6 +61,10 @@ local function _bad(status, doc, what)
   local errs = normalize.errors(doc)
   local first = errs[1]
   local msg = ("%s: slurmrestd answered HTTP %s"):format(what, tostring(status))
+  if status == 502 or status == 503 or status == 504 then
+    -- slurmrestd is up and answered for slurmctld, which did not answer it
+    msg = ("%s: slurmctld does not answer (slurmrestd answered HTTP %d)"):format(what, status)
+  end
   if first and (first.message or first.description) then
     msg = msg .. ": " .. (first.message or first.description)
   end
@@ -88,13 +95,31 @@ function Conn:set_token(t) return self._c:set_token(t) end
 function Conn:capabilities() return submit.capabilities[self._c:version()] end
 
 --- Ping the controller.
----@return {ok: boolean, version: string, release: string|nil, hostname: string|nil, latency: number}|nil, table|nil
+-- A controller that refused the credentials is `nil, {code = "auth"}`, not a controller that is
+-- down: slurmrestd answers that ping with HTTP 200 and pinged DOWN / responding false. v0.0.45+
+-- say so in `status`; on older versions one more request with the same token tells (the
+-- accounting database's cluster list, which slurmdbd answers at once, else the controller's
+-- statistics), and only when that is refused too is it `auth`.
+---@return {ok: boolean, version: string, release: string|nil, hostname: string|nil, latency: number,
+---  status: string|nil, rtt: number}|nil, table|nil err
 function Conn:ping()
   local loop = require "obleth.loop"
   local t0 = loop.monotonic()
   local r, err = self:_get("/slurm/{v}/ping", normalize.ping, "ping")
   if not r then return nil, err end
   r.rtt = loop.monotonic() - t0 -- seconds, measured here
+  local rejected = r.auth_rejected
+  if not r.ok and not rejected and not r.status then
+    local path = self._c:has_slurmdb() and "/slurmdb/{v}/clusters" or "/slurm/{v}/diag"
+    local _, perr = self._c:call("GET", path)
+    rejected = perr ~= nil and perr.code == "auth"
+  end
+  if rejected then
+    return nil, { code = "auth", release = r.release, message = "slurmctld rejected the credentials "
+      .. "(a bad, foreign or expired JWT): slurmrestd answered the ping with the controller "
+      .. (r.status and ("not responding: " .. r.status) or "not responding") }
+  end
+  r.auth_rejected = nil
   return r
 end
 
@@ -172,7 +197,11 @@ function M._field_for_key(key)
 end
 
 --- Cancel (signal) a job. signal: "KILL" (default) or "TERM", "INT", "USR1"...
----@return true|nil, table|nil err
+-- Success is Slurm saying so: v0.0.40+ answer HTTP 200 whatever happened and put each job's
+-- outcome in `status[]` (`error.code`, `error.message`: 2002 "Access/permission denied" for
+-- another user's job, 2017 "Invalid job id specified" for an unknown one), so a 200 with an
+-- error there is a refusal.
+---@return true|nil, table|nil err {code = "refused", slurm_code, message, http_status}
 function Conn:cancel(id, signal)
   id = math.tointeger(id)
   if not id or id <= 0 then error("slurm cancel: id must be a positive integer", 2) end
@@ -180,15 +209,33 @@ function Conn:cancel(id, signal)
   if not tostring(signal):match("^%u[%u%d]*$") then error("slurm cancel: bad signal name", 2) end
   local status, doc = self._c:call("DELETE", ("/slurm/{v}/job/%d?signal=%s"):format(id, signal))
   if not status then return nil, doc end
-  if status == 200 then return true end
+  local failed = status == 200 and normalize.cancel_failures(doc)[1]
+  if status == 200 and not failed then return true end
+  if failed then
+    return nil, { code = "refused", http_status = status, slurm_code = failed.slurm_code,
+      message = ("job %d: %s"):format(id, failed.message or ("Slurm error " .. tostring(failed.slurm_code))) }
+  end
   local errs = normalize.errors(doc)
   return nil, { code = "refused", http_status = status, slurm_code = errs[1] and errs[1].slurm_code,
     message = errs[1] and (errs[1].message or errs[1].description) or ("HTTP " .. status) }
 end
 
---- Every partition: name, node_list, max_time (minutes), max_nodes, allowed/denied accounts and QoS.
+--- Every partition, those the user may not use and hidden ones too (normalize.partition_record:
+-- name, node_list, max_time (minutes), max_nodes, allowed/denied accounts and QoS, AllowGroups,
+-- hidden, qos, ...). Slurm lists only the partitions the token's user may see unless asked for
+-- all (`?flags=ALL`, read from v0.0.40 on; 26.05 leaves AllowGroups partitions out without it).
+-- v0.0.40-44 do not send the partition flags: there a second, plain listing tells which are
+-- hidden (see normalize.mark_listed).
 ---@return table[]|nil partitions, table|nil err
-function Conn:partitions() return self:_get("/slurm/{v}/partitions", normalize.partitions, "partitions") end
+function Conn:partitions()
+  local v = require("obleth.slurm.versions").number(self._c:version())
+  if v < 40 then return self:_get("/slurm/{v}/partitions", normalize.partitions, "partitions") end
+  local all, err = self:_get("/slurm/{v}/partitions?flags=ALL", normalize.partitions, "partitions")
+  if not all or v >= 45 then return all, err end
+  local plain, perr = self:_get("/slurm/{v}/partitions", normalize.partitions, "partitions")
+  if not plain then return nil, perr end
+  return normalize.mark_listed(all, plain)
+end
 --- Every node: name, state, idle, cpus / alloc_cpus, memory / alloc_memory (MiB), gres, gres_free, features.
 ---@return table[]|nil nodes, table|nil err
 function Conn:nodes() return self:_get("/slurm/{v}/nodes", normalize.nodes, "nodes") end

@@ -1,4 +1,5 @@
---- Normalizer for slurmrestd responses, v0.0.38 to v0.0.44.
+--- Normalizer for slurmrestd responses, every API version obleth knows (v0.0.38 to v0.0.46;
+-- the list is `obleth.slurm.rest.known_versions`).
 --
 -- Every function takes a response already decoded by cjson (cjson.null, a
 -- userdata, is read as nil) and the API version string ("v0.0.38"...), and
@@ -201,13 +202,17 @@ M.NOT_IDLE_FLAGS = {
   POWERED_DOWN = true, POWERING_DOWN = true, POWERING_UP = true, POWER_DOWN = true,
   FAIL = true, FAILING = true, MAINTENANCE = true, RESERVED = true,
   REBOOT_REQUESTED = true, REBOOT_ISSUED = true, PLANNED = true, COMPLETING = true,
-  INVALID_REG = true, POWER_DRAIN = true,
+  INVALID_REG = true, POWER_DRAIN = true, BLOCKED = true,
+  -- v0.0.45: POWER_DOWN_ASAP (power down once its jobs end, takes none: POWER_DRAIN) and
+  -- POWER_DOWN_FORCE (being powered down now, its jobs killed)
+  POWER_DOWN_ASAP = true, POWER_DOWN_FORCE = true,
 }
 
 --- States and flags of a node whose GPUs are not free to a new job (gpus_free = 0).
 M.NO_GPUS_FLAGS = {
   DRAIN = true, DRAINING = true, DRAINED = true, DOWN = true, NOT_RESPONDING = true,
   POWERED_DOWN = true, POWERING_DOWN = true, POWER_DOWN = true, FAIL = true, INVALID_REG = true,
+  POWER_DRAIN = true, POWER_DOWN_ASAP = true, POWER_DOWN_FORCE = true,
 }
 
 --- True when a normalized node state is plain IDLE without any blocking flag.
@@ -298,14 +303,20 @@ function M.exit_code(x)
   return nil
 end
 
-local function _gpu_request(tres_per_node)
-  local g = gres.parse(tres_per_node).gpu
-  if not g then return nil, nil end
-  local gtype
+-- GPUs of a TRES / GRES string: total, the GPU model(s) as one stable string ("h100", or
+-- "h100,h200" for a job holding two models, sorted), and the count per model (nil when untyped).
+local function _gpu_request(tres)
+  local g = gres.parse(tres).gpu
+  if not g then return nil, nil, nil end
+  local types = {}
   for t, n in pairs(g.by_type) do
-    if t ~= gres.UNTYPED and n > 0 then gtype = t end
+    if t ~= gres.UNTYPED and n > 0 then types[#types + 1] = t end
   end
-  return g.total, gtype
+  if #types == 0 then return g.total, nil, nil end
+  table.sort(types)
+  local by = {}
+  for _, t in ipairs(types) do by[t] = g.by_type[t] end
+  return g.total, table.concat(types, ","), by
 end
 
 -- The names of a hostlist, taken from the answer's budget (`budget` nil: a fresh one).
@@ -320,11 +331,24 @@ local function _job_common(out, budget)
   -- 0 minutes never reaches a real job (sbatch --time=0 becomes INFINITE);
   -- accounting rows of jobs that never ran carry it as "unknown".
   if out.time_limit == 0 then out.time_limit = nil end
-  out.gpus_per_node, out.gpu_type = _gpu_request(out.tres_per_node)
+  local nodes = out.node_count
+  out.gpus_per_node, out.gpu_type, out.gpus_by_type = _gpu_request(out.tres_per_node)
+  -- --gpus-per-node N on n nodes: N x n for the job
+  if out.gpus_per_node and nodes then
+    out.gpus = out.gpus or out.gpus_per_node * nodes
+    if out.gpus_by_type then
+      local job = {}
+      for t, n in pairs(out.gpus_by_type) do job[t] = n * nodes end
+      out.gpus_by_type = job
+    end
+  end
   if out.tres_per_job then
-    local n, t = _gpu_request(out.tres_per_job)
-    out.gpus = out.gpus or n
+    local n, t, by = _gpu_request(out.tres_per_job)
+    out.gpus = n or out.gpus
     out.gpu_type = out.gpu_type or t
+    out.gpus_by_type = out.gpus_by_type or by
+    -- --gpus N on one node (a finished job has no gres_detail left): all N on that node
+    if n and nodes == 1 then out.gpus_per_node = out.gpus_per_node or n end
   end
   -- --gpus-per-socket / --gpus-per-task: per node = per socket x sockets per node (1 when
   -- unset); per job = per task x tasks
@@ -332,23 +356,29 @@ local function _job_common(out, budget)
   local pt, ptt = _gpu_request(out.tres_per_task)
   out.gpus_per_socket, out.gpus_per_task = ps, pt
   if ps then out.gpus_per_node = out.gpus_per_node or ps * (out.sockets_per_node or 1) end
+  if ps and nodes then out.gpus = out.gpus or out.gpus_per_node * nodes end
   if pt and out.tasks then out.gpus = out.gpus or pt * out.tasks end
-  if pt and out.tasks and (out.node_count or 1) == 1 then out.gpus_per_node = out.gpus_per_node or pt * out.tasks end
+  if pt and out.tasks and (nodes or 1) == 1 then out.gpus_per_node = out.gpus_per_node or pt * out.tasks end
   out.gpu_type = out.gpu_type or pst or ptt
   -- a job that runs: what each node was given (gres_detail, one entry per node) is the truth
   if out.gres_detail then
-    local total, most, gtype = 0, 0, nil
+    local total, most, by, any = 0, 0, {}, false
     for _, d in ipairs(out.gres_detail) do
-      local n, t = _gpu_request(d)
+      local n, _, dby = _gpu_request(d)
       if n then
         total = total + n
         if n > most then most = n end
-        gtype = gtype or t
+        for t, c in pairs(dby or {}) do by[t] = (by[t] or 0) + c; any = true end
       end
     end
     if total > 0 then
       out.gpus_per_node, out.gpus = most, total
-      out.gpu_type = gtype or out.gpu_type
+      if any then
+        local types = {}
+        for t in pairs(by) do types[#types + 1] = t end
+        table.sort(types)
+        out.gpu_type, out.gpus_by_type = table.concat(types, ","), by
+      end
     end
   end
   out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
@@ -364,10 +394,13 @@ end
 --   Slurm's estimates and `estimated` is true), time_limit (minutes, math.huge
 --   for UNLIMITED), exit_code ({code, signal}; nil while pending),
 --   tres_per_node, tres_per_job, tres_per_socket, tres_per_task (raw), gpus_per_node,
---   gpus (per job, from tres_per_job or per task x tasks), gpus_per_socket, gpus_per_task,
---   gpu_type (for a job with gres_detail, the GPUs each node was given win), cpus,
+--   gpus (per job: tres_per_job, or per node x nodes, per socket x sockets x nodes, per task x
+--   tasks), gpus_per_socket, gpus_per_task, gpu_type (the model, or the sorted models joined by
+--   "," for a job holding several: "h100,h200"), gpus_by_type ({model = count} per job; nil when
+--   untyped) (for a job with gres_detail, the GPUs each node was given win), cpus,
 --   sockets_per_node, tasks, node_count, gres_detail (per node), memory_per_node (MiB),
---   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr}
+--   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr (the paths: v0.0.43+'s
+--   stdout_expanded / stderr_expanded when sent), stdout_pattern, stderr_pattern (as submitted, %j unexpanded)}
 ---@param j table
 ---@param version string
 ---@param budget {left: integer}|nil hostlist names left for the whole answer (`jobs` shares
@@ -405,8 +438,11 @@ function M.job_record(j, version, budget)
     memory_per_cpu = M.count(j.memory_per_cpu),
     batch_host = _str(j.batch_host),
     working_directory = _str(j.current_working_directory),
-    stdout = _str(j.standard_output),
-    stderr = _str(j.standard_error),
+    -- v0.0.43+ send the pattern (%x-%j.out) and, beside it, the path it expands to
+    stdout = _str(j.stdout_expanded) or _str(j.standard_output),
+    stderr = _str(j.stderr_expanded) or _str(j.standard_error),
+    stdout_pattern = _str(j.standard_output),
+    stderr_pattern = _str(j.standard_error),
   }
   if out.reason == "None" then out.reason = nil end
   return _job_common(out, budget)
@@ -589,12 +625,16 @@ end
 ---------------------------------------------------------------------------
 
 --- Normalize one partition record.
--- Shape: {name, nodes (hostlist), node_list, default (bool on v0.0.38; nil on
---   v0.0.39+, whose data_parser skips partition flags), state ("UP", ...; nil
---   on v0.0.39, which does not report it), max_time (minutes, math.huge when
---   unlimited), default_time (minutes|nil), max_nodes (math.huge when
---   unlimited), allowed_accounts, denied_accounts, allowed_qos, denied_qos,
---   allowed_groups (AllowGroups) (sets; nil = no restriction), total_cpus, total_nodes,
+-- Shape: {name, nodes (hostlist), node_list, default (bool on v0.0.38 and v0.0.45+; nil on
+--   v0.0.39-44, whose data_parser skips partition flags), hidden (Hidden=YES: bool on v0.0.38 and
+--   v0.0.45+; on v0.0.40-44 `partitions` tells it from the listing), flags (set of Slurm's flag
+--   names, upper case; {} where not sent), state ("UP", ...; nil on v0.0.39, which does not
+--   report it), max_time (minutes, math.huge when unlimited), default_time (minutes|nil),
+--   max_nodes (math.huge when unlimited), allowed_accounts, denied_accounts, allowed_qos,
+--   denied_qos, allowed_groups (AllowGroups) (sets; nil = no restriction), qos (the partition's
+--   own QoS, QOS=, whose limits apply to every job there; nil when none), priority_tier,
+--   exclusive ("NO", "NODE", "USER", "TOPO"; v0.0.45+), oversubscribe ("NO", "YES:n", "FORCE:n";
+--   v0.0.45+), total_cpus, total_nodes,
 --   node_list_truncated (true when the answer's hostlist budget ran out: node_list is then {})}
 ---@param p table
 ---@param version string
@@ -604,11 +644,14 @@ function M.partition_record(p, version, budget)
   local v = _vnum(version)
   local out
   if v == 38 or type(_v(p.nodes)) == "string" then
-    local flags = _set_of(p.flags)
+    local flags = {}
+    for f in pairs(_set_of(p.flags)) do flags[f:upper()] = true end
     out = {
       name = _str(p.name),
       nodes = _str(p.nodes),
-      default = flags.default == true or flags.DEFAULT == true,
+      default = flags.DEFAULT == true,
+      hidden = flags.HIDDEN == true,
+      flags = flags,
       state = _str(p.state) and p.state:upper(),
       max_time = M.limit(p.max_time_limit, true),
       default_time = M.limit(p.default_time_limit),
@@ -618,6 +661,8 @@ function M.partition_record(p, version, budget)
       allowed_qos = _acl(p.allowed_qos),
       denied_qos = _acl(p.denied_qos),
       allowed_groups = _acl(p.allowed_groups),
+      qos = _str(p.qos),
+      priority_tier = M.count(p.priority_tier),
       total_cpus = M.count(p.total_cpus),
       total_nodes = M.count(p.total_nodes),
     }
@@ -630,12 +675,21 @@ function M.partition_record(p, version, budget)
     local part = type(_v(p.partition)) == "table" and p.partition or {}
     local cpus = type(_v(p.cpus)) == "table" and p.cpus or {}
     local groups = type(_v(p.groups)) == "table" and p.groups or {}
+    local prio = type(_v(p.priority)) == "table" and p.priority or {}
     local state = _v(part.state)
     if type(state) == "table" then state = state[1] end
+    -- v0.0.45 dumps the partition flags again (PARSER_FLAG_ARRAY(PARTITION_FLAGS)); v0.0.39-44 skip them
+    local sent = type(_v(p.flags)) == "table"
+    local flags = {}
+    for f in pairs(_set_of(p.flags)) do flags[f:upper()] = true end
+    local default, hidden
+    if sent then default, hidden = flags.DEFAULT == true, flags.HIDDEN == true end
     out = {
       name = _str(p.name),
       nodes = _str(nodes.configured),
-      default = nil,
+      default = default,
+      hidden = hidden,
+      flags = flags,
       state = _str(state),
       max_time = M.limit(max.time, true),
       default_time = M.limit(def.time),
@@ -645,6 +699,10 @@ function M.partition_record(p, version, budget)
       allowed_qos = _acl(qos.allowed),
       denied_qos = _acl(qos.deny),
       allowed_groups = _acl(groups.allowed),
+      qos = _str(qos.assigned),
+      priority_tier = M.count(prio.tier),
+      exclusive = _str(part.exclusive),
+      oversubscribe = _str(part.oversubscribe),
       total_cpus = M.count(cpus.total),
       total_nodes = M.count(nodes.total),
     }
@@ -661,6 +719,55 @@ function M.partitions(doc, version)
   local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
   for _, p in ipairs(_list(doc, "partitions")) do out[#out + 1] = M.partition_record(p, version, budget) end
+  return out
+end
+
+--- Tell hidden partitions on versions that do not send partition flags (v0.0.39-44): `all` is
+-- the `?flags=ALL` listing, `plain` the listing without it, which leaves out the partitions
+-- that are Hidden and those whose AllowGroups the user is not in. Each partition of `all` gets
+-- `listed` (in the plain listing); one left out that has no AllowGroups is `hidden`; one left
+-- out that has AllowGroups may be either, and keeps `hidden` nil (unknown). Returns `all`.
+---@param all table[] normalized partitions (`?flags=ALL`)
+---@param plain table[] normalized partitions (no flags)
+---@return table[] all
+function M.mark_listed(all, plain)
+  local seen = {}
+  for _, p in ipairs(plain) do if p.name then seen[p.name] = true end end
+  for _, p in ipairs(all) do
+    p.listed = seen[p.name] == true
+    if p.hidden == nil then
+      if p.listed then p.hidden = false elseif not p.allowed_groups then p.hidden = true end
+    end
+  end
+  return all
+end
+
+---------------------------------------------------------------------------
+-- cancel
+---------------------------------------------------------------------------
+
+--- The jobs a `DELETE /slurm/vX/job/{id}` answer says were not signalled: its `status[]`
+-- entries (v0.0.40+, `PARSER_ARRAY(KILL_JOBS_RESP_JOB)`: `error.{string, code, message}`,
+-- `job_id`) whose error code is not 0. Slurm answers HTTP 200 with these (2002 for another
+-- user's job, 2017 for an unknown one); an empty or absent list is success.
+---@param doc table|nil
+---@return {slurm_code: integer|nil, message: string|nil, job_id: integer|nil}[]
+function M.cancel_failures(doc)
+  local out = {}
+  local st = type(doc) == "table" and _v(doc.status)
+  if type(st) ~= "table" then return out end
+  for _, e in ipairs(st) do
+    local er = type(e) == "table" and _v(e.error)
+    if type(er) == "table" then
+      local code = M.count(er.code)
+      local msg = _str(er.message) or _str(er.string)
+      if (code and code ~= 0) or (not code and msg and msg ~= "No error") then
+        local word = _str(er.string)
+        if word and msg and word ~= msg then msg = word .. ": " .. msg end
+        out[#out + 1] = { slurm_code = code, message = msg or word, job_id = M.count(e.job_id) }
+      end
+    end
+  end
   return out
 end
 
@@ -718,8 +825,27 @@ function M.associations(doc, version)
   return out
 end
 
+-- A TRES list ([{type, name, count}], `limits.max.tres.per.*`) as {["cpu"] = n, ["node"] = n,
+-- ["mem"] = MiB, ["gres/gpu"] = n, ["gres/gpu:h100"] = n}; nil when it sets nothing.
+local function _tres_map(list)
+  list = _v(list)
+  if type(list) ~= "table" then return nil end
+  local out, any = {}, false
+  for _, t in ipairs(list) do
+    local ty, name = type(t) == "table" and _str(t.type), type(t) == "table" and _str(t.name)
+    local n = ty and M.count(t.count)
+    if ty and n then
+      out[name and (ty .. "/" .. name) or ty] = n
+      any = true
+    end
+  end
+  return any and out or nil
+end
+
 --- QoS of `GET /slurmdb/vX/qos` (key "QOS" on v0.0.38, "qos" later):
--- {name, max_wall (minutes per job; nil = no limit), priority}.
+-- {name, max_wall (minutes per job; nil = no limit), priority, max_tres_per_job,
+--  max_tres_per_node, max_tres_per_user (MaxTRESPerJob / PerNode / PerUser: {cpu, node, mem (MiB),
+--  ["gres/gpu"], ["gres/gpu:TYPE"]} counts; nil = no limit)}.
 ---@param doc table
 ---@param version string
 ---@return table[]
@@ -738,7 +864,12 @@ function M.qos(doc, version)
       wall = M.limit(per.job)
       if wall == HUGE then wall = nil end
     end
-    out[#out + 1] = { name = _str(q.name), max_wall = wall, priority = M.count(q.priority) }
+    local tres = type(mx) == "table" and _v(mx.tres)
+    local tper = type(tres) == "table" and _v(tres.per)
+    if type(tper) ~= "table" then tper = {} end
+    out[#out + 1] = { name = _str(q.name), max_wall = wall, priority = M.count(q.priority),
+      max_tres_per_job = _tres_map(tper.job), max_tres_per_node = _tres_map(tper.node),
+      max_tres_per_user = _tres_map(tper.user) }
   end
   return out
 end
@@ -755,14 +886,27 @@ local function _meta_release(doc)
   return _str(s.release)
 end
 
+-- Ping status words (v0.0.45's `status`, slurm_strerror of the ping RPC) that say slurmctld refused
+-- the credentials rather than did not answer: SLURM_PROTOCOL_AUTHENTICATION_ERROR (1007),
+-- ESLURM_AUTH_CRED_INVALID and the other auth errnos.
+local function _auth_words(s)
+  s = s and s:lower()
+  return s ~= nil and (s:find("authentication", 1, true) ~= nil or s:find("credential", 1, true) ~= nil
+    or s:find("jwt", 1, true) ~= nil) or false
+end
+
 --- Ping (`GET /slurm/vX/ping`).
--- ok is true only when the primary controller answered: `ping`/`pinged` is
--- "UP" and `responding` (v0.0.42+) is not false, and the response has no
--- errors. A bad token on 24.11 still gives HTTP 200 with pinged="DOWN".
+-- ok is true only when the primary controller answered and the response has no errors:
+--   v0.0.38-44: `ping`/`pinged` is "UP" and `responding` (v0.0.42+) is not false;
+--   v0.0.45+:   `responding` is true (`pinged` and `mode` are gone; `status` is the ping RPC's
+--               outcome in words, "No error" when it answered).
+-- A rejected JWT still gives HTTP 200: pinged "DOWN" / responding false on every version, which
+-- only v0.0.45's `status` tells apart from a dead controller (`auth_rejected`); Conn:ping asks
+-- once more on the older ones.
 ---@param doc table
 ---@param version string
 ---@return {ok: boolean, version: string, release: string|nil, hostname: string|nil,
----  mode: string|nil, latency: number|nil}
+---  mode: string|nil, primary: boolean|nil, status: string|nil, auth_rejected: true|nil, latency: number|nil}
 function M.ping(doc, version)
   _vnum(version)
   local pings = _list(doc, "pings")
@@ -772,14 +916,25 @@ function M.ping(doc, version)
   end
   local pinged = _str(p.pinged) or _str(p.ping)
   local responding = _v(p.responding)
-  local ok = pinged ~= nil and pinged:upper() == "UP" and responding ~= false
-    and #M.errors(doc) == 0
+  local status = _str(p.status)
+  local answered
+  if pinged ~= nil then
+    answered = pinged:upper() == "UP" and responding ~= false
+  else
+    answered = responding == true
+  end
+  local primary = _v(p.primary)
+  local mode = _str(p.mode)
+  if not mode and type(primary) == "boolean" then mode = primary and "primary" or "backup" end
   return {
-    ok = ok,
+    ok = answered and #M.errors(doc) == 0,
     version = version,
     release = _meta_release(doc),
     hostname = _str(p.hostname),
-    mode = _str(p.mode),
+    mode = mode,
+    primary = type(primary) == "boolean" and primary or nil,
+    status = status,
+    auth_rejected = (not answered and _auth_words(status)) or nil,
     latency = M.count(p.latency),
   }
 end

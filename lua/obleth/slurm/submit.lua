@@ -22,7 +22,8 @@ local M = {}
 -- cannot find anything.
 M.DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
-local VERSIONS = { "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44" }
+-- every version obleth knows (obleth.slurm.versions, the one list)
+local VERSIONS = require("obleth.slurm.versions").known
 
 local DESC_FIELDS = {
   name = true, comment = true, partition = true, account = true, qos = true,
@@ -41,7 +42,7 @@ end
 -- that version cannot express the field. Sources: v0.0.38 rows were checked
 -- on a live 22.05 cluster (shared/cases/slurmrestd/COMPAT.md); v0.0.40-42
 -- match request bodies that a 24.11 cluster accepted (`*_request.json`);
--- v0.0.39 and v0.0.43-44 follow PARSER_ARRAY(JOB_DESC_MSG) and
+-- v0.0.39 and v0.0.43-46 follow PARSER_ARRAY(JOB_DESC_MSG) and
 -- PARSER_ARRAY(JOB_SUBMIT_REQ) in src/plugins/data_parser/v0.0.4x/parsers.c.
 M.capabilities = {}
 for _, v in ipairs(VERSIONS) do
@@ -97,7 +98,7 @@ end
 
 --- Build the request body for `POST /slurm/<version>/job/submit`.
 ---@param desc table job description (see module header)
----@param version string API version, "v0.0.38" ... "v0.0.44"
+---@param version string API version, one of obleth.slurm.versions.known
 ---@return table|nil body to encode as JSON
 ---@return table|nil err {code="unsupported"|"invalid"|"required", field, message}
 function M.body(desc, version)

@@ -158,6 +158,19 @@ M.migrations = {
     ALTER TABLE replicas ADD COLUMN cancel_why TEXT;
     ALTER TABLE job_outcomes ADD COLUMN cancel_why TEXT;
   ]],
+  -- 7: the last lines of a replica's job output as the job reported them when it exited
+  -- (PUT /api/v1/replica-logs/{nonce}/{stream}, docs/replicas-and-failures.md "The job's last words")
+  [7] = [[
+    CREATE TABLE replica_logs (
+      replica_id INTEGER NOT NULL REFERENCES replicas(id) ON DELETE CASCADE,
+      stream TEXT NOT NULL CHECK (stream IN ('stdout', 'stderr')),
+      tail TEXT NOT NULL,
+      path TEXT,
+      exit_code INTEGER,
+      reported_at INTEGER NOT NULL,
+      PRIMARY KEY (replica_id, stream)
+    );
+  ]],
 }
 
 local Store = {}
@@ -566,6 +579,37 @@ end
 
 function Store:get_replica(id)
   return _replica_out(self:_one("SELECT * FROM replicas WHERE id = ?", id))
+end
+
+--- The replica with this nonce (the job's own name for it), or nil.
+function Store:replica_by_nonce(nonce)
+  return _replica_out(self:_one("SELECT * FROM replicas WHERE nonce = ?", nonce))
+end
+
+--- Keep the tail of one stream of a replica's job output, as the job reported it (replaces the last).
+---@param replica_id integer
+---@param stream "stdout"|"stderr"
+---@param tail string the text (already bounded and redacted by the caller)
+---@param path string|nil where the job wrote the whole stream
+---@param exit_code integer|nil the engine's exit code, when the job said it
+---@return true|nil ok, table|nil err
+function Store:put_replica_log(replica_id, stream, tail, path, exit_code, now)
+  return self:transaction(function()
+    self:_x([[INSERT INTO replica_logs (replica_id, stream, tail, path, exit_code, reported_at) VALUES (?, ?, ?, ?, ?, ?)
+      ON CONFLICT (replica_id, stream) DO UPDATE SET tail = excluded.tail, path = excluded.path,
+      exit_code = excluded.exit_code, reported_at = excluded.reported_at]],
+      replica_id, stream, tail, path, exit_code, math.floor(now or _now()))
+    return true
+  end)
+end
+
+--- What the job reported of its output: {stdout = {tail, path, exit_code, reported_at}|nil, stderr = ...}.
+function Store:replica_logs(replica_id)
+  local out = {}
+  for _, r in ipairs(self:_q("SELECT * FROM replica_logs WHERE replica_id = ?", replica_id)) do
+    out[r.stream] = { tail = r.tail, path = r.path, exit_code = r.exit_code, reported_at = r.reported_at }
+  end
+  return out
 end
 
 function Store:_live_count(model_id)

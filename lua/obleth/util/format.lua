@@ -88,27 +88,32 @@ local function state_str(st)
 end
 M.state_str = state_str
 
---- Partitions with their limits, and idle-node counts from nodes.
+--- Partitions with what tells them apart (overlay partitions on the same nodes differ only here):
+--- state, nodes, idle/total, MaxTime, DefaultTime, MaxNodes, PriorityTier, the partition's own QoS,
+--- AllowGroups, Hidden, and the account and QoS lists. `*` marks the default partition.
 function M.partitions_table(parts, nodes)
   local tf = require "obleth.util.timefmt"
   local by_name = {}
   for _, n in ipairs(nodes or {}) do by_name[n.name] = n end
   local rows = {}
+  local function count(n) return n == math.huge and "UNLIMITED" or (n and tostring(n)) or "-" end
   for _, p in ipairs(parts) do
-    local idle, total, gpus = 0, 0, {}
+    local idle, total = 0, 0
     for _, nn in ipairs(p.node_list or {}) do
       total = total + 1
       local n = by_name[nn]
       if n and n.idle then idle = idle + 1 end
-      if n then gpus[#gpus + 1] = gpus_str(n.gres) end
     end
+    local hidden = p.hidden == true and "yes" or (p.hidden == false and "no") or "?"
     rows[#rows + 1] = { p.name .. (p.default and "*" or ""), p.state or "-", p.nodes or "-",
       ("%d/%d"):format(idle, total),
-      tf.format_minutes(p.max_time), setstr(p.allowed_accounts), setstr(p.denied_accounts, "-"),
+      tf.format_minutes(p.max_time), p.default_time and tf.format_minutes(p.default_time) or "-",
+      count(p.max_nodes), count(p.priority_tier), p.qos or "-", setstr(p.allowed_groups), hidden,
+      setstr(p.allowed_accounts), setstr(p.denied_accounts, "-"),
       setstr(p.allowed_qos), setstr(p.denied_qos, "-") }
   end
-  return M.table({ "PARTITION", "STATE", "NODES", "IDLE/TOTAL", "MAX TIME", "ACCOUNTS", "DENY ACCOUNTS", "QOS",
-    "DENY QOS" }, rows)
+  return M.table({ "PARTITION", "STATE", "NODES", "IDLE/TOTAL", "MAX TIME", "DEFAULT TIME", "MAX NODES", "TIER",
+    "PART QOS", "GROUPS", "HIDDEN", "ACCOUNTS", "DENY ACCOUNTS", "QOS", "DENY QOS" }, rows)
 end
 
 --- Nodes with state, CPUs, memory, GPUs by type and features.
@@ -148,7 +153,8 @@ function M.kv(t)
       if v.base then v = state_str(v)
       elseif k == "exit_code" then v = tostring(v.code) .. (v.signal and (" (signal " .. v.signal .. ")") or "")
       else
-        local ok, enc = pcall(require("cjson").encode, M.jsonable(v))
+        -- obleth.util.json keeps an empty list a list ([]; cjson alone writes {})
+        local ok, enc = pcall(require("obleth.util.json").encode, M.jsonable(v))
         v = ok and enc or tostring(v)
       end
     end

@@ -114,9 +114,27 @@ local function _finish(v)
   return v
 end
 
+-- obleth.jsonscan (host/jsonscan.c) checks the whole text first, once for every JSON body obleth
+-- reads (the Management API's here, the router's through jsonscan.fields): a key given twice in one
+-- object or a string that is not UTF-8 is refused, naming the key. Plain lua5.4 (unit specs) has
+-- no host module: there only cjson's checks apply.
+local has_jsonscan, jsonscan = pcall(require, "obleth.jsonscan")
+
+--- Decode a request body. Returns value, or nil, message ("... at character N"), key (the
+--- name given twice, printable, when that is why).
+---@param text string
+---@return any|nil value
+---@return string|nil err
+---@return string|nil key
 function M.decode(text)
   local bad = select(2, utf8.len(text))
   if bad then return nil, ("not valid UTF-8 at character %d"):format(bad) end
+  if has_jsonscan then
+    local ok, err, kind, key = jsonscan.check(text)
+    if not ok and (kind == "duplicate_key" or kind == "utf8") then
+      return nil, (err:gsub("%(at byte (%d+)%)$", "at character %1")), key
+    end
+  end
   -- a raw NUL is never JSON (inside a string it must be escaped), and lua-cjson stops reading at it
   local nul = text:find("\0", 1, true)
   if nul then return nil, ("a NUL byte at character %d"):format(nul) end

@@ -4,7 +4,9 @@
 -- into the web directory (build/web in a source tree, $PREFIX/share/obleth/web
 -- once installed). The page paths answer index.html (revalidated every time);
 -- /assets/<file> answers the file, cacheable for a year (its name changes with
--- its content). Every answer carries the security headers below.
+-- its content); the build also writes <file>.gz, answered with Content-Encoding: gzip
+-- when the request's Accept-Encoding takes gzip (every asset answer says
+-- Vary: Accept-Encoding). Every answer carries the security headers below.
 local sys = require "obleth.sys"
 
 local M = {}
@@ -37,10 +39,11 @@ M.CACHE_LIMIT = 64 * 1024 * 1024
 ---@param path string the request path (no query)
 ---@return boolean
 function M.is_page(path)
-  if path == "/" or path == "/signin" or path == "/deployments" or path == "/deployments/new" or path == "/keys" then
+  if path == "/" or path == "/signin" or path == "/deployments" or path == "/deployments/new" or path == "/keys"
+    or path == "/cluster" then
     return true
   end
-  return path:match("^/deployments/[^/]+$") ~= nil
+  return path:match("^/deployments/[^/]+$") ~= nil or path:match("^/docs/[a-z0-9-]+$") ~= nil
 end
 
 --- The web directory used when none is given: `build/web` when obleth runs
@@ -113,11 +116,33 @@ function Web:_asset(name)
   if not body then return nil end
   local ext = name:match("%.([%w]+)$")
   c = { body = body, type = M.TYPES[ext and ext:lower() or ""] or "application/octet-stream" }
-  if self.cached + #body <= M.CACHE_LIMIT then
+  local gst = sys.stat(path .. ".gz")
+  if gst and gst.type == "file" then c.gzip = _read(path .. ".gz") end
+  local size = #body + (c.gzip and #c.gzip or 0)
+  if self.cached + size <= M.CACHE_LIMIT then
     self.assets[name] = c
-    self.cached = self.cached + #body
+    self.cached = self.cached + size
   end
   return c
+end
+
+--- True when an Accept-Encoding header takes gzip (RFC 9110: "gzip" or "*" without q=0).
+---@param h string|nil
+---@return boolean
+function M.accepts_gzip(h)
+  if type(h) ~= "string" then return false end
+  local star
+  for item in h:gmatch("[^,]+") do
+    local coding, params = item:match("^%s*([%w%*%-]+)%s*(.-)%s*$")
+    if coding then
+      local q = params:match("[qQ]%s*=%s*([%d.]+)")
+      local ok = not q or (tonumber(q) or 0) > 0
+      coding = coding:lower()
+      if coding == "gzip" or coding == "x-gzip" then return ok end
+      if coding == "*" then star = ok end
+    end
+  end
+  return star == true
 end
 
 --- Answer a request outside /api/, /v1/ and /metrics.
@@ -143,7 +168,12 @@ function Web:serve(req)
   end
   local a = self:_asset(asset)
   if not a then return _text(404, "not found") end
-  return { status = 200, body = a.body, headers = _headers { ["Content-Type"] = a.type, ["Cache-Control"] = M.ASSET_CACHE } }
+  local h = _headers { ["Content-Type"] = a.type, ["Cache-Control"] = M.ASSET_CACHE, Vary = "Accept-Encoding" }
+  if a.gzip and M.accepts_gzip((req.headers or {})["accept-encoding"]) then
+    h["Content-Encoding"] = "gzip"
+    return { status = 200, body = a.gzip, headers = h }
+  end
+  return { status = 200, body = a.body, headers = h }
 end
 
 return M

@@ -24,7 +24,9 @@ export function Layout({ title, path, children, actions = null }) {
       <nav aria-label="Main">
         <ul>
           ${nav('/deployments', 'Deployments', path.startsWith('/deployments') || path === '/')}
+          ${nav('/cluster', 'Cluster', path === '/cluster')}
           ${nav('/keys', 'Client keys', path === '/keys')}
+          ${nav('/docs/launch-on-slurm', 'Guide', path.startsWith('/docs/'))}
         </ul>
       </nav>
       <span class=${`live ${live}`} title="Updates from the server">${LIVE_TEXT[live]}</span>

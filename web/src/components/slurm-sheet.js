@@ -176,7 +176,7 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
           <${Text} id="s-user" label="Slurm user" value=${form.user} onInput=${(v) => set('user', v)} error=${err('user')}
             help="Sent as X-SLURM-USER-NAME; jobs run as this user." />
           <${Text} id="s-version" label="API version" value=${form.api_version} onInput=${(v) => set('api_version', v)} error=${err('api_version')}
-            help="auto negotiates (v0.0.38 to v0.0.44)" />
+            help="auto negotiates the newest version both sides know" />
           <${Text} id="s-timeout" label="Timeout (seconds)" value=${form.timeout} onInput=${(v) => set('timeout', v)} error=${err('timeout')} inputmode="numeric" />
           <${Text} id="s-ca" label="CA file" value=${form.ca_file} onInput=${(v) => set('ca_file', v)} error=${err('ca_file')} mono=${true}
             help="PEM bundle for an https URL signed by a private CA" />

@@ -7,6 +7,8 @@ const ROUTES = [
   ['new-deployment', /^\/deployments\/new\/?$/],
   ['deployment', /^\/deployments\/([^/]+)\/?$/, ['modelId']],
   ['keys', /^\/keys\/?$/],
+  ['cluster', /^\/cluster\/?$/],
+  ['docs', /^\/docs\/([a-z0-9-]+)\/?$/, ['page']],
 ];
 
 /** Match a pathname: {name, params} (name "not-found" when nothing matches). */

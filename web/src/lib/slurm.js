@@ -22,7 +22,7 @@ const CODE_WORDS = {
   tls: 'The TLS connection failed: check the certificate (CA file) or the https URL.',
   bad_response: 'Something answered, but not like slurmrestd (wrong URL or port?).',
   not_configured: 'No slurmrestd URL or socket is saved or given.',
-  unsupported: 'This slurmrestd speaks no API version obleth knows (v0.0.38 to v0.0.44).',
+  unsupported: 'This slurmrestd speaks no API version obleth knows (the detail names those it knows).',
 };
 
 /** A test or connection error ({code, message}, docs/errors.md) in plain words, with the server's detail kept. */

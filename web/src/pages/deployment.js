@@ -4,7 +4,7 @@
 import { useState } from 'preact/hooks';
 import { html } from '../html.js';
 import { api } from '../api.js';
-import { Link } from '../router.js';
+import { Link, navigate } from '../router.js';
 import { useResource, useNow } from '../live.js';
 import { Layout } from '../components/layout.js';
 import { Badge, CopyButton, ErrorNote, Item } from '../components/notice.js';
@@ -14,9 +14,10 @@ import { timestamp, relative, minutes, memory, count } from '../lib/format.js';
 import { baseUrl, curlLine } from '../lib/curl.js';
 
 async function loadDeployment(id) {
-  const [model, spec, replicas, launches, router] = await Promise.all([
-    api.get(`/models/${encodeURIComponent(id)}`),
-    api.get(`/models/${encodeURIComponent(id)}/managed`).catch((e) => { if (e.status === 404) return null; throw e; }),
+  const model = await api.get(`/models/${encodeURIComponent(id)}`);
+  const [spec, replicas, launches, router] = await Promise.all([
+    // a stopped model has no managed spec: not asked for (no 404 in the page's log)
+    model.managed ? api.get(`/models/${encodeURIComponent(id)}/managed`).catch((e) => { if (e.status === 404) return null; throw e; }) : null,
     api.get(`/models/${encodeURIComponent(id)}/replicas`),
     api.get('/deployments/launches', { model_id: id, limit: 20 }).catch(() => ({ launches: [] })),
     api.get('/settings/router').catch(() => ({ keyless: false })),
@@ -24,7 +25,44 @@ async function loadDeployment(id) {
   // the recipe's name, when the spec came from one that still exists
   const recipe = spec && spec.recipe_id
     ? await api.get(`/recipes/${encodeURIComponent(spec.recipe_id)}`).catch(() => null) : null;
-  return { model, spec, recipe, replicas: replicas.replicas, launches: launches.launches, keyless: router.keyless };
+  // the job's last words, for each shown replica whose job has run
+  const logs = {};
+  await Promise.all(visibleReplicas(replicas.replicas).filter((r) => r.started_at != null || r.end)
+    .map(async (r) => { logs[r.id] = await api.get(`/replicas/${r.id}/log`).catch(() => null); }));
+  return { model, spec, recipe, replicas: replicas.replicas, launches: launches.launches, keyless: router.keyless, logs };
+}
+
+const STREAM_LABEL = { stderr: 'stderr', stdout: 'stdout' };
+const SOURCE_LABEL = { log_dir: 'read from the job log dir', job: 'sent by the job when it exited' };
+
+// What went wrong, in Slurm's words and the engine's own, and what to do (the failures policy's class).
+function Failure({ f, slot }) {
+  return html`<div class="failure" role="group" aria-label=${`Why replica ${slot} failed`}>
+    <p><strong>Why: ${f.title}</strong>${f.doc ? html` — <${Link} href=${f.doc}>Replicas and failures: ${f.title}<//>` : ''}</p>
+    <dl class="facts">
+      ${f.slurm && html`<${Item} term="Slurm says"><span class="reason">${f.slurm}</span><//>`}
+      ${f.engine && html`<${Item} term="The job said"><span class="reason engine-line">${f.engine}</span><//>`}
+      <${Item} term="What to do">${f.what}<//>
+    </dl>
+  </div>`;
+}
+
+// The last lines of a replica's job stderr and stdout, and where the whole files are.
+function JobOutput({ r, log }) {
+  if (!log) return null;
+  const open = !!log.failure || ['ended', 'lost', 'unhealthy'].includes(r.state);
+  return html`<div class="job-output">
+    ${log.failure && html`<${Failure} f=${log.failure} slot=${r.slot} />`}
+    <details open=${open}>
+      <summary>Job output of replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}: the last ${log.max_lines} lines</summary>
+      ${log.streams.map((st) => html`<div key=${st.stream} class="stream">
+        <p class="small"><strong>${STREAM_LABEL[st.stream]}</strong>${st.path ? html` — whole file on the cluster: <span class="mono">${st.path}</span>` : ''}
+          ${st.source ? html` <span class="muted">(${SOURCE_LABEL[st.source] || st.source}${st.truncated ? ', earlier lines left out' : ''})</span>` : ''}</p>
+        ${st.lines.length ? html`<pre class="code log" aria-label=${`Last lines of ${st.stream}, replica ${r.slot}`}><code>${st.lines.join('\n')}</code></pre>`
+          : html`<p class="muted small">${st.note ? `Not shown: ${st.note}.` : 'Nothing written yet.'}</p>`}
+      </div>`)}
+    </details>
+  </div>`;
 }
 
 function Steps({ r }) {
@@ -86,7 +124,8 @@ function Replicas({ data, now, onRestart, busyId }) {
           aria-label=${r.restart_requested ? `Restart asked for replica ${r.slot}` : `Restart replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}`}>
           ${r.restart_requested ? 'Restart asked' : 'Restart'}</button>`}</td>
     </tr>`)}</tbody>
-  </table></div>`;
+  </table></div>
+  ${rows.filter((r) => data.logs && data.logs[r.id]).map((r) => html`<${JobOutput} key=${r.id} r=${r} log=${data.logs[r.id]} />`)}`;
 }
 
 function History({ launches }) {
@@ -139,13 +178,15 @@ export function Deployment({ params, loc }) {
   const [said, setSaid] = useState('');
   const [confirmStop, setConfirmStop] = useState(false);
   const [confirmRestart, setConfirmRestart] = useState(null); // the replica whose Restart asks first
+  const [confirmDelete, setConfirmDelete] = useState(false);
+  const [confirmAgain, setConfirmAgain] = useState(false);
 
   // one action at a time; buttons stay enabled while busy (a disabled button drops the keyboard focus)
-  const act = async (key, fn, done) => {
+  const act = async (key, fn, done, { reload = true } = {}) => {
     if (busy) return;
     setBusy(key);
     setActionErr(null);
-    try { await fn(); if (done) setSaid(done); res.reload(); } catch (e) { setActionErr(e); }
+    try { await fn(); if (done) setSaid(done); if (reload) res.reload(); } catch (e) { setActionErr(e); }
     setBusy(null);
   };
 
@@ -165,7 +206,12 @@ export function Deployment({ params, loc }) {
     await api.put(`/models/${model.id}/managed`, { ...spec, enabled: !spec.enabled });
   }, spec.enabled ? 'Paused: the provisioner cancels the jobs on its next pass.' : 'Resumed: the provisioner submits jobs on its next pass.');
 
-  const actions = spec && html`
+  const last = launches[0];
+  const live = replicas.filter((r) => !['ended', 'lost'].includes(r.state)).length;
+  const stoppedActions = !spec && html`
+    ${last && last.recipe_id && html`<button type="button" onClick=${() => { setActionErr(null); setConfirmAgain(true); }}>Launch again</button>`}
+    <button type="button" class="danger" onClick=${() => { setActionErr(null); setConfirmDelete(true); }}>Delete model</button>`;
+  const actions = !spec ? stoppedActions : html`
     ${spec.recipe_id && html`<${Link} class="button" href=${`/deployments/${encodeURIComponent(model.id)}?edit=1`}>Edit settings<//>`}
     <button type="button" onClick=${toggle} aria-disabled=${busy === 'pause' ? 'true' : undefined}>${spec.enabled ? 'Pause' : 'Resume'}</button>
     <button type="button" class="danger" onClick=${() => setConfirmStop(true)}>Stop launching</button>`;
@@ -179,8 +225,9 @@ export function Deployment({ params, loc }) {
     <section class="card" aria-labelledby="sum-h">
       <div class="card-head"><h2 id="sum-h">Status</h2>
         <span><${Badge} value=${model.status} />${spec && !spec.enabled ? html` <${Badge} value="paused" />` : ''}</span></div>
-      <p class="summary" role="status">${spec ? `${healthy} of ${count('replica', spec.replicas)} healthy` : 'Not managed: obleth launches nothing for this model.'}
+      <p class="summary" role="status">${spec ? `${healthy} of ${count('replica', spec.replicas)} healthy` : `Stopped: obleth launches nothing for this model${live ? `; ${count('job', live)} still ending` : ''}.`}
         ${spec && !spec.enabled ? ' — paused: no job is submitted until you resume it; clients get 503 meanwhile.'
+          : !spec ? (model.status === 'staged' ? ' Clients get 503. Launch it again, or delete it.' : '')
           : model.status === 'staged' ? ' — clients get 503 until a replica is healthy.' : ''}</p>
       ${model.description && html`<p class="muted">${model.description}</p>`}
       ${spec && spec.provision_error && html`<div class="refused" role="alert">
@@ -231,6 +278,20 @@ export function Deployment({ params, loc }) {
           `Restart asked for replica ${r.slot}: its job is cancelled and a new one submitted.`); }}>
       <p>${jobOf(confirmRestart)} is cancelled now and the provisioner submits a new one on its next pass.
         ${confirmRestart.state === 'healthy' ? ` Until the new job is healthy, ${model.name} has ${count('healthy replica', Math.max(0, healthy - 1))}.` : ''}</p>
+    <//>`}
+    ${confirmAgain && last && html`<${ConfirmDialog} title=${`Launch ${model.name} again?`} confirmLabel="Launch again" busy=${busy === 'again'}
+        error=${actionErr && actionErr.message}
+        onCancel=${() => setConfirmAgain(false)}
+        onConfirm=${() => act('again', async () => { await api.post('/deployments/launch', { model_id: model.id }); setConfirmAgain(false); },
+          'Launched again: the provisioner submits its jobs on its next pass.')}>
+      <p>With the recipe and settings of launch #${last.id} (${last.recipe_id}${[last.settings.partition, last.settings.account, last.settings.qos].filter(Boolean).map((x) => ` · ${x}`).join('')}${last.settings.time_limit ? ` · ${minutes(last.settings.time_limit)}` : ''}${last.settings.replicas != null ? ` · ${count('replica', last.settings.replicas)}` : ''}). To change them, use New deployment.</p>
+    <//>`}
+    ${confirmDelete && html`<${ConfirmDialog} title=${`Delete ${model.name}?`} confirmLabel="Delete model" busy=${busy === 'delete'}
+        error=${actionErr && actionErr.message}
+        onCancel=${() => setConfirmDelete(false)}
+        onConfirm=${() => act('delete', async () => { await api.del(`/models/${model.id}`); setConfirmDelete(false);
+          navigate('/deployments', { replace: true }); }, null, { reload: false })}>
+      <p>The model, its endpoints and its replicas' records are removed; clients asking for ${model.name} get 404. Its launch records are kept.</p>
     <//>`}
     ${confirmStop && html`<${ConfirmDialog} title=${`Stop launching ${model.name}?`} confirmLabel="Stop launching" busy=${busy === 'stop'}
         error=${actionErr && actionErr.message}
