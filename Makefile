@@ -41,7 +41,8 @@ help:
 	@echo "make fuzz       libFuzzer + ASan/UBSan on every parser (FUZZ_RUNS=1000000 per target; needs clang)"
 	@echo "make deploy-check  deploy/docker end to end: dockerd, image without a registry, Compose on the cluster"
 	@echo "make helm-check    deploy/helm/obleth: helm lint --strict, helm template, the rendered manifests"
-	@echo "make soak       the lease, outage and JWT renewal specs for ten minutes each (OBLETH_SOAK_SECONDS)"
+	@echo "make soak       the lease, outage and JWT renewal specs for ten minutes each (OBLETH_SOAK_SECONDS);"
+	@echo "                the connection specs with 10,000 slowloris connections (SOAK_SLOWLORIS)"
 	@echo "make chaos      SIGKILL the provisioner at >= 100 points (CHAOS_KILLS) and obleth serve during writes; prints the table"
 	@echo "make install PREFIX=/usr/local"
 	@echo "make web-test   the dashboard's browser tests (headless Chromium, harness cluster) and node --test specs"
@@ -150,12 +151,17 @@ helm-check: all
 # the in-suite lease, outage and renewal specs at their issue's length (10 minutes each; the
 # outages spec stops slurmrestd, slurmctld and obleth serve that long, one after the other)
 SOAK_SECONDS ?= 600
+# and the connection specs (issue 26) with 10,000 slowloris connections, five rounds
+SOAK_SLOWLORIS ?= 10000
+SOAK_SLOWLORIS_ROUNDS ?= 5
 soak: all
 	@spec/cluster/up.sh >build/cluster-up.log 2>&1 || { tail -20 build/cluster-up.log; exit 1; }
 	@set -a; . build/cluster/env; set +a; OBLETH_SOAK_SECONDS=$(SOAK_SECONDS) build/obleth lua /usr/bin/busted \
 	  -o spec/support/obleth_output.lua --lpath='./?.lua' spec/integration/provisioner_lease_spec.lua \
 	  spec/integration/provisioner_daemon_spec.lua spec/integration/provisioner_outages_spec.lua \
 	  spec/integration/slurm_token_renewal_spec.lua
+	@OBLETH_SLOWLORIS_CONNECTIONS=$(SOAK_SLOWLORIS) OBLETH_SLOWLORIS_ROUNDS=$(SOAK_SLOWLORIS_ROUNDS) build/obleth lua \
+	  /usr/bin/busted -o spec/support/obleth_output.lua --lpath='./?.lua' spec/host/http_connections_spec.lua
 
 # issue 18 item 1: crash at any point (spec/chaos/run.lua; a 10-kill run is part of make check)
 CHAOS_KILLS ?= 100

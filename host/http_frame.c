@@ -22,15 +22,31 @@
  *
  * The connection's close callback belongs to the guard (it frees its state);
  * http_server.c sets its own through obleth_http_frame_set_closecb.
+ *
+ * The guard also keeps the server's connection limits (obleth_http_conns): it
+ * counts the connections, knows which ones wait for a header section (a new
+ * connection, or a kept-alive one whose answers are all complete) and closes
+ * them at the header or idle deadline; at the cap, or when accept() finds no
+ * descriptor, it closes the one that has waited longest, else refuses the new
+ * one with a minimal 503. A connection's input is read at most READ_HIGH bytes
+ * ahead of what evhttp has parsed, and its pipelined requests run at a lower
+ * event priority than new input (loop.c sets up three priorities), so a client
+ * that pipelines hundreds of requests cannot delay other clients by a round.
  */
+#define _GNU_SOURCE
 #include "http_internal.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +58,9 @@
 #define HEAD_MAX (72 * 1024) /* a header section (evhttp's own cap is 64 KiB of headers) */
 #define LINE_MAX_ 8192       /* a chunk-size or trailer line */
 #define BUCKETS 4096         /* connection -> guard map */
+#define READ_HIGH (128 * 1024) /* bytes read ahead of evhttp's parser (a header section fits) */
+#define PRIO_PIPELINED 2     /* the event priority of requests already buffered (loop.c: 3 levels) */
+#define PRIO_NORMAL 1
 
 enum { S_HEAD, S_BODY, S_CHUNK_LINE, S_CHUNK_DATA, S_CHUNK_END, S_TRAILER, S_DEAD };
 
@@ -64,7 +83,177 @@ typedef struct frame {
     void (*closecb)(struct evhttp_connection *, void *);
     void *closearg;
     struct frame *next; /* in its map bucket */
+    obleth_http_conns *conns;    /* the server's limits (NULL in the fuzzer) */
+    uint64_t sections, answered; /* header sections complete; answers complete */
+    int waiting, idle;           /* in conns' wait list; with no byte of a next request */
+    struct frame *wprev, *wnext;
+    struct event *timer;         /* the header or idle deadline */
 } frame;
+
+obleth_http_conn_stats obleth_http_stats;
+
+/* ---- connection limits ---------------------------------------------------------- */
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static struct timeval tv_of(double s) {
+    struct timeval tv = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)};
+    return tv;
+}
+
+static void wait_leave(frame *f) {
+    if (!f->waiting) return;
+    obleth_http_conns *c = f->conns;
+    if (f->wprev) f->wprev->wnext = f->wnext; else c->wait_head = f->wnext;
+    if (f->wnext) f->wnext->wprev = f->wprev; else c->wait_tail = f->wprev;
+    f->wprev = f->wnext = NULL;
+    f->waiting = 0;
+    if (f->timer) evtimer_del(f->timer);
+}
+
+static void arm(frame *f) {
+    double t = f->idle ? f->conns->idle_timeout : f->conns->header_timeout;
+    if (f->timer && t > 0) {
+        struct timeval tv = tv_of(t);
+        evtimer_add(f->timer, &tv);
+    }
+}
+
+/* The connection now waits for a header section (idle: no byte of it yet). */
+static void wait_enter(frame *f, int idle) {
+    if (!f->conns) return;
+    wait_leave(f);
+    obleth_http_conns *c = f->conns;
+    f->wprev = c->wait_tail;
+    f->wnext = NULL;
+    if (c->wait_tail) c->wait_tail->wnext = f; else c->wait_head = f;
+    c->wait_tail = f;
+    f->waiting = 1;
+    f->idle = idle;
+    arm(f);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    frame *f = arg;
+    if (!f->waiting || !f->evcon) return;
+    if (f->idle) obleth_http_stats.idle_closes++;
+    else obleth_http_stats.header_timeouts++;
+    evhttp_connection_free(f->evcon); /* close_cb frees f */
+}
+
+/* Close the connection that has waited longest for a header section (not `except`). */
+static int evict_oldest(obleth_http_conns *c, frame *except) {
+    frame *f = c->wait_head;
+    if (f == except) f = f ? f->wnext : NULL;
+    if (!f || !f->evcon) return 0;
+    obleth_http_stats.evicted++;
+    c->episode_evicted++;
+    evhttp_connection_free(f->evcon);
+    return 1;
+}
+
+static const char REFUSAL_BODY[] =
+    "{\"error\":{\"message\":\"the server holds as many connections as it takes; try again\","
+    "\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+
+/* A minimal 503 written straight to the socket (one try, never waiting). */
+static void refuse_fd(int fd) {
+    char msg[512];
+    int n = snprintf(msg, sizeof msg, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s",
+                     sizeof REFUSAL_BODY - 1, REFUSAL_BODY);
+    if (n > 0 && (size_t)n < sizeof msg) {
+        ssize_t w = send(fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+    }
+    obleth_http_stats.refused++;
+}
+
+/* Descriptors or the cap ran short: said once per episode, and once when it is over. */
+static void episode_note(obleth_http_conns *c, const char *why, int err) {
+    c->episode_at = mono();
+    if (c->episode) return;
+    c->episode = 1;
+    c->episode_refused = c->episode_evicted = 0;
+    obleth_log("warn", "http_connections_short", "reason=%s%s%s open=%d max_connections=%d", why,
+               err ? " error=" : "", err ? strerror(err) : "", c->open, c->max_conns);
+}
+
+static void episode_check_end(obleth_http_conns *c) {
+    if (!c->episode || mono() - c->episode_at < 1.0) return;
+    c->episode = 0;
+    obleth_log("info", "http_connections_recovered", "refused=%lu evicted=%lu open=%d", c->episode_refused,
+               c->episode_evicted, c->open);
+}
+
+static obleth_http_conns *g_conns; /* every server's limits: listener -> limits */
+
+static obleth_http_conns *conns_of(struct evconnlistener *lst) {
+    for (obleth_http_conns *c = g_conns; c; c = c->next)
+        if (c->lst == lst) return c;
+    return NULL;
+}
+
+static void resume_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    obleth_http_conns *c = arg;
+    if (c->lst) evconnlistener_enable(c->lst);
+}
+
+/* accept() failed (libevent retries EAGAIN, EINTR, ECONNABORTED itself). Out of descriptors:
+   close the connection waiting longest for its header; else use the reserve descriptor to take
+   one connection off the queue with a 503; else stop accepting for 100 ms. Never a busy loop. */
+static void accept_error_cb(struct evconnlistener *lst, void *arg) {
+    (void)arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    obleth_http_conns *c = conns_of(lst);
+    obleth_http_stats.accept_errors++;
+    if (!c) { evconnlistener_disable(lst); return; }
+    episode_note(c, "accept_failed", err);
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        if (evict_oldest(c, NULL)) return; /* a descriptor is free: the listener accepts next turn */
+        if (c->reserve_fd >= 0) {
+            close(c->reserve_fd);
+            int fd = accept4(evconnlistener_get_fd(lst), NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0) {
+                refuse_fd(fd);
+                c->episode_refused++;
+                close(fd);
+            }
+            c->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (fd >= 0) return;
+        }
+    }
+    struct timeval tv = {0, 100000};
+    evconnlistener_disable(lst);
+    if (c->resume) evtimer_add(c->resume, &tv);
+}
+
+int obleth_http_conns_init(obleth_http_conns *c, struct evconnlistener *lst) {
+    c->lst = lst;
+    c->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    c->resume = evtimer_new(evconnlistener_get_base(lst), resume_cb, c);
+    if (!c->resume) return -1;
+    evconnlistener_set_error_cb(lst, accept_error_cb);
+    c->next = g_conns;
+    g_conns = c;
+    return 0;
+}
+
+void obleth_http_conns_free(obleth_http_conns *c) {
+    for (obleth_http_conns **pp = &g_conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) { *pp = c->next; break; }
+    if (c->resume) { event_free(c->resume); c->resume = NULL; }
+    if (c->reserve_fd >= 0) { close(c->reserve_fd); c->reserve_fd = -1; }
+    /* connections still open (evhttp_free closes them all first) leave the list */
+    while (c->wait_head) wait_leave(c->wait_head);
+    c->lst = NULL;
+}
 
 static frame *g_map[BUCKETS];
 
@@ -239,6 +428,8 @@ static void input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
                     if (c == '\r' || c == '\n') continue;
                     f->lineno = 0;
                     f->sec_start = at - 1;
+                    /* a kept-alive connection's next request begins: its header deadline starts */
+                    if (f->waiting && f->idle) { f->idle = 0; arm(f); }
                 }
                 if (f->linelen == 0) f->line_start = at - 1;
                 size_t cap = f->state == S_HEAD ? HEAD_MAX : LINE_MAX_;
@@ -260,6 +451,10 @@ static void input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
                     const char *code = head_line(f);
                     if (code) { refuse(f, buf, code); return; }
                     if (f->lineno >= 0) f->lineno++;
+                    else { /* the section is complete: a request, no longer waiting */
+                        f->sections++;
+                        wait_leave(f);
+                    }
                 } else {
                     chunk_line(f);
                 }
@@ -273,6 +468,12 @@ static void input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
 static void close_cb(struct evhttp_connection *evcon, void *arg) {
     frame *f = arg;
     if (f->closecb) f->closecb(evcon, f->closearg);
+    if (f->conns) {
+        wait_leave(f);
+        f->conns->open--;
+        obleth_http_stats.open--;
+    }
+    if (f->timer) event_free(f->timer);
     evbuffer_remove_cb_entry(bufferevent_get_input(f->bev), f->cbent);
     unmap(f);
     free(f->line);
@@ -298,16 +499,59 @@ static void adopt_cb(evutil_socket_t fd, short what, void *arg) {
     f->cbent = evbuffer_add_cb(bufferevent_get_input(f->bev), input_cb, f);
     if (!f->cbent) oom();
     evhttp_connection_set_closecb(f->evcon, close_cb, f);
+    /* new input runs at the normal priority; evhttp's "read the next pipelined request"
+       callback keeps the low one it was made with (obleth_http_frame_bev) */
+    /* (an event's priority is set while it is not pending: evhttp has enabled reading) */
+    short en = bufferevent_get_enabled(f->bev);
+    bufferevent_disable(f->bev, EV_READ | EV_WRITE);
+    bufferevent_priority_set(f->bev, PRIO_NORMAL);
+    bufferevent_enable(f->bev, en);
+    bufferevent_setwatermark(f->bev, EV_READ, 0, READ_HIGH);
+    /* what a client sent in one go is read in one go: its requests after the first then wait
+       at the low priority, not behind a read event each */
+    bufferevent_set_max_single_read(f->bev, 64 * 1024);
+    obleth_http_conns *c = f->conns;
+    if (!c) return;
+    c->open++;
+    obleth_http_stats.open++;
+    f->timer = evtimer_new(bufferevent_get_base(f->bev), timer_cb, f);
+    if (!f->timer) oom();
+    wait_enter(f, 0); /* the header deadline runs from the accept */
+    episode_check_end(c);
+    if (c->max_conns > 0 && c->open > c->max_conns) {
+        episode_note(c, "max_connections", 0);
+        if (!evict_oldest(c, f)) {
+            c->episode_refused++;
+            refuse_fd(bufferevent_getfd(f->bev));
+            evhttp_connection_free(f->evcon); /* close_cb frees f */
+        }
+    }
+}
+
+static void complete_cb(struct evhttp_request *req, void *arg) {
+    (void)req;
+    frame *f = arg;
+    if (f->answered < f->sections) f->answered++;
+    /* every request seen is answered: the connection waits for the next one */
+    if (f->answered == f->sections) wait_enter(f, f->state == S_HEAD && f->lineno < 0);
+}
+
+void obleth_http_frame_request(struct evhttp_request *req) {
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    frame *f = c ? find(c) : NULL;
+    if (f && f->conns) evhttp_request_set_on_complete_cb(req, complete_cb, f);
 }
 
 struct bufferevent *obleth_http_frame_bev(struct event_base *base, void *arg) {
-    (void)arg;
     frame *f = calloc(1, sizeof *f);
     if (!f) oom();
     f->lineno = -1;
     f->cl = -1;
+    f->conns = arg;
     f->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (!f->bev) oom();
+    /* evhttp makes its deferred "read more" callback (pipelined requests) with this priority */
+    bufferevent_priority_set(f->bev, PRIO_PIPELINED);
     /* activated now: runs before any read on this connection can */
     if (event_base_once(base, -1, EV_TIMEOUT, adopt_cb, f, NULL) != 0) oom();
     return f->bev;

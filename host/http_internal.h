@@ -33,9 +33,46 @@ const char *obleth_http_reason(int status);
 /* Is t a request target to accept or send: printable ASCII, no space (RFC 9112 3.2)? */
 int obleth_http_target_ok(const char *t);
 
-/* The request-framing guard (http_frame.c), for evhttp_set_bevcb: the socket bufferevent of
-   a new client connection, watched as bytes arrive; ambiguous framing (two Content-Lengths,
-   "+15", obs-fold, NUL, bare LF, a body on GET) becomes a marked request, answered 400. */
+/* A server's connection limits and the connections it holds (http_frame.c keeps them up to date):
+   at most max_conns open; a header section must be complete header_timeout seconds after the
+   connection opened (or after its first byte, on a kept-alive connection); a kept-alive connection
+   with no byte of a next request closes after idle_timeout seconds. When the cap is reached or
+   accept() runs out of descriptors, the connection that has waited longest for its header section
+   (idle ones included) is closed to make room; when there is none, the new one gets a 503. */
+struct evconnlistener;
+struct frame;
+typedef struct obleth_http_conns {
+    int max_conns;
+    double header_timeout, idle_timeout;
+    int open;                          /* connections now open */
+    struct frame *wait_head, *wait_tail; /* waiting for a header section, the longest first */
+    struct evconnlistener *lst;        /* for the accept back-off */
+    int reserve_fd;                    /* a descriptor kept for refusing when none is left */
+    struct event *resume;              /* re-enables a paused listener */
+    int episode;                       /* accept() is failing: logged once, until it recovers */
+    double episode_at;                 /* when accept last failed */
+    unsigned long episode_refused, episode_evicted;
+    struct obleth_http_conns *next;    /* every server's, for the accept error callback */
+} obleth_http_conns;
+
+/* Counters of every server in the process, for /metrics (http.server_stats). */
+typedef struct {
+    unsigned long long refused, evicted, header_timeouts, idle_closes, accept_errors;
+    long long open;
+} obleth_http_conn_stats;
+extern obleth_http_conn_stats obleth_http_stats;
+
+/* Start the limits of a server (c zeroed, limits set) on its listener; 0, or -1 (out of memory). */
+int obleth_http_conns_init(obleth_http_conns *c, struct evconnlistener *lst);
+/* Release them (after evhttp_free closed the connections). */
+void obleth_http_conns_free(obleth_http_conns *c);
+/* A request reached the handler: hear when its answer is complete (the connection waits again). */
+void obleth_http_frame_request(struct evhttp_request *req);
+
+/* The request-framing guard (http_frame.c), for evhttp_set_bevcb (arg: the server's
+   obleth_http_conns): the socket bufferevent of a new client connection, watched as bytes
+   arrive; ambiguous framing (two Content-Lengths, "+15", obs-fold, NUL, bare LF, a body on
+   GET) becomes a marked request, answered 400. */
 struct bufferevent *obleth_http_frame_bev(struct event_base *base, void *arg);
 
 /* The close callback of a client connection (the guard owns the connection's own slot;

@@ -9,11 +9,23 @@
  *     host = "127.0.0.1", port = 8080,   -- port 0 picks a free port
  *     handler = function(req, res) ... end,
  *     body_limit = 1048576,              -- bytes; larger bodies get 413
- *     timeout = 300,                     -- seconds of connection inactivity
+ *     timeout = 300,                     -- seconds of inactivity within a request
+ *     max_connections = n,               -- open client connections at most (default: half of
+ *                                           the descriptor limit less 32, at least 16)
+ *     header_timeout = 10,               -- seconds for a header section to arrive whole
+ *                                           (from the accept, or a kept-alive connection's
+ *                                           first byte of its next request)
+ *     idle_timeout = 5,                  -- seconds a kept-alive connection may wait idle
  *   }                                    -> server | nil, message, code
+ *   At the cap (or when accept() finds no descriptor) the connection that has waited longest
+ *   for a header section is closed; when every connection is busy with a request, the new
+ *   one gets "503, Connection: close" (code too_many_connections) written straight to its
+ *   socket, then is closed. See http_frame.c.
  *   code: "addr_in_use" | "permission" | "addr_not_available" | "bad_address" | "error"
  *   srv:port() -> the bound port;  srv:close()
  *   srv:stop_listening()  refuse new connections, keep serving open ones
+ *   http.server_stats() -> {open=, refused=, evicted=, header_timeouts=, idle_closes=,
+ *                           accept_errors=}: every server of the process, since it started
  *
  *   req = {method=, target= (raw request target), path= (raw, before '?'),
  *          query = {name = value} (decoded), headers = {["lower-name"] = v},
@@ -44,6 +56,7 @@
 #include <stdio.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #define SERVER_MT "obleth.http.server"
@@ -53,6 +66,8 @@ typedef struct {
     int handler_ref;
     int self_ref;
     int port;
+    obleth_http_conns conns;
+    int conns_live; /* conns was initialised */
 } server;
 
 const char *obleth_http_reason(int status) {
@@ -351,6 +366,7 @@ int obleth_http_target_ok(const char *t) {
 
 static void gen_cb(struct evhttp_request *req, void *arg) {
     server *s = arg;
+    obleth_http_frame_request(req);
     if (obleth_http_frame_refused(req)) return;
     if (!obleth_http_target_ok(evhttp_request_get_uri(req))) {
         /* the target itself is not logged: it is what cannot be trusted on one line */
@@ -398,6 +414,7 @@ static server *check_server(lua_State *L) {
 
 static void server_free(lua_State *L, server *s) {
     if (s->http) { evhttp_free(s->http); s->http = NULL; }
+    if (s->conns_live) { obleth_http_conns_free(&s->conns); s->conns_live = 0; }
     if (s->handler_ref != LUA_NOREF) { luaL_unref(L, LUA_REGISTRYINDEX, s->handler_ref); s->handler_ref = LUA_NOREF; }
     if (s->self_ref != LUA_NOREF) { luaL_unref(L, LUA_REGISTRYINDEX, s->self_ref); s->self_ref = LUA_NOREF; }
 }
@@ -432,13 +449,33 @@ static int l_server(lua_State *L) {
     lua_Integer limit = luaL_optinteger(L, -1, 1 << 20);
     lua_getfield(L, 1, "timeout");
     lua_Integer timeout = luaL_optinteger(L, -1, 300);
+    struct rlimit rl;
+    lua_Integer def_max = 16;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (rl.rlim_cur - 64) / 2 > 16)
+        def_max = (lua_Integer)((rl.rlim_cur - 64) / 2);
+    else if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
+        def_max = 1 << 20;
+    lua_getfield(L, 1, "max_connections");
+    lua_Integer max_conns = luaL_optinteger(L, -1, def_max);
+    lua_getfield(L, 1, "header_timeout");
+    lua_Number header_timeout = luaL_optnumber(L, -1, 10);
+    lua_getfield(L, 1, "idle_timeout");
+    lua_Number idle_timeout = luaL_optnumber(L, -1, 5);
+    luaL_argcheck(L, max_conns >= 1 && max_conns <= (1 << 24), 1, "'max_connections' must be 1..16777216");
+    luaL_argcheck(L, header_timeout > 0 && header_timeout <= 3600, 1, "'header_timeout' must be 0 < s <= 3600");
+    luaL_argcheck(L, idle_timeout > 0 && idle_timeout <= 3600, 1, "'idle_timeout' must be 0 < s <= 3600");
     lua_getfield(L, 1, "handler");
     luaL_argcheck(L, lua_isfunction(L, -1), 1, "'handler' must be a function");
     luaL_argcheck(L, port >= 0 && port <= 65535, 1, "'port' must be 0..65535");
     luaL_argcheck(L, limit > 0, 1, "'body_limit' must be > 0");
 
     server *s = lua_newuserdatauv(L, sizeof *s, 0);
+    memset(s, 0, sizeof *s);
     s->http = NULL; s->bound = NULL; s->handler_ref = LUA_NOREF; s->self_ref = LUA_NOREF; s->port = 0;
+    s->conns.max_conns = (int)max_conns;
+    s->conns.header_timeout = header_timeout;
+    s->conns.idle_timeout = idle_timeout;
+    s->conns.reserve_fd = -1;
     luaL_setmetatable(L, SERVER_MT);
     s->http = evhttp_new(obleth_base());
     if (!s->http) return luaL_error(L, "out of memory");
@@ -449,7 +486,7 @@ static int l_server(lua_State *L) {
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                             EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, gen_cb, s);
-    evhttp_set_bevcb(s->http, obleth_http_frame_bev, NULL);
+    evhttp_set_bevcb(s->http, obleth_http_frame_bev, &s->conns);
     /* our own listener: evhttp's default backlog (128) drops SYNs under bursts */
     struct evutil_addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
@@ -488,6 +525,11 @@ static int l_server(lua_State *L) {
         return 3;
     }
     s->bound = h;
+    if (obleth_http_conns_init(&s->conns, lst) != 0) {
+        server_free(L, s);
+        return luaL_error(L, "out of memory");
+    }
+    s->conns_live = 1;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(evhttp_bound_socket_get_fd(h), (struct sockaddr *)&ss, &sl) == 0) {
@@ -498,6 +540,24 @@ static int l_server(lua_State *L) {
     s->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pushvalue(L, -1);
     s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 1;
+}
+
+static int l_server_stats(lua_State *L) {
+    const obleth_http_conn_stats *st = &obleth_http_stats;
+    lua_createtable(L, 0, 6);
+    lua_pushinteger(L, (lua_Integer)st->open);
+    lua_setfield(L, -2, "open");
+    lua_pushinteger(L, (lua_Integer)st->refused);
+    lua_setfield(L, -2, "refused");
+    lua_pushinteger(L, (lua_Integer)st->evicted);
+    lua_setfield(L, -2, "evicted");
+    lua_pushinteger(L, (lua_Integer)st->header_timeouts);
+    lua_setfield(L, -2, "header_timeouts");
+    lua_pushinteger(L, (lua_Integer)st->idle_closes);
+    lua_setfield(L, -2, "idle_closes");
+    lua_pushinteger(L, (lua_Integer)st->accept_errors);
+    lua_setfield(L, -2, "accept_errors");
     return 1;
 }
 
@@ -517,6 +577,8 @@ void obleth_http_server_open(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, "obleth.http.log");
     lua_pushcfunction(L, l_server);
     lua_setfield(L, -2, "server");
+    lua_pushcfunction(L, l_server_stats);
+    lua_setfield(L, -2, "server_stats");
     obleth_http_proxy_open(L);
 }
 

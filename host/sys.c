@@ -18,6 +18,8 @@
  *   isatty(fd)              -> boolean
  *   sd_notify(state)        -> true if a notification socket was set (systemd)
  *   exit_now(code)          _exit(2): no cleanup — for fault injection only
+ *   nofile([n])             -> soft, hard: the descriptor limit (RLIMIT_NOFILE); with n, the
+ *                           soft limit is first set to n (at most the hard limit)
  *   user_groups(name)       -> array of the names of the user's groups in this host's
  *                           databases (NSS: files, LDAP, sssd ...), the primary group
  *                           first | nil, err when the user is unknown here
@@ -34,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef OBLETH_HAVE_SYSTEMD
@@ -193,6 +196,22 @@ static int l_exit_now(lua_State *L) {
 }
 
 /* Buffers live in userdata (owned by the Lua stack), so nothing leaks if a push raises. */
+static int l_nofile(lua_State *L) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return push_errno(L, "getrlimit");
+    if (!lua_isnoneornil(L, 1)) {
+        lua_Integer n = luaL_checkinteger(L, 1);
+        luaL_argcheck(L, n >= 16, 1, "at least 16");
+        rlim_t want = (rlim_t)n;
+        if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return push_errno(L, "setrlimit");
+    }
+    lua_pushinteger(L, rl.rlim_cur == RLIM_INFINITY ? LUA_MAXINTEGER : (lua_Integer)rl.rlim_cur);
+    lua_pushinteger(L, rl.rlim_max == RLIM_INFINITY ? LUA_MAXINTEGER : (lua_Integer)rl.rlim_max);
+    return 2;
+}
+
 static int l_user_groups(lua_State *L) {
     const char *name = luaL_checkstring(L, 1);
     struct passwd pw, *pwp = NULL;
@@ -259,7 +278,7 @@ int luaopen_obleth_sys(lua_State *L) {
         {"random_hex", l_random_hex}, {"consteq", l_consteq}, {"stat", l_stat},
         {"listdir", l_listdir},   {"mkdir", l_mkdir},     {"rename", l_rename}, {"chmod", l_chmod},
         {"isatty", l_isatty},     {"sd_notify", l_sd_notify}, {"exit_now", l_exit_now},
-        {"user_groups", l_user_groups},
+        {"user_groups", l_user_groups}, {"nofile", l_nofile},
         {NULL, NULL}};
     luaL_newlib(L, funcs);
     lua_pushliteral(L, OBLETH_VERSION);

@@ -15,10 +15,12 @@ describe("the provisioner lease (Management API)", function()
   setup(function() srv = server.start() end)
   teardown(function() srv:stop(); srv:cleanup() end)
 
-  local function req(method, path, body)
-    local status, doc, raw = srv:request(method, path, body)
+  -- token: the lease token to present (Obleth-Lease-Token), as the holder that got it does
+  local function req(method, path, body, token)
+    local status, doc, raw = srv:request(method, path, body, token and { ["Obleth-Lease-Token"] = token } or nil)
     return status, plain(doc), raw
   end
+  local tokens = {} -- holder -> the token its acquisition answered
 
   local A = { holder = "prov-a", host = "alpha", pid = 101, ttl = 2 }
   local B = { holder = "prov-b", host = "beta", pid = 202, ttl = 2 }
@@ -36,6 +38,8 @@ describe("the provisioner lease (Management API)", function()
     assert.is_true(a.acquired)
     local g1 = a.lease.generation
     assert.equal("prov-a", a.lease.holder)
+    assert.matches("^%x+$", a.token)
+    tokens.A = a.token
 
     local st2, b = req("POST", "/api/v1/provisioner/lease", B)
     assert.equal(409, st2)
@@ -44,14 +48,17 @@ describe("the provisioner lease (Management API)", function()
       b.error.lease.generation })
     assert.matches("prov%-a on alpha %(pid 101%)", b.error.message)
 
-    -- the holder renews with its generation: same generation, later expiry
-    local _, r = req("POST", "/api/v1/provisioner/lease", with(A, { generation = g1 }))
+    -- the holder renews with its generation and its token: same generation, later expiry, no new token
+    local _, r = req("POST", "/api/v1/provisioner/lease", with(A, { generation = g1 }), tokens.A)
     assert.is_false(r.acquired)
     assert.equal(g1, r.lease.generation)
     assert.is_true(r.lease.expires_at >= a.lease.expires_at)
+    assert.is_nil(r.token)
 
-    -- the settings show the holder
-    local _, s = req("GET", "/api/v1/settings/slurm")
+    -- the settings show the holder, never the token (nor the 409 body)
+    local _, s, raw = req("GET", "/api/v1/settings/slurm")
+    assert.is_nil(raw:find(tokens.A, 1, true))
+    assert.is_nil(select(3, req("POST", "/api/v1/provisioner/lease", B)):find(tokens.A, 1, true))
     assert.same({ holder = "prov-a", host = "alpha", pid = 101, generation = g1 },
       { holder = s.provisioner.lease.holder, host = s.provisioner.lease.host, pid = s.provisioner.lease.pid,
         generation = s.provisioner.lease.generation })
@@ -65,12 +72,39 @@ describe("the provisioner lease (Management API)", function()
     assert.is_true(got.acquired)
     assert.equal(g1 + 1, got.lease.generation)
     assert.equal("prov-b", got.lease.holder)
+    tokens.B = got.token
+    assert.are_not.equal(tokens.A, tokens.B)
     assert.matches("event=provisioner_lease_acquired", srv:log(), 1, true)
 
     -- A comes back with its old generation: told B holds it
-    local st4, again = req("POST", "/api/v1/provisioner/lease", with(A, { generation = g1 }))
+    local st4, again = req("POST", "/api/v1/provisioner/lease", with(A, { generation = g1 }), tokens.A)
     assert.equal(409, st4)
     assert.equal("prov-b", again.error.lease.holder)
+  end)
+
+  -- issue 26, finding 6: the generation is public (GET settings, the 409 body), and posting it
+  -- renewed the holder's lease for anyone
+  it("someone else's generation, read from the settings or the 409 body, renews nothing and fences nothing", function()
+    local _, cur = req("GET", "/api/v1/settings/slurm")
+    local g = cur.provisioner.lease.generation
+    local before = cur.provisioner.lease.expires_at
+    local st, doc = req("POST", "/api/v1/provisioner/lease", with(A, { generation = g }))
+    assert.equal(409, st)
+    assert.equal("lease_held", doc.error.code)
+    assert.equal("prov-b", doc.error.lease.holder)
+    st = req("POST", "/api/v1/provisioner/lease", with(A, { generation = g }), tokens.A) -- A's old token
+    assert.equal(409, st)
+    local _, after = req("GET", "/api/v1/settings/slurm")
+    assert.equal(before, after.provisioner.lease.expires_at)
+    -- nor does it let a report, a submit record or a release through
+    st, doc = req("POST", "/api/v1/provisioner/report", { lease_generation = g,
+      pass = { started_at = os.time(), duration = 0.1 } })
+    assert.equal(409, st)
+    assert.matches("lease token", doc.error.message)
+    st = req("POST", "/api/v1/provisioner/submits", { lease_generation = g, replicas = {} }, "not-the-token")
+    assert.equal(409, st)
+    local _, rel = req("DELETE", "/api/v1/provisioner/lease?generation=" .. g)
+    assert.is_false(rel.released)
   end)
 
   it("refuses a report and a submit record carrying a stale generation, and accepts the holder's", function()
@@ -97,16 +131,17 @@ describe("the provisioner lease (Management API)", function()
     assert.equal(0, #(reps.replicas or reps))
 
     -- the holder (renewing first: the 2 s lease may have run out) records and reports
-    local _, h = req("POST", "/api/v1/provisioner/lease", with(B, { generation = holder_gen }))
+    local _, h = req("POST", "/api/v1/provisioner/lease", with(B, { generation = holder_gen }), tokens.B)
     assert.equal(holder_gen, h.lease.generation)
-    st, doc = req("POST", "/api/v1/provisioner/submits", { lease_generation = holder_gen, replicas = { row } })
+    st, doc = req("POST", "/api/v1/provisioner/submits", { lease_generation = holder_gen, replicas = { row } },
+      tokens.B)
     assert.equal(200, st, doc and doc.error and doc.error.message)
     _, reps = req("GET", "/api/v1/models/" .. m.id .. "/replicas")
     reps = reps.replicas or reps
     assert.equal(1, #reps)
     assert.equal("pending", reps[1].state)
     st = req("POST", "/api/v1/provisioner/report", { lease_generation = holder_gen,
-      pass = { started_at = os.time(), duration = 0.1 } })
+      pass = { started_at = os.time(), duration = 0.1 } }, tokens.B)
     assert.equal(200, st)
 
     -- a submit record needs a live lease: after expiry it is refused, a report is not
@@ -114,7 +149,8 @@ describe("the provisioner lease (Management API)", function()
       local _, s = req("GET", "/api/v1/settings/slurm")
       return s.provisioner.lease.expires_at < os.time() - 0.5
     end, 10, "the lease to expire")
-    st, doc = req("POST", "/api/v1/provisioner/submits", { lease_generation = holder_gen, replicas = { row } })
+    st, doc = req("POST", "/api/v1/provisioner/submits", { lease_generation = holder_gen, replicas = { row } },
+      tokens.B)
     assert.equal(409, st)
     assert.matches("expired", doc.error.message)
   end)
@@ -122,9 +158,9 @@ describe("the provisioner lease (Management API)", function()
   it("a clean stop releases the lease at once; a bad lease request names its field", function()
     local _, cur = req("GET", "/api/v1/settings/slurm")
     local g = cur.provisioner.lease.generation
-    local _, r = req("POST", "/api/v1/provisioner/lease", with(B, { generation = g, ttl = 600 }))
+    local _, r = req("POST", "/api/v1/provisioner/lease", with(B, { generation = g, ttl = 600 }), tokens.B)
     assert.equal(g, r.lease.generation)
-    local st, doc = req("DELETE", "/api/v1/provisioner/lease?generation=" .. g)
+    local st, doc = req("DELETE", "/api/v1/provisioner/lease?generation=" .. g, nil, tokens.B)
     assert.equal(200, st)
     assert.is_true(doc.released)
     local st2, a = req("POST", "/api/v1/provisioner/lease", A)

@@ -54,9 +54,10 @@ describe("/metrics for the provisioner and the Slurm JWT", function()
     local left = metric("obleth_provisioner_lease_expires_in_seconds")
     assert.is_true(left > 25 and left <= 30, tostring(left))
 
+    local holder = { ["Obleth-Lease-Token"] = l.token } -- the lease holder proves itself with its token
     st = srv:request("POST", "/api/v1/provisioner/report", { lease_generation = l.lease.generation,
       pass = { started_at = os.time(), duration = 0.25, policy_error = { file = "/etc/obleth/policy.d/lost.lua",
-        line = 3, message = "lost.lua:3: unexpected symbol", since = os.time() } } })
+        line = 3, message = "lost.lua:3: unexpected symbol", since = os.time() } } }, holder)
     assert.equal(200, st)
     assert.equal(0.25, metric("obleth_provisioner_last_pass_duration_seconds"))
     assert.equal(1, metric("obleth_provisioner_policy_error"))
@@ -67,7 +68,7 @@ describe("/metrics for the provisioner and the Slurm JWT", function()
         message = s.provisioner.policy_error.message })
     -- null clears it
     srv:request("POST", "/api/v1/provisioner/report", { lease_generation = l.lease.generation,
-      pass = { started_at = os.time(), duration = 0.5, policy_error = require("cjson").null } })
+      pass = { started_at = os.time(), duration = 0.5, policy_error = require("cjson").null } }, holder)
     assert.equal(0, metric("obleth_provisioner_policy_error"))
   end)
 end)

@@ -25,8 +25,9 @@ Srv.__index = Srv
 
 --- Start a server; raises when it does not come up within 10 s.
 ---@param opts {db: string|nil, token: string|nil, env: table|nil, args: string[]|nil,
----  exe: string|nil, port: integer|nil}|nil  exe: another obleth binary (e.g. an installed copy);
----  port: listen there instead of a free one (a restart that clients must find again)
+---  exe: string|nil, port: integer|nil, nofile: integer|nil}|nil  exe: another obleth binary (e.g. an
+---  installed copy); port: listen there instead of a free one (a restart that clients must find
+---  again); nofile: the server's descriptor limit (ulimit -n)
 function M.start(opts)
   opts = opts or {}
   local token = opts.token or sys.random_hex(24)
@@ -41,8 +42,9 @@ function M.start(opts)
   local argv = { util.shq(opts.exe or util.obleth()), "serve", "--listen",
     "127.0.0.1:" .. math.tointeger(opts.port or 0), "--db", util.shq(db) }
   for _, a in ipairs(opts.args or {}) do argv[#argv + 1] = util.shq(a) end
-  local script = ("echo $$; %s exec %s 2>%s"):format(table.concat(assigns, " "), table.concat(argv, " "),
-    util.shq(errf))
+  local script = ("echo $$; %s%s exec %s 2>%s"):format(
+    opts.nofile and ("ulimit -n %d && "):format(opts.nofile) or "", table.concat(assigns, " "),
+    table.concat(argv, " "), util.shq(errf))
   local fh = assert(io.popen("exec sh -c " .. util.shq(script)))
   local pid = tonumber(fh:read("l"))
   local line = fh:read("l")

@@ -141,6 +141,18 @@ describe("QoS limits, hidden partitions and the partition list", function()
     assert.is_true(has(chosen.partitions_offered, "secret"))
   end)
 
+  it("a Hidden partition that could run it does not stop the default giving way to the only public one", function()
+    local q = qos_list(function() end)
+    local f = facts(q)
+    local hid = copy(f.partitions[2])
+    hid.name, hid.hidden = "secret", true
+    f.partitions[#f.partitions + 1] = hid
+    -- standard (the default) has no GPUs; ia and the hidden secret could: ia is chosen
+    local res = pv(f, { gpus_per_node = 2 })
+    assert.is_true(res.ok, cjson.encode(res.errors))
+    assert.equal("ia", res.values.partition)
+  end)
+
   it("when the default partition cannot run a GPU job, the message names the partitions that could", function()
     local q = qos_list(function() end)
     local f = facts(q)

@@ -194,3 +194,14 @@ describe("a job's GPUs, on the recorded captures (Slurm 24.11, 25.05)", function
     assert.equal(6, k.gpus_per_node)
   end)
 end)
+
+describe("an AllowGroups partition read from v0.0.45", function()
+  it("is there to check, so a launch by a user outside its groups is GroupNotAllowed on the partition", function()
+    local validate = require "obleth.policy.validate"
+    local parts = N.partitions(H.fixture("v0.0.45/partitions.json"), "v0.0.45")
+    local errs = validate.check({ partition = "staff" }, { partitions = parts, associations = {},
+      user = { name = "alice", groups = { alice = true }, groups_from = "host" } })
+    assert.equal("partition", errs[1].field)
+    assert.equal("GroupNotAllowed", errs[1].code)
+  end)
+end)

@@ -4,7 +4,20 @@ local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
 local parts = require "obleth.api.parts"
 
+local crypto = require "obleth.crypto"
+local sys = require "obleth.sys"
+
 local M = {}
+
+--- The request header that carries the lease holder's secret (given once, when it acquires the lease).
+M.TOKEN_HEADER = "Obleth-Lease-Token"
+
+-- SHA-256 hex of the lease token the request carries, or nil.
+local function _proof(ctx)
+  local t = ctx.req and ctx.req.headers and ctx.req.headers[M.TOKEN_HEADER:lower()]
+  if type(t) ~= "string" or t == "" then return nil end
+  return crypto.sha256_hex(t)
+end
 
 local function snapshot(ctx)
   local app = ctx.app
@@ -49,6 +62,10 @@ local function lease(ctx)
   if not b then return st, eb end
   local req, err = validate.lease_request(b)
   if not req then return errors.invalid(err) end
+  -- the secret this request gets if it acquires the lease: shown once, kept hashed
+  local token = sys.random_hex(32)
+  req.token_hash = crypto.sha256_hex(token)
+  req.proof = _proof(ctx)
   local res, serr = ctx.app.store:acquire_lease(req, ctx.app.now())
   if not res then return _lease_refused(serr) end
   if res.acquired then
@@ -57,7 +74,8 @@ local function lease(ctx)
       generation = res.lease.generation, previous_holder = prev and prev.holder or nil,
       previous_host = prev and prev.host or nil, previous_pid = prev and prev.pid or nil })
   end
-  return 200, { lease = M.lease_doc(res.lease), acquired = res.acquired, ttl = res.lease.ttl }
+  return 200, { lease = M.lease_doc(res.lease), acquired = res.acquired, ttl = res.lease.ttl,
+    token = res.acquired and token or nil }, { ["Cache-Control"] = "no-store, private" }
 end
 
 local function release(ctx)
@@ -65,7 +83,7 @@ local function release(ctx)
   g = g and g:match("^%d+$") and math.tointeger(tonumber(g))
   if not g then return errors.fail(400, "invalid", "generation: the lease generation to release is required",
     "generation") end
-  local released, serr = ctx.app.store:release_lease(g, ctx.app.now())
+  local released, serr = ctx.app.store:release_lease(g, _proof(ctx), ctx.app.now())
   if released == nil then return errors.store(serr) end
   if released then ctx.app.log.info("provisioner_lease_released", { generation = g }) end
   return 200, { released = released }
@@ -76,7 +94,7 @@ local function submits(ctx)
   if not b then return st, eb end
   local req, err = validate.submits(b)
   if not req then return errors.invalid(err) end
-  local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now())
+  local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now(), _proof(ctx))
   if not res then
     if serr.code == "lease_lost" then
       ctx.app.log.warn("provisioner_submit_refused", { generation = req.lease_generation, message = serr.message })
@@ -100,6 +118,7 @@ local function report(ctx)
   if not b then return st, eb end
   local rep, err = validate.report(b)
   if not rep then return errors.invalid(err) end
+  rep.lease_proof = _proof(ctx)
   local res, serr = ctx.app.store:apply_report(rep, ctx.app.now())
   if not res then
     if serr.code == "lease_lost" then
@@ -130,7 +149,8 @@ M.schemas = {
   ProvisionerLease = { type = "object", required = { "holder", "host", "pid", "ttl" }, additionalProperties = false,
     properties = { holder = { type = "string" }, host = { type = "string" }, pid = { type = "integer" },
       ttl = { type = "number", minimum = 2, maximum = 3600, description = "seconds the lease lasts unless renewed" },
-      generation = { type = "integer", description = "the generation held (a renewal); omitted to acquire" } } },
+      generation = { type = "integer", description = "the generation held (a renewal, with the lease token in the "
+        .. "Obleth-Lease-Token header); omitted to acquire" } } },
   ProvisionerSubmits = { type = "object", required = { "lease_generation", "replicas" }, additionalProperties = false,
     properties = { lease_generation = { type = "integer" },
       replicas = { type = "array", items = { type = "object", required = { "nonce", "model_id", "slot", "state" } } } } },
@@ -156,8 +176,8 @@ M.routes = {
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },
   { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
-    summary = "Acquire or renew the provisioner lease (one provisioner at a time); "
-      .. "409 lease_held names the holder" },
+    summary = "Acquire or renew the provisioner lease (one provisioner at a time): an acquisition answers the "
+      .. "lease token once, a renewal carries it in Obleth-Lease-Token; 409 lease_held names the holder" },
   { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
   { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },

@@ -297,7 +297,9 @@ local function _fetch(app)
   if qos then
     out.qos = json.array()
     for _, q in ipairs(qos) do
-      out.qos[#out.qos + 1] = { name = q.name, max_wall = n(q.max_wall), priority = n(q.priority) }
+      out.qos[#out.qos + 1] = { name = q.name, max_wall = n(q.max_wall), priority = n(q.priority),
+        max_tres_per_job = n(q.max_tres_per_job), max_tres_per_node = n(q.max_tres_per_node),
+        max_tres_per_user = n(q.max_tres_per_user) }
     end
   else out.warnings[#out.warnings + 1] = "qos: " .. tostring(qerr.message) end
   if settings.user then

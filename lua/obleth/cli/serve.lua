@@ -10,7 +10,7 @@ local M = {}
 
 M.usage = [[
 usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
-                    [--web-dir DIR] [--public-url URL]
+                    [--web-dir DIR] [--public-url URL] [--max-connections N]
 
 The Management API, the OpenAI-compatible router and the dashboard (open / in a
 browser and sign in with the admin token). Every /api/ route needs
@@ -24,6 +24,12 @@ the token comes from the environment (never a flag: it would show in ps):
   OBLETH_WEB_DIR           default for --web-dir (build/web in a source tree,
                            else PREFIX/share/obleth/web)
   OBLETH_PUBLIC_URL        default for --public-url
+  OBLETH_MAX_CONNECTIONS   default for --max-connections (half the descriptor
+                           limit less 32, at least 16)
+  OBLETH_HEADER_TIMEOUT    seconds a request's header section may take (10)
+  OBLETH_IDLE_TIMEOUT      seconds a kept-alive connection may wait idle (5)
+  OBLETH_NOFILE            descriptors to raise the soft limit to, up to the hard
+                           limit (65536; never lowered)
 ]]
 
 local spec = {
@@ -33,8 +39,22 @@ local spec = {
   web_dir = { kind = "string", arg = "DIR", help = "the built dashboard (index.html, assets/)" },
   public_url = { kind = "string", arg = "URL",
     help = "the URL people open the dashboard at, when a proxy in front changes it (https: Secure cookies)" },
+  max_connections = { kind = "integer", arg = "N",
+    help = "open client connections at most (default: half the descriptor limit less 32)" },
   help = { kind = "boolean", short = "h", help = "this help" },
 }
+
+-- a number from the environment (nil when unset), or nil, {code = "invalid", field = name, message}
+local function _env_number(name, lo, hi, integer)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return nil end
+  local n = tonumber(v)
+  if not n or n ~= n or n < lo or n > hi or (integer and math.tointeger(n) == nil) then
+    return nil, { code = "invalid", field = name,
+      message = ("%s=%q: expected %s %s..%s"):format(name, v, integer and "an integer" or "seconds", lo, hi) }
+  end
+  return integer and math.tointeger(n) or n
+end
 
 --- Split HOST:PORT ("[::1]:8080" for IPv6).
 ---@return string|nil host, integer|table port_or_err err {code = "invalid", field = "listen", message}
@@ -93,6 +113,18 @@ function M.main(argv)
   if not token then return _die(terr.message, 2) end
   local body_limit = o.body_limit or 1048576
   if body_limit < 1024 then return _die("--body-limit must be at least 1024", 2) end
+  local max_conns, header_timeout, idle_timeout, eerr
+  max_conns, eerr = _env_number("OBLETH_MAX_CONNECTIONS", 1, 16777216, true)
+  if eerr then return _die(eerr.message, 2) end
+  max_conns = o.max_connections or max_conns
+  if max_conns and (max_conns < 1 or max_conns > 16777216) then return _die("--max-connections must be 1..16777216", 2) end
+  local nofile_want
+  nofile_want, eerr = _env_number("OBLETH_NOFILE", 64, 16777216, true)
+  if eerr then return _die(eerr.message, 2) end
+  header_timeout, eerr = _env_number("OBLETH_HEADER_TIMEOUT", 0.1, 3600)
+  if eerr then return _die(eerr.message, 2) end
+  idle_timeout, eerr = _env_number("OBLETH_IDLE_TIMEOUT", 0.1, 3600)
+  if eerr then return _die(eerr.message, 2) end
   local public_url = o.public_url or os.getenv("OBLETH_PUBLIC_URL")
   if public_url == "" then public_url = nil end
   local server = require "obleth.api"
@@ -116,14 +148,20 @@ function M.main(argv)
   local app = server.new { store = store, admin_token = token, log = log, web_dir = web_dir,
     public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")) }
   local handler = app:handler()
-  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit }
+  -- the descriptor limit: raised (never lowered) to OBLETH_NOFILE, at most the hard limit; the
+  -- connection cap's default is read from it
+  local nofile = sys.nofile()
+  if nofile < (nofile_want or 65536) then nofile = sys.nofile(nofile_want or 65536) or nofile end
+  local srv, berr, bcode = http.server { host = host, port = port, handler = handler, body_limit = body_limit,
+    max_connections = max_conns, header_timeout = header_timeout, idle_timeout = idle_timeout }
   if not srv then
     store:close()
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes, web_dir = web_dir })
+    routes = #app.routes, web_dir = web_dir, nofile = nofile, max_connections = max_conns or "default",
+    header_timeout = header_timeout or 10, idle_timeout = idle_timeout or 5 })
   local wst = sys.stat(web_dir .. "/index.html")
   if not wst then
     log.warn("dashboard_not_built", { web_dir = web_dir,

@@ -306,7 +306,8 @@ function M.cluster_choices(policy, values, provenance, facts)
     local cur, can = nil, {}
     for _, f in ipairs(fits) do
       if f.partition == values.partition then cur = f end
-      if f.can_run then can[#can + 1] = f end
+      -- a Hidden partition is no choice to make for the user (Slurm shows it only to those who ask)
+      if f.can_run and not f.hidden then can[#can + 1] = f end
     end
     if cur and not cur.can_run and #can == 1 then
       local why = cur.unavailable_reason or (cur.errors[1] and cur.errors[1].message) or "it cannot"

@@ -21,10 +21,14 @@ function M.new(base_url, token, timeout)
   return setmetatable({ base = base_url:gsub("/+$", ""), token = token, timeout = timeout or 15 }, Client)
 end
 
+-- The lease token travels in this header on the lease, report, submits and release calls, once the
+-- lease was acquired (the API answers it once, on acquisition; docs/managed-spec.md).
+local TOKEN_HEADER = "Obleth-Lease-Token"
+
 function Client:_call(method, path, body)
   local r, err = http.request { url = self.base .. path, method = method, timeout = self.timeout,
     headers = { Authorization = "Bearer " .. self.token, ["Content-Type"] = body and "application/json" or nil,
-      Accept = "application/json" },
+      Accept = "application/json", [TOKEN_HEADER] = self.lease_token },
     body = body and cjson.encode(body) or nil }
   if not r then return nil, { code = err.code, message = "Management API: " .. err.message } end
   local ok, doc = pcall(cjson.decode, r.body)
@@ -48,7 +52,15 @@ function Client:report(report) return self:_call("POST", "/api/v1/provisioner/re
 --- Acquire or renew the lease: req {holder, host, pid, ttl, generation|nil}.
 --- Returns {lease = {holder, host, pid, generation, expires_at}, acquired, ttl}, or nil, err where
 --- err.code "lease_held" and err.lease name the holder.
-function Client:lease(req) return self:_call("POST", "/api/v1/provisioner/lease", req) end
+--- The token an acquisition answers is kept by the client (never in the result) and sent from then on.
+function Client:lease(req)
+  local res, err = self:_call("POST", "/api/v1/provisioner/lease", req)
+  if res and res.token then
+    self.lease_token = res.token
+    res.token = nil
+  end
+  return res, err
+end
 
 --- Give the lease up.
 function Client:release(generation)

@@ -275,6 +275,26 @@ function M.new(opts)
         set({}, (pstats or http.proxy_stats()).idle_connections)
       end)
   end
+  -- the HTTP server's own connections (host/http_frame.c: cap, header and idle deadlines)
+  if http.server_stats then
+    local sstats
+    reg:gauge("obleth_http_connections", "Client connections open to this process's HTTP servers", nil,
+      function(set)
+        sstats = http.server_stats()
+        set({}, sstats.open)
+      end)
+    reg:counter("obleth_http_connections_closed_total", "Client connections obleth closed or refused, by "
+      .. "reason: refused (503 at the cap), evicted (room made at the cap or when descriptors ran out), "
+      .. "header_timeout, idle", { "reason" }, function(set)
+        local st = sstats or http.server_stats()
+        set({ "refused" }, st.refused)
+        set({ "evicted" }, st.evicted)
+        set({ "header_timeout" }, st.header_timeouts)
+        set({ "idle" }, st.idle_closes)
+      end)
+    reg:counter("obleth_http_accept_errors_total", "accept() calls that failed (e.g. out of descriptors)", nil,
+      function(set) set({}, (sstats or http.server_stats()).accept_errors) end)
+  end
   return self
 end
 

@@ -171,6 +171,11 @@ M.migrations = {
       PRIMARY KEY (replica_id, stream)
     );
   ]],
+  -- 8: the lease holder's secret, hashed (SHA-256 hex): the holder proves itself with the token it
+  -- got when it acquired the lease; the generation stays public, as the fence
+  [8] = [[
+    ALTER TABLE provisioner_lease ADD COLUMN token_hash TEXT;
+  ]],
 }
 
 local Store = {}
@@ -709,17 +714,26 @@ function Store:lease()
   return self:_one("SELECT * FROM provisioner_lease WHERE id = 1")
 end
 
--- Inside a transaction: refuse (abort "lease_lost") unless `generation` is the current one;
--- with `live`, the lease must also not have expired. Renews the expiry by the lease's ttl.
-function Store:_fence(generation, now, live)
+-- True when `proof` (the SHA-256 hex of the token a caller presents) is the lease holder's.
+local function _proves(l, proof)
+  return l ~= nil and type(l.token_hash) == "string" and type(proof) == "string" and proof == l.token_hash
+end
+
+-- Inside a transaction: refuse (abort "lease_lost") unless `generation` is the current one and
+-- `proof` (SHA-256 hex of the caller's lease token) is its holder's; with `live`, the lease must
+-- also not have expired. Renews the expiry by the lease's ttl.
+function Store:_fence(generation, proof, now, live)
   local l = self:lease()
-  if not l or l.generation ~= generation or (live and l.expires_at <= now) then
+  if not l or l.generation ~= generation or not _proves(l, proof) or (live and l.expires_at <= now) then
     local msg
     if not l then
       msg = "no provisioner holds the lease"
     elseif l.generation ~= generation then
       msg = ("lease generation %d is stale: %s on %s (pid %d) holds generation %d"):format(generation,
         l.holder, l.host, l.pid, l.generation)
+    elseif not _proves(l, proof) then
+      msg = ("lease generation %d is held by %s on %s (pid %d), and this request does not carry its lease "
+        .. "token"):format(generation, l.holder, l.host, l.pid)
     else
       msg = ("lease generation %d expired at %.0f"):format(generation, l.expires_at)
     end
@@ -731,14 +745,17 @@ end
 --- Acquire or renew the provisioner lease.
 --- Granted when nobody holds it (never held, expired or released), or when `generation` is the current
 --- one (a renewal, also after expiry as long as nobody took over). A new holder gets generation + 1.
----@param req {holder: string, host: string, pid: integer, ttl: number, generation: integer|nil}
+--- A renewal must prove it is the holder's: `proof` is the SHA-256 hex of the token the holder got
+--- when it acquired the lease; the generation alone (public: GET settings, the 409 body) renews nothing.
+---@param req {holder: string, host: string, pid: integer, ttl: number, generation: integer|nil,
+---  proof: string|nil, token_hash: string} token_hash: the hash of the new token, kept when this acquires
 ---@param now number epoch seconds
 ---@return table|nil {lease = row, acquired = boolean, previous = row|nil}
 ---@return table|nil err {code = "lease_held", message, lease = row} | {code = "storage"}
 function Store:acquire_lease(req, now)
   return self:transaction(function()
     local cur = self:lease()
-    if cur and req.generation == cur.generation then
+    if cur and req.generation == cur.generation and _proves(cur, req.proof) then
       self:_x([[UPDATE provisioner_lease SET ttl = ?, renewed_at = ?, expires_at = ? WHERE id = 1]],
         req.ttl, now, now + req.ttl)
       return { lease = self:lease(), acquired = false }
@@ -747,17 +764,22 @@ function Store:acquire_lease(req, now)
       _abort("lease_held", ("the provisioner lease is held by %s on %s (pid %d) until %.0f"):format(cur.holder,
         cur.host, cur.pid, cur.expires_at), nil, { lease = cur })
     end
+    if type(req.token_hash) ~= "string" or #req.token_hash ~= 64 then
+      error("acquire_lease: req.token_hash must be the SHA-256 hex of the new lease token", 2)
+    end
     self:_x([[INSERT OR REPLACE INTO provisioner_lease (id, holder, host, pid, generation, ttl, acquired_at,
-      renewed_at, expires_at) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)]], req.holder, req.host, req.pid,
-      (cur and cur.generation or 0) + 1, req.ttl, now, now, now + req.ttl)
+      renewed_at, expires_at, token_hash) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)]], req.holder, req.host, req.pid,
+      (cur and cur.generation or 0) + 1, req.ttl, now, now, now + req.ttl, req.token_hash)
     return { lease = self:lease(), acquired = true, previous = cur }
   end)
 end
 
 --- Give the lease up (a clean stop), so a waiting provisioner takes over on its next try.
----@return boolean released false when `generation` is not the current one
-function Store:release_lease(generation, now)
+---@param proof string|nil SHA-256 hex of the holder's lease token
+---@return boolean released false when `generation` is not the current one or `proof` not its holder's
+function Store:release_lease(generation, proof, now)
   return self:transaction(function()
+    if not _proves(self:lease(), proof) then return false end
     local changes = self:_x("UPDATE provisioner_lease SET expires_at = ?, renewed_at = ? WHERE id = 1 AND generation = ?"
       .. " AND expires_at > ?", now, now, generation, now)
     return changes > 0
@@ -769,10 +791,12 @@ end
 --- lease (paused, then resumed) submits nothing. Renews the lease.
 ---@param generation integer
 ---@param rows table[] replica rows {nonce, model_id, slot, state = "pending", port, generation, ...}
+---@param now number epoch seconds
+---@param proof string|nil SHA-256 hex of the holder's lease token
 ---@return table|nil {ok = true, ignored = [...]}, table|nil err
-function Store:record_submits(generation, rows, now)
+function Store:record_submits(generation, rows, now, proof)
   return self:transaction(function()
-    self:_fence(generation, now, true)
+    self:_fence(generation, proof, now, true)
     local ignored = json.array()
     for _, r in ipairs(rows) do self:_upsert_replica(r, now, ignored) end
     return { ok = true, ignored = ignored }
@@ -950,7 +974,8 @@ function Store:_upsert_replica(r, now, ignored)
 end
 
 --- Apply one pass's report in one transaction (see docs/managed-spec.md).
----@param rep table validated by obleth.deployment.input.report
+---@param rep table validated by obleth.deployment.input.report, plus lease_proof (SHA-256 hex of the
+---  lease token the request carried) when it has lease_generation
 ---@param now number
 ---@return table|nil {ok = true, ignored = [...], changes = {replicas = {[model_id] = true}, models = ...,
 ---  managed = ..., launches = ...}} (what the report changed, for the event streams), table|nil err
@@ -959,7 +984,7 @@ function Store:apply_report(rep, now)
     local ignored = json.array()
     local changes = { replicas = {}, models = {}, managed = {}, launches = {} }
     if rep.lease_generation then
-      self:_fence(rep.lease_generation, now, false)
+      self:_fence(rep.lease_generation, rep.lease_proof, now, false)
     else
       -- a report without a lease (a script, a test) only while no provisioner holds it
       local l = self:lease()
