@@ -55,6 +55,8 @@ describe("large answers of obleth serve", function()
       if not chunk then break end
       parts[#parts + 1] = chunk
     end
+    -- answered in parts, and logged as answered (not as a handler that returned nothing)
+    assert.is_nil(srv:log():find("api_handler_error", 1, true), srv:log())
     return cjson.decode(table.concat(parts)), resp, target
   end
 
