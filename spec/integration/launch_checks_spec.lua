@@ -255,7 +255,8 @@ describe("launch checks on the harness cluster", function()
       assert.is_truthy(by[name], name .. " is missing from fields")
     end
     for _, name in ipairs({ "qos", "constraint", "exclude" }) do
-      assert.same({ field = name, value = cjson.null, provenance = cjson.null, error = cjson.null }, by[name])
+      assert.same({ field = name, label = require("obleth.deployment.labels").of(name), value = cjson.null,
+        provenance = cjson.null, error = cjson.null }, by[name])
     end
     assert.equal("h100", by.gpu_type.value)
     assert.equal("user", by.gpu_type.provenance)

@@ -239,7 +239,11 @@ end
 
 --- This process's Slurm token source (obleth.slurm.token_source), made on first use.
 function App:slurm_tokens()
-  if not self._tokens then self._tokens = require("obleth.slurm.token_source").new { log = self.log } end
+  if not self._tokens then
+    local ts = require "obleth.slurm.token_source"
+    -- the key file may never be this server's own database or under its state directory
+    self._tokens = ts.new { log = self.log, protected = ts.protected_paths(self.store and self.store.path) }
+  end
   return self._tokens
 end
 
