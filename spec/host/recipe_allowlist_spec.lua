@@ -170,5 +170,13 @@ describe("number and integer inputs are finite", function()
     assert.equal("inputs.x.default", errs.errors[1].field)
     assert.matches("finite", errs.errors[1].message)
     assert.equal(2.5, recipe.check_input({ type = "number" }, "2.5"))
+    -- and whatever way a value gets past the form, it never renders as 'inf' (the preview renders
+    -- the script while it shows the field errors)
+    for _, v in ipairs({ 1 / 0, -1 / 0, 0 / 0 }) do
+      local out, rerr = recipe.render(r, { x = v }, {}, {})
+      assert.is_nil(out)
+      assert.equal("inputs.x", rerr.errors[1].field)
+      assert.matches("finite", rerr.errors[1].message)
+    end
   end)
 end)
