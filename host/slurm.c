@@ -285,10 +285,15 @@ static int is_auth_failure_doc(lua_State *L, int idx) {
                 lua_Number num = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
                 lua_getfield(L, -2, "error");
                 const char *m = lua_tostring(L, -1);
+                /* slurmdbd refusing the token (24.11: HTTP 502, error 7000 "Unable to connect to
+                   database", description "Failed to open slurmdbd connection, authentication error") */
+                lua_getfield(L, -3, "description");
+                const char *d = lua_tostring(L, -1);
                 if ((num == -1 && m && strcmp(m, "Unspecified error") == 0) || num == 1007 ||
-                    (m && (strstr(m, "Authentication failure") || strstr(m, "Protocol authentication error"))))
+                    (m && (strstr(m, "Authentication failure") || strstr(m, "Protocol authentication error"))) ||
+                    (num == 7000 && d && strstr(d, "authentication error")))
                     n_auth++;
-                lua_pop(L, 2);
+                lua_pop(L, 3);
             }
             lua_pop(L, 1);
         }
@@ -817,8 +822,10 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
     }
     push_json(L, raw);
     if (status >= 500 && is_auth_failure_doc(L, lua_gettop(L))) {
+        int db = strncmp(lua_tostring(L, 3), "/slurmdb/", 9) == 0;
         lua_settop(L, 4);
-        push_err(L, "auth", "slurmctld rejected the credentials (a bad, foreign or expired JWT)", status);
+        push_err(L, "auth", db ? "slurmdbd rejected the credentials (a bad, foreign or expired JWT)"
+                               : "slurmctld rejected the credentials (a bad, foreign or expired JWT)", status);
         return 2;
     }
     if (lua_isnil(L, -1) && status >= 200 && status < 300) {

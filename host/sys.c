@@ -10,7 +10,10 @@
  *   hostname()              -> string
  *   random_hex(nbytes)      -> 2*nbytes hex chars from getrandom(2)
  *   consteq(a, b)           -> boolean; time depends only on the lengths
- *   stat(path[, nofollow])  -> {type="file"|"dir"|"link"|"other", size=, mtime=, mode=} | nil, err (nofollow: lstat)
+ *   stat(path[, nofollow])  -> {type="file"|"dir"|"link"|"other", size=, mtime=, mode=, uid=, dev=, ino=}
+ *                           | nil, err (nofollow: lstat)
+ *   geteuid()               -> integer: the effective user id (the service user)
+ *   realpath(path)          -> the absolute path with no symbolic link, "." or ".." | nil, err
  *   listdir(path)           -> array of names (no "." / "..") | nil, err
  *   mkdir(path, mode?)      -> true | nil, err (exists is fine)
  *   rename(from, to)        -> true | nil, err (atomic on one filesystem)
@@ -30,6 +33,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -129,6 +133,22 @@ static int l_stat(lua_State *L) {
     lua_setfield(L, -2, "mtime");
     lua_pushinteger(L, (lua_Integer)(st.st_mode & 07777));
     lua_setfield(L, -2, "mode");
+    lua_pushinteger(L, (lua_Integer)st.st_uid);
+    lua_setfield(L, -2, "uid");
+    lua_pushinteger(L, (lua_Integer)st.st_dev);
+    lua_setfield(L, -2, "dev");
+    lua_pushinteger(L, (lua_Integer)st.st_ino);
+    lua_setfield(L, -2, "ino");
+    return 1;
+}
+
+static int l_geteuid(lua_State *L) { lua_pushinteger(L, (lua_Integer)geteuid()); return 1; }
+
+static int l_realpath(lua_State *L) {
+    const char *p = luaL_checkstring(L, 1);
+    char buf[PATH_MAX];
+    if (!realpath(p, buf)) return push_errno(L, p);
+    lua_pushstring(L, buf);
     return 1;
 }
 
@@ -278,7 +298,8 @@ int luaopen_obleth_sys(lua_State *L) {
         {"random_hex", l_random_hex}, {"consteq", l_consteq}, {"stat", l_stat},
         {"listdir", l_listdir},   {"mkdir", l_mkdir},     {"rename", l_rename}, {"chmod", l_chmod},
         {"isatty", l_isatty},     {"sd_notify", l_sd_notify}, {"exit_now", l_exit_now},
-        {"user_groups", l_user_groups}, {"nofile", l_nofile},
+        {"user_groups", l_user_groups}, {"nofile", l_nofile}, {"geteuid", l_geteuid},
+        {"realpath", l_realpath},
         {NULL, NULL}};
     luaL_newlib(L, funcs);
     lua_pushliteral(L, OBLETH_VERSION);

@@ -144,6 +144,16 @@ describe("the Helm chart deploy/helm/obleth", function()
     end
     assert.equal("/etc/obleth/policy.d", mounts.policy)
     assert.equal("/etc/obleth/jwt", mounts["jwt-key"])
+    -- the key as token_key_file wants it: copied by the pod's own user into a memory volume, mode 0400
+    -- (a Secret's files belong to root)
+    local pod = find(objs, "Deployment", "provisioner")[1].spec.template.spec
+    local init = pod.initContainers[1]
+    assert.equal("jwt-key", init.name)
+    assert.matches("chmod 0400 /etc/obleth/jwt/jwt_hs256.key", init.command[3], 1, true)
+    local vols = {}
+    for _, v in ipairs(pod.volumes) do vols[v.name] = v end
+    assert.equal("Memory", vols["jwt-key"].emptyDir.medium)
+    assert.equal("slurm-jwt", vols["jwt-key-secret"].secret.secretName)
   end)
 
   it("refuses a values file asking for two provisioner replicas, naming the value", function()

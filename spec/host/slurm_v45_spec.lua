@@ -196,6 +196,11 @@ describe("a Slurm 26.05 slurmrestd", function()
         if req.path == "/openapi/v3" then return 200, JSON, openapi({ "v0.0.42" }, true) end
         if req.path:find("/ping") then return 200, JSON, connected and bad or good end
         if req.path:find("^/slurmdb/v0%.0%.42/clusters") then
+          if dbd_refuses == "24.11" then
+            return 502, JSON, cjson.encode({ errors = { { description = "Failed to open slurmdbd connection, "
+              .. "authentication error", error_number = 7000, error = "Unable to connect to database",
+              source = "openapi_get_db_conn" } }, warnings = {} })
+          end
           if dbd_refuses then return 511, JSON, H.read(H.root .. "/v0.0.42/jobs_bad_token.json") end
           return 200, JSON, cjson.encode({ clusters = {}, errors = {}, warnings = {} })
         end
@@ -207,11 +212,41 @@ describe("a Slurm 26.05 slurmrestd", function()
       assert.is_nil(r)
       assert.equal("auth", err.code)
       assert.equal(1, hits["/slurmdb/v0.0.42/clusters"])
+      -- what a live 24.11 slurmdbd answers a token it refuses: HTTP 502, error 7000
+      dbd_refuses = "24.11"
+      local r3, err3 = c:ping()
+      assert.is_nil(r3)
+      assert.equal("auth", err3.code)
+      local q, qerr = c:clusters()
+      assert.is_nil(q)
+      assert.equal("auth", qerr.code)
+      assert.matches("slurmdbd rejected the credentials", qerr.message, 1, true)
+      dbd_refuses = true
       dbd_refuses = false -- slurmdbd takes the token: slurmctld is the one not answering
       local r2 = assert(c:ping())
       srv:close()
       assert.is_false(r2.ok)
     end)
+
+    it("Test connection (POST /api/v1/settings/slurm/test) answers error.code auth, not ok=false with no error",
+      function()
+        local server = require "spec.support.server"
+        local srv_slurm, url = slurm2605(function(req)
+          if req.path:find("/ping") then return 200, JSON, fx("ping_bad_token.json") end
+        end)
+        local srv = server.start()
+        local st, doc = srv:request("POST", "/api/v1/settings/slurm/test", { url = url, user = "alice",
+          token = "eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjQxMDI0NDQ4MDB9.c2ln" })
+        srv:stop()
+        srv:cleanup()
+        srv_slurm:close()
+        assert.equal(200, st)
+        assert.is_table(doc.error, cjson.encode(doc))
+        assert.equal("auth", doc.error.code)
+        assert.matches("rejected the credentials", doc.error.message, 1, true)
+        assert.is_false(doc.ok == true)
+        assert.equal("v0.0.45", doc.api_version)
+      end)
 
     it("obleth slurm ping says the credentials were rejected", function()
       local srv, url = slurm2605(function(req)
@@ -285,6 +320,20 @@ describe("a Slurm 26.05 slurmrestd", function()
       assert.is_true(by.admin.hidden)
       assert.is_false(by.gpu.hidden)
     end)
+  end)
+
+  it("reads EnforcePartLimits from /conf on v0.0.45; older versions say they do not serve it", function()
+    local srv, url = slurm2605(function(req)
+      if req.path:find("/conf") then return 200, JSON, fx("conf.json") end
+    end)
+    local c = assert(connect(url))
+    local conf = assert(c:conf())
+    assert.equal("NO", conf.enforce_part_limits)
+    local old = assert(slurm.connect { url = url, user = "alice", token = "x.y.z", version = "v0.0.44" })
+    local none, err = old:conf()
+    srv:close()
+    assert.is_nil(none)
+    assert.equal("unsupported", err.code)
   end)
 
   describe("accounting", function()

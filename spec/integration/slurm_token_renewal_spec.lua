@@ -20,7 +20,10 @@ describe("Slurm JWT renewal from the key file", function()
     it("needs the harness cluster", function() pending("harness cluster not running (OBLETH_SLURM_URL unset)") end)
     return
   end
-  local KEY = dir .. "/etc/jwt_hs256.key"
+  -- obleth reads its own copy of the site's key: owned by its service user, mode 0600 (slurmctld's
+  -- copy belongs to the slurm user; token_key_file refuses a file another user owns)
+  local KEY = os.tmpname()
+  assert(os.execute(("cp %s/etc/jwt_hs256.key %s && chmod 600 %s"):format(dir, KEY, KEY)))
   local SOAK = tonumber(os.getenv("OBLETH_SOAK_SECONDS") or "")
   local LIFESPAN = SOAK and 120 or 30
   local RUN = SOAK and math.max(SOAK, 600) or LIFESPAN + 20
@@ -41,6 +44,7 @@ describe("Slurm JWT renewal from the key file", function()
   teardown(function()
     if prov then prov:stop() end
     if h then h:stop() end
+    os.remove(KEY)
   end)
 
   it("slurmrestd takes a token minted with the site's key and refuses one minted with another", function()

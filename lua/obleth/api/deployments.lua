@@ -8,6 +8,7 @@ local errors = require "obleth.api.errors"
 local json = require "obleth.util.json"
 local validate = require "obleth.deployment.input"
 local launch = require "obleth.deployment"
+local labels = require "obleth.deployment.labels"
 local recipe_schema = require "obleth.recipe.schema"
 
 local M = {}
@@ -225,7 +226,8 @@ function M.facts(app)
     local out = {}
     for k, v in pairs(f) do out[k] = v end
     out.user = M.slurm_user(s, app.cache, now)
-    out.enforce_part_limits = s.defaults and s.defaults.enforce_part_limits
+    -- the site's setting wins; else what slurmctld says (v0.0.45's /conf), else unknown
+    out.enforce_part_limits = s.defaults and s.defaults.enforce_part_limits or f.slurm_enforce_part_limits
     return out
   end
   if c and _same_key(c.key, s.updated_at) and now - c.at < M.FACTS_TTL then return with_site(c.facts) end
@@ -248,6 +250,9 @@ function M.facts(app)
     end
     f[call[1]] = v
   end
+  -- EnforcePartLimits, where slurmrestd says it (v0.0.45+); a failure here only leaves it unknown
+  local conf = (require("obleth.slurm.versions").number(f.api_version) or 0) >= 45 and conn:conf() or nil
+  f.slurm_enforce_part_limits = conf and conf.enforce_part_limits or nil
   app.cache.launch_facts = { key = s.updated_at, at = now, facts = f }
   return with_site(f)
 end
@@ -283,6 +288,7 @@ end
 
 --- A 422 answer for per-field errors: {error: {code: "invalid", field, message}, errors: [...]}.
 function M.unprocessable(errs, extra)
+  for _, e in ipairs(errs) do labels.say(e) end
   local first = errs[1] or {}
   local body = { error = { code = "invalid", field = first.field or NULL,
     message = (#errs == 1 and "%s" or "%s (and %d more)"):format(tostring(first.message), #errs - 1) },
@@ -353,6 +359,13 @@ function M.prepare(app, b, values)
 end
 
 --- The preview as the API answers it.
+-- A field's error {message, code, label} in the label's words.
+local function _field_error(f)
+  local e = labels.say { field = f.field, message = f.error.message, code = f.error.code }
+  e.field = nil
+  return e
+end
+
 function M.answer(pv, c)
   local settings = {}
   for k, s in pairs(pv.settings) do
@@ -361,9 +374,10 @@ function M.answer(pv, c)
   local learned = pv.learned
   local fields = {}
   for i, f in ipairs(pv.fields) do
-    fields[i] = { field = f.field, value = f.value == nil and NULL or f.value, provenance = f.provenance or NULL,
-      error = f.error or NULL }
+    fields[i] = { field = f.field, label = labels.of(f.field) or f.field, value = f.value == nil and NULL or f.value,
+      provenance = f.provenance or NULL, error = f.error and _field_error(f) or NULL }
   end
+  for _, e in ipairs(pv.errors or {}) do labels.say(e) end
   local user = pv.slurm_user
   if user then
     user = { name = user.name or NULL, groups = user.groups and json.array(user.groups) or NULL,
@@ -386,12 +400,33 @@ function M.answer(pv, c)
   })
 end
 
+--- A recipe id "Also save these settings as a recipe" can offer: the API model name (else the recipe's
+--- id) made a recipe id, with -2, -3, ... when a library or saved recipe has it.
+---@return string|nil
+function M.free_recipe_id(app, name)
+  if type(name) ~= "string" then return nil end
+  local base = name:lower():gsub("[^a-z0-9._-]+", "-"):gsub("^[^a-z0-9]+", ""):gsub("%-+$", "")
+  base = base:sub(1, recipe_schema.ID_MAX - 4)
+  if base == "" or not base:match(recipe_schema.ID_PATTERN) then return nil end
+  local lib = _library(app)
+  local id, n = base, 1
+  while lib[id] or app.store:get_recipe(id) do
+    n = n + 1
+    if n > 99 then return nil end
+    id = base .. "-" .. n
+  end
+  return id
+end
+
 local function preview(ctx)
   local b, values = _read_body(ctx)
   if not b then return values.status, values.body, values.headers end
   local pv, c = M.prepare(ctx.app, b, values)
   if not pv then return c.status, c.body, c.headers end
-  return 200, M.answer(pv, c)
+  local out = M.answer(pv, c)
+  local nm = pv.settings.api_model_name and pv.settings.api_model_name.value
+  out.save_recipe_id = M.free_recipe_id(ctx.app, type(nm) == "string" and nm ~= "" and nm or c.recipe.id) or NULL
+  return 200, out
 end
 
 ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
---- Error answers of the Management API: `{"error": {"code", "message", "field"?}}`.
+--- Error answers of the Management API: `{"error": {"code", "message", "field"?, "label"?}}`: `label` is the
+--- field's label as the dashboard shows it, and the message starts with it (obleth.deployment.labels).
 -- Route handlers `return errors.fail(400, "invalid", "replicas: must be 0..64", "replicas")`.
 local M = {}
 
@@ -12,6 +13,8 @@ local M = {}
 function M.fail(status, code, message, field, extra)
   local e = { code = code, message = message, field = field }
   for k, v in pairs(extra or {}) do e[k] = v end
+  -- the field's label, and the message in the label's words (obleth.deployment.labels)
+  require("obleth.deployment.labels").say(e)
   return status, { error = e }
 end
 

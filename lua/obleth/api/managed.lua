@@ -21,6 +21,11 @@ local function get(ctx)
   if not id then return s, e end
   local spec = ctx.app.store:get_spec(id)
   if not spec then return errors.fail(404, "not_found", ("model %d has no managed spec"):format(id)) end
+  -- the refused job's field in the page's words (its label); Slurm's message stays as Slurm said it
+  if type(spec.provision_error) == "table" then
+    local label = require("obleth.deployment.labels").of(spec.provision_error.field)
+    if label then spec.provision_error.label = label end
+  end
   return 200, spec
 end
 

@@ -62,6 +62,14 @@ local function list(ctx)
   table.sort(ids)
   for _, id in ipairs(ids) do out[#out + 1] = _library_out(lib[id], false) end
   for _, r in ipairs(ctx.app.store:list_recipes()) do
+    -- a saved recipe is listed like a library one: its engine and description from its document
+    local doc = type(r.recipe) == "table" and r.recipe or {}
+    if type(doc[1]) == "string" then -- the stored text (obleth.util.json.raw)
+      local ok, d = pcall(cjson.decode, doc[1])
+      doc = ok and type(d) == "table" and d or {}
+    end
+    r.engine = type(doc.engine) == "string" and doc.engine or cjson.null
+    r.description = type(doc.description) == "string" and doc.description or cjson.null
     r.recipe = nil
     out[#out + 1] = r
   end

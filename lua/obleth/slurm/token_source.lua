@@ -40,27 +40,70 @@ end
 --- few hundred): a bigger file is not a JWT key.
 M.MAX_KEY_FILE = 64 * 1024
 
--- The HS256 key: only a regular file of 1 byte to MAX_KEY_FILE, read with a bound, so a path (it
--- comes through the API) can be neither a FIFO that blocks the loop, nor /dev/zero, nor a huge file,
--- nor /proc's size-0 files (the process's environment). One message for every refusal: the answer
--- tells nothing about which files exist.
-local function _read(path)
-  local refused = { code = "token_source", field = "token_key_file",
-    message = path .. ": not usable as a JWT key file (a regular file of 1 byte to "
-      .. M.MAX_KEY_FILE // 1024 .. " KiB that this process can read)" }
+-- The HS256 key, as Slurm keeps its jwt_key: a regular file of 1 byte to MAX_KEY_FILE, owned by the
+-- service user (this process's effective uid), readable or writable by nobody else (no group or
+-- other bit of 0066), and never obleth's own database (nor its -wal / -shm) or a file under its state
+-- directory (`protected`). Read with a bound, so a path (it comes through the API) can be neither a
+-- FIFO that blocks the loop, nor /dev/zero, nor a huge file, nor /proc's size-0 files, nor /etc/shadow.
+-- Returns the key | nil, {code = "token_source", field = "token_key_file", message = the reason}.
+---@param path string
+---@param protected {files: string[]|nil, dirs: string[]|nil}|nil paths the key may not be (or be under)
+local function _read(path, protected)
+  local function refused(why)
+    return nil, { code = "token_source", field = "token_key_file",
+      message = ("token_key_file %s: %s"):format(path, why) }
+  end
+  if type(path) ~= "string" or path:sub(1, 1) ~= "/" then return refused("must be an absolute path") end
   local ok, sys = pcall(require, "obleth.sys")
-  if ok then
-    local st = sys.stat(path)
-    if not st or st.type ~= "file" or st.size == 0 or st.size > M.MAX_KEY_FILE then return nil, refused end
+  if not ok then return refused("cannot be checked without the obleth host") end
+  local st = sys.stat(path)
+  if not st then return refused("does not exist, or this process cannot reach it") end
+  if st.type ~= "file" then return refused("is not a regular file") end
+  local real = sys.realpath(path) or path
+  for _, f in ipairs(protected and protected.files or {}) do
+    local fst = sys.stat(f)
+    if (fst and fst.dev == st.dev and fst.ino == st.ino) or real == (sys.realpath(f) or f) then
+      return refused("is obleth's own database, never a JWT key")
+    end
+  end
+  for _, d in ipairs(protected and protected.dirs or {}) do
+    local rd = (sys.realpath(d) or d):gsub("/+$", "")
+    if rd ~= "" and real:sub(1, #rd + 1) == rd .. "/" then
+      return refused(("is under obleth's state directory %s, never a JWT key"):format(rd))
+    end
+  end
+  local euid = sys.geteuid()
+  if st.uid ~= euid then
+    return refused(("is owned by uid %d, not by the service user (uid %d): chown it"):format(st.uid, euid))
+  end
+  if st.mode & 0x36 ~= 0 then -- 0066: group or others may read or write it
+    return refused(("is readable or writable by group or others (mode %04o): chmod 600 it"):format(st.mode))
+  end
+  if st.size == 0 or st.size > M.MAX_KEY_FILE then
+    return refused(("must hold 1 byte to %d KiB (it has %d bytes)"):format(M.MAX_KEY_FILE // 1024, st.size))
   end
   local fh = io.open(path, "rb")
-  if not fh then return nil, refused end
+  if not fh then return refused("this process cannot read it") end
   local s = fh:read(M.MAX_KEY_FILE + 1)
   fh:close()
-  if not s or #s == 0 or #s > M.MAX_KEY_FILE then return nil, refused end
+  if not s or #s == 0 or #s > M.MAX_KEY_FILE then return refused("changed while it was read") end
   return s
 end
 M.read_key_file = _read
+
+--- The paths a key file may never be in this process: obleth's database (and its -wal, -shm), and
+--- its state directories (systemd's STATE_DIRECTORY, colon-separated, as the units set it).
+---@param db string|nil the database file
+---@param state_dirs string|nil default: os.getenv("STATE_DIRECTORY")
+---@return {files: string[], dirs: string[]}
+function M.protected_paths(db, state_dirs)
+  local p = { files = {}, dirs = {} }
+  if db then
+    for _, suffix in ipairs({ "", "-wal", "-shm", "-journal" }) do p.files[#p.files + 1] = db .. suffix end
+  end
+  for d in (state_dirs or os.getenv("STATE_DIRECTORY") or ""):gmatch("[^:]+") do p.dirs[#p.dirs + 1] = d end
+  return p
+end
 
 --- The largest output of token_command kept (a JWT is a few hundred bytes): more kills the
 --- command and is an error. Its stderr is kept up to MAX_COMMAND_STDERR bytes, for the log.
@@ -98,7 +141,9 @@ function M.new(opts)
   opts = opts or {}
   local allow = opts.allow_command
   if allow == nil then allow = os.getenv("OBLETH_ALLOW_TOKEN_COMMAND") == "1" end
-  return setmetatable({ now = opts.now or os.time, read = opts.read or _read, run = opts.run or _run, hmac = opts.hmac,
+  local protected = opts.protected or M.protected_paths(nil)
+  local read = opts.read or function(path) return _read(path, protected) end
+  return setmetatable({ now = opts.now or os.time, read = read, run = opts.run or _run, hmac = opts.hmac,
     log = opts.log or require("obleth.log"), allow_command = allow, cache = nil, err = nil }, Source)
 end
 

@@ -5,7 +5,9 @@ import { html } from '../html.js';
 /** An ApiError (or any Error) as an alert; nothing when err is null. */
 export function ErrorNote({ err, label = null }) {
   if (!err) return null;
-  const field = err.field ? ` (${err.field})` : '';
+  // the server's label for the field (the message already starts with it when it is about one)
+  const named = err.label || err.field;
+  const field = named && !String(err.message || '').startsWith(named) ? ` (${named})` : '';
   return html`<p class="error" role="alert">${label ? `${label}: ` : ''}${err.message}${field}</p>`;
 }
 

@@ -3,7 +3,7 @@
 // Secrets stay on the server: their fields start empty ("leave unchanged"),
 // and clearing one is an explicit box. Test connection pings slurmrestd with
 // what is typed. Turning Slurm off while replicas hold jobs asks first (409 confirm).
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { html } from '../html.js';
 import { api } from '../api.js';
 import { useNow } from '../live.js';
@@ -36,6 +36,16 @@ function Text({ id, label, help, value, onInput, error, type = 'text', mono = fa
     <input id=${id} type=${type} class=${mono ? 'mono' : undefined} value=${value} spellcheck="false"
       aria-describedby=${desc} aria-invalid=${error ? 'true' : undefined}
       onInput=${(e) => onInput(e.currentTarget.value)} ...${rest} />
+  <//>`;
+}
+
+/** A text field offering the values the cluster has (a datalist): a value not listed can still be typed. */
+function Choice({ id, label, help, value, onInput, error, options }) {
+  const desc = [help && `${id}-help`, error && `${id}-err`].filter(Boolean).join(' ') || undefined;
+  return html`<${Field} id=${id} label=${label} help=${help} error=${error}>
+    <input id=${id} list=${options && options.length ? `${id}-list` : undefined} value=${value} spellcheck="false"
+      aria-describedby=${desc} aria-invalid=${error ? 'true' : undefined} onInput=${(e) => onInput(e.currentTarget.value)} />
+    ${options && options.length > 0 && html`<datalist id=${`${id}-list`}>${options.map((o) => html`<option key=${o} value=${o} />`)}</datalist>`}
   <//>`;
 }
 
@@ -92,6 +102,16 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
   const [testing, setTesting] = useState(false);
   const [test, setTest] = useState(null);
   const [confirm, setConfirm] = useState(null);
+  // the cluster's partitions, the user's accounts and QoS, offered as choices in Cluster defaults
+  const [lists, setLists] = useState(null);
+  useEffect(() => {
+    if (!settings.url && !settings.socket) return;
+    api.get('/slurm/resources').then((r) => setLists({
+      partitions: (r.partitions || []).map((p) => p.name),
+      accounts: r.user_accounts || (r.accounts || []).map((a) => a.name),
+      qos: r.user_qos || (r.qos || []).map((q) => q.name),
+    }), () => setLists(null));
+  }, []); // eslint-disable-line
 
   // editing a field clears its error (and the "Not saved" note): it spoke of the old value
   const clearErr = (prefix) => {
@@ -211,9 +231,12 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
       <${TabPanel} name="defaults" selected=${tab}>
         <p class="help">Values recipes refer to, so none of them hard-codes a path.</p>
         <div class="grid2">
-          <${Text} id="d-partition" label="Default partition" value=${d.partition} onInput=${(v) => setD('partition', v)} error=${err('defaults.partition')} />
-          <${Text} id="d-account" label="Default account" value=${d.account} onInput=${(v) => setD('account', v)} error=${err('defaults.account')} />
-          <${Text} id="d-qos" label="Default QoS" value=${d.qos} onInput=${(v) => setD('qos', v)} error=${err('defaults.qos')} />
+          <${Choice} id="d-partition" label="Default partition" value=${d.partition} onInput=${(v) => setD('partition', v)} error=${err('defaults.partition')}
+            options=${lists && lists.partitions} help=${lists ? 'The cluster\'s partitions are offered.' : null} />
+          <${Choice} id="d-account" label="Default account" value=${d.account} onInput=${(v) => setD('account', v)} error=${err('defaults.account')}
+            options=${lists && lists.accounts} help=${lists ? 'The Slurm user\'s accounts are offered.' : null} />
+          <${Choice} id="d-qos" label="Default QoS" value=${d.qos} onInput=${(v) => setD('qos', v)} error=${err('defaults.qos')}
+            options=${lists && lists.qos} help=${lists ? 'The Slurm user\'s QoS are offered.' : null} />
           <${Text} id="d-cache" label="Model cache directory" value=${d.model_cache_dir} onInput=${(v) => setD('model_cache_dir', v)} error=${err('defaults.model_cache_dir')} mono=${true} />
           <${Text} id="d-images" label="Image directory" value=${d.image_dir} onInput=${(v) => setD('image_dir', v)} error=${err('defaults.image_dir')} mono=${true} />
           <${Text} id="d-logs" label="Job log directory" value=${d.log_dir} onInput=${(v) => setD('log_dir', v)} error=${err('defaults.log_dir')} mono=${true}

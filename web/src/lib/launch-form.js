@@ -17,45 +17,46 @@ export function provenanceText(p) {
   return PROVENANCE[p] || p;
 }
 
-// labels and kinds of the fixed settings (the server's `fields` gives their order)
+// kinds and help of the fixed settings (the server's `fields` gives their order and each one's label)
 const META = {
-  api_model_name: { label: 'API model name', kind: 'text',
+  api_model_name: { kind: 'text',
     help: 'The name clients send in "model", and the name forwarded to the server; one recipe can run under several names.' },
-  partition: { label: 'Partition', kind: 'partition' },
-  account: { label: 'Account', kind: 'account', help: 'Only the accounts the partition takes are offered. Empty: your default account.' },
-  qos: { label: 'QoS', kind: 'qos', help: 'Empty: the association\'s default QoS.' },
-  time_limit: { label: 'Walltime', kind: 'text', help: 'Slurm\'s forms: minutes, HH:MM:SS, D-HH, … (shown in minutes).' },
-  nodes: { label: 'Nodes', kind: 'number' },
-  gpus_per_node: { label: 'GPUs per node', kind: 'number' },
-  gpu_type: { label: 'GPU type', kind: 'text' },
-  cpus_per_node: { label: 'CPUs per node', kind: 'number', help: '0 is the whole node (the job has its nodes to itself).' },
-  memory_per_node: { label: 'Memory per node (MiB)', kind: 'number', help: '0 is the whole node.' },
-  constraint: { label: 'Only on nodes with', kind: 'text', help: 'Slurm\'s --constraint: features, e.g. a100&ib.' },
-  exclude: { label: 'Avoid nodes', kind: 'text', help: 'Slurm\'s --exclude: a node list, e.g. n[1-2].' },
-  replicas: { label: 'Replicas', kind: 'number' },
-  stdout: { label: 'Job log (stdout)', kind: 'text' },
-  stderr: { label: 'Job log (stderr)', kind: 'text' },
-  rollover_margin: { label: 'Rollover margin (minutes)', kind: 'number',
+  partition: { kind: 'partition' },
+  account: { kind: 'account', help: 'Only the accounts the partition takes are offered. Empty: your default account.' },
+  qos: { kind: 'qos', help: 'Empty: the association\'s default QoS.' },
+  time_limit: { kind: 'text', help: 'Slurm\'s forms: minutes, HH:MM:SS, D-HH, … (shown in minutes).' },
+  nodes: { kind: 'number' },
+  gpus_per_node: { kind: 'number' },
+  gpu_type: { kind: 'text' },
+  cpus_per_node: { kind: 'number', help: '0 is the whole node (the job has its nodes to itself).' },
+  memory_per_node: { kind: 'number', help: '0 is the whole node.' },
+  constraint: { kind: 'text', help: 'Slurm\'s --constraint: features, e.g. a100&ib.' },
+  exclude: { kind: 'text', help: 'Slurm\'s --exclude: a node list, e.g. n[1-2].' },
+  replicas: { kind: 'number' },
+  stdout: { kind: 'text' },
+  stderr: { kind: 'text' },
+  rollover_margin: { kind: 'number',
     help: 'A successor job starts this long, plus the replica\'s measured start-up time, before the walltime ends. Empty: 5.' },
-  'health.path': { label: 'Health check path', kind: 'text' },
-  'health.interval': { label: 'Health check every (seconds)', kind: 'number' },
-  'health.timeout': { label: 'Health check timeout (seconds)', kind: 'number' },
-  'health.startup_grace': { label: 'Startup grace (seconds)', kind: 'number' },
-  'health.failure_threshold': { label: 'Failures before unhealthy', kind: 'number' },
+  'health.path': { kind: 'text' },
+  'health.interval': { kind: 'number' },
+  'health.timeout': { kind: 'number' },
+  'health.startup_grace': { kind: 'number' },
+  'health.failure_threshold': { kind: 'number' },
 };
 
 /**
  * How the form shows one field: {label, kind, help, group}. kind: text | number | partition | account |
- * qos | select | switch; inputDefs: the recipe's `inputs` (their declared type, values, min / max).
+ * qos | select | switch; inputDefs: the recipe's `inputs` (their declared type, values, min / max);
+ * labels: {field: label} from the preview's `fields` (the server owns the words).
  */
-export function fieldMeta(field, inputDefs = {}) {
+export function fieldMeta(field, inputDefs = {}, labels = {}) {
   if (field.startsWith('inputs.')) {
     const name = field.slice(7);
     const d = inputDefs[name] || {};
     const kind = d.type === 'enum' ? 'select' : d.type === 'boolean' ? 'switch' : d.type === 'number' || d.type === 'integer' ? 'number' : 'text';
     return { label: name, kind, help: d.description || '', group: 'inputs', values: d.values || [], min: d.min, max: d.max };
   }
-  const m = META[field] || { label: field, kind: 'text' };
+  const m = { ...(META[field] || { kind: 'text' }), label: labels[field] || field };
   const group = field.startsWith('health.') ? 'health'
     : ['stdout', 'stderr', 'replicas', 'rollover_margin'].includes(field) ? 'run'
       : ['partition', 'account', 'qos', 'time_limit'].includes(field) ? 'where'
@@ -103,8 +104,10 @@ export function toYaml(fields, userValues = {}) {
   const lines = [];
   let section = null;
   for (const f of fields) {
-    const v = Object.prototype.hasOwnProperty.call(userValues, f.field) ? userValues[f.field] : f.value;
+    let v = Object.prototype.hasOwnProperty.call(userValues, f.field) ? userValues[f.field] : f.value;
     if (v == null || v === '') continue;
+    // what was typed ("4", "true") as the server read it (4, true): the YAML keeps the setting's type
+    if (f.value != null && typeof f.value !== 'string' && typeof v === 'string' && String(f.value) === v.trim()) v = f.value;
     const dot = f.field.indexOf('.');
     if (dot > 0) {
       const top = f.field.slice(0, dot);

@@ -99,3 +99,12 @@ test('Review says which parts are placeholders until submit', async () => {
   assert.equal(placeholdersText(null), null);
   assert.match(placeholdersText({ model_id: 7, slot: 1, nonce: 'ab', note: 'n' }), /model id 7[,;]/);
 });
+
+test('a number or switch typed in the form stays a number or boolean in the YAML (as the server read it)', () => {
+  const fields = [{ field: 'inputs.startup_delay', value: 5 }, { field: 'inputs.mistral_format', value: true },
+    { field: 'inputs.model', value: '7' }];
+  const text = toYaml(fields, { 'inputs.startup_delay': '5', 'inputs.mistral_format': 'true', 'inputs.model': '7' });
+  assert.match(text, /^  startup_delay: 5$/m);
+  assert.match(text, /^  mistral_format: true$/m);
+  assert.match(text, /^  model: "7"$/m);
+});

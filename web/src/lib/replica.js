@@ -35,6 +35,11 @@ const OFF_PATH = {
 
 /** Steps with their status (done / current / todo), and what is off the path, if anything. */
 export function progress(r) {
+  // Slurm refused the submit: no job ever existed, so no step was reached (not even Waiting to submit)
+  if (r.end && r.end.state === 'REFUSED' && r.job_id == null) {
+    const steps = STEPS.map((s) => ({ ...s, status: 'todo' }));
+    return { steps, off: { state: 'refused', label: 'Refused by Slurm: no job was created', name: 'Refused by Slurm', why: 'no job was created' } };
+  }
   const idx = STEPS.findIndex((s) => s.key === r.state);
   let reached = idx;
   if (idx < 0) { // off the path: the furthest step it had reached

@@ -77,3 +77,10 @@ test('every replica state of docs/replicas-and-failures.md has a label in words,
   assert.match(progress({ state: 'ended', job_id: 1 }).off.why, /job is over/);
   assert.match(progress({ state: 'lost', job_id: 1 }).off.why, /Try once more/);
 });
+
+test('a submit Slurm refused reached no step: no job was created, it is not drawn as submitted', () => {
+  const p = progress({ state: 'ended', job_id: null, end: { state: 'REFUSED', reason: 'Invalid partition name specified' } });
+  assert.deepEqual(p.steps.map((s) => s.status), ['todo', 'todo', 'todo', 'todo']);
+  assert.equal(p.off.name, 'Refused by Slurm');
+  assert.equal(p.off.label, 'Refused by Slurm: no job was created');
+});

@@ -232,7 +232,7 @@ export function Deployment({ params, loc }) {
       ${model.description && html`<p class="muted">${model.description}</p>`}
       ${spec && spec.provision_error && html`<div class="refused" role="alert">
         <p><strong>Slurm refused the last job:</strong> <span class="reason">${spec.provision_error.message}</span>
-          ${spec.provision_error.field ? html` <span class="muted">(${spec.provision_error.field})</span>` : ''}
+          ${spec.provision_error.field ? html` <span class="muted">(setting: ${spec.provision_error.label || spec.provision_error.field})</span>` : ''}
           ${spec.provision_error.at ? html` <span class="muted small">${timestamp(spec.provision_error.at)}</span>` : ''}</p>
         <button type="button" aria-disabled=${busy === 'dismiss' ? 'true' : undefined} onClick=${() => act('dismiss',
           () => api.patch(`/models/${model.id}/managed/provision-error`), 'Dismissed: the provisioner tries again on its next pass.')}>Dismiss</button>

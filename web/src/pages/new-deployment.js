@@ -11,8 +11,10 @@ import { Link, navigate } from '../router.js';
 import { Layout } from '../components/layout.js';
 import { CopyButton, ErrorNote } from '../components/notice.js';
 import { TabList, TabPanel } from '../components/tabs.js';
+import { ConfirmDialog } from '../components/dialog.js';
 import { fieldMeta, provenanceText, requestBody, typed, toYaml, valuesFromYaml, changes, partitionText,
   slurmRequestView, placeholdersText } from '../lib/launch-form.js';
+import { minutes, count } from '../lib/format.js';
 
 const ENGINE_NAMES = { vllm: 'vLLM', sglang: 'SGLang', llamacpp: 'llama.cpp', ollama: 'Ollama', smoke: 'smoke' };
 const engineName = (e) => ENGINE_NAMES[e] || e;
@@ -26,15 +28,50 @@ function size(bytes) {
 
 // ---------------------------------------------------------------- step 1
 
-function RecipeList({ title, recipes, onPick, empty }) {
+function RecipeList({ title, recipes, onPick, empty, onRename = null, onDelete = null }) {
   return html`<div>
     ${recipes.length === 0 ? html`<p class="empty">${empty}</p>` : html`
     <ul class="recipes plain" aria-label=${`${title} recipes`}>${recipes.map((r) => html`<li key=${r.id} class="recipe">
-      <div class="grow"><strong>${r.name}</strong> <span class="badge muted">${engineName(r.engine)}</span>
+      <div class="grow"><strong>${r.name || r.id}</strong>${r.engine ? html` <span class="badge muted">${engineName(r.engine)}</span>` : ''}
+        ${r.source === 'saved' ? html` <span class="muted small mono">${r.id}</span>` : ''}
         <p class="help">${r.description || ''}</p></div>
-      <button type="button" onClick=${() => onPick({ recipe_id: r.id }, r.name)} aria-label=${`Use ${r.name}`}>Use</button>
+      ${onRename && html`<button type="button" class="small" onClick=${() => onRename(r)} aria-label=${`Rename ${r.name || r.id}`}>Rename</button>`}
+      ${onDelete && html`<button type="button" class="small danger" onClick=${() => onDelete(r)} aria-label=${`Delete ${r.name || r.id}`}>Delete</button>`}
+      <button type="button" onClick=${() => onPick({ recipe_id: r.id }, r.name)} aria-label=${`Use ${r.name || r.id}`}>Use</button>
     </li>`)}</ul>`}
   </div>`;
+}
+
+// Rename or delete a saved recipe (PUT / DELETE /recipes/{id}); asks first, says what it did.
+function SavedActions({ act, onDone }) {
+  const [name, setName] = useState(act.kind === 'rename' ? (act.recipe.name || act.recipe.id) : '');
+  const [busy, setBusy] = useState(false);
+  const [err, setErr] = useState(null);
+  const r = act.recipe;
+  const go = async () => {
+    if (busy) return;
+    setBusy(true); setErr(null);
+    try {
+      if (act.kind === 'delete') await api.del(`/recipes/${encodeURIComponent(r.id)}`);
+      else {
+        const cur = await api.get(`/recipes/${encodeURIComponent(r.id)}`);
+        await api.put(`/recipes/${encodeURIComponent(r.id)}`, { ...cur.recipe, name: name.trim() });
+      }
+      onDone(act.kind === 'delete' ? `Deleted the saved recipe ${r.name || r.id}.` : `Renamed ${r.id} to ${name.trim()}.`);
+    } catch (e) { setErr(e); setBusy(false); }
+  };
+  if (act.kind === 'delete') {
+    return html`<${ConfirmDialog} title=${`Delete the saved recipe ${r.name || r.id}?`} confirmLabel="Delete" busy=${busy}
+        error=${err && err.message} onCancel=${() => onDone(null)} onConfirm=${go}>
+      <p>Deployments launched from it keep running; it is no longer offered under Saved.</p>
+    <//>`;
+  }
+  return html`<${ConfirmDialog} title=${`Rename ${r.name || r.id}`} confirmLabel="Rename" busy=${busy} danger=${false}
+      error=${err && err.message} onCancel=${() => onDone(null)} onConfirm=${go}>
+    <div class="field"><label for="rn-name">Name</label>
+      <input id="rn-name" value=${name} onInput=${(e) => setName(e.target.value)} /></div>
+    <p class="help">The id <span class="mono">${r.id}</span> stays.</p>
+  <//>`;
 }
 
 function FromHub({ onPick }) {
@@ -103,7 +140,10 @@ const PICK_TABS = [['saved', 'Saved'], ['library', 'Library'], ['hf', 'From Hugg
 function Pick({ onPick, tab, setTab }) {
   const [recipes, setRecipes] = useState(null);
   const [err, setErr] = useState(null);
-  useEffect(() => { api.get('/recipes').then((r) => setRecipes(r.recipes), setErr); }, []);
+  const [savedAct, setSavedAct] = useState(null); // {kind: 'rename' | 'delete', recipe}
+  const [savedSaid, setSavedSaid] = useState('');
+  const loadRecipes = () => api.get('/recipes').then((r) => setRecipes(r.recipes), setErr);
+  useEffect(() => { loadRecipes(); }, []); // eslint-disable-line
   const saved = (recipes || []).filter((r) => r.source === 'saved');
   const library = (recipes || []).filter((r) => r.source !== 'saved');
   const p = 'pick-';
@@ -119,8 +159,12 @@ function Pick({ onPick, tab, setTab }) {
     <${ErrorNote} err=${err} />
     <${TabList} label="What to run" tabs=${PICK_TABS} selected=${shown} onSelect=${setTab} prefix=${p} />
     <${TabPanel} name="saved" selected=${shown} prefix=${p}>
+      <p role="status" class=${savedSaid ? 'ok-note' : ''}>${savedSaid}</p>
       ${recipes ? html`<${RecipeList} title="Saved" recipes=${saved} onPick=${onPick}
+        onRename=${(r) => { setSavedSaid(''); setSavedAct({ kind: 'rename', recipe: r }); }}
+        onDelete=${(r) => { setSavedSaid(''); setSavedAct({ kind: 'delete', recipe: r }); }}
         empty="None yet. Tick “Also save these settings as a recipe” when you launch." />` : html`<p class="muted">Loading…</p>`}
+      ${savedAct && html`<${SavedActions} act=${savedAct} onDone=${(said) => { setSavedAct(null); if (said) { setSavedSaid(said); loadRecipes(); } }} />`}
     <//>
     <${TabPanel} name="library" selected=${shown} prefix=${p}>
       ${recipes ? html`<${RecipeList} title="Library" recipes=${library} onPick=${onPick} empty="No library recipes are installed." />`
@@ -133,16 +177,19 @@ function Pick({ onPick, tab, setTab }) {
 // ---------------------------------------------------------------- step 2
 
 /** The preview of source + values, asked again 300 ms after the last change; the last answer stays shown. */
-function usePreview(source, body) {
-  const [state, setState] = useState({ preview: null, error: null, pending: true });
+function usePreview(source, body, values = {}) {
+  const [state, setState] = useState({ preview: null, error: null, pending: true, seen: {} });
   const seq = useRef(0);
   const key = JSON.stringify(body);
+  const now = useRef(values);
+  now.current = values;
   const run = async () => {
     const n = ++seq.current;
+    const sent = now.current; // the values this preview answers for (its field errors are about them)
     setState((s) => ({ ...s, pending: true }));
     try {
       const p = await api.post('/deployments/preview', body);
-      if (n === seq.current) setState({ preview: p, error: null, pending: false });
+      if (n === seq.current) setState({ preview: p, error: null, pending: false, seen: sent });
       return p;
     } catch (e) {
       if (n === seq.current) setState((s) => ({ ...s, error: e, pending: false }));
@@ -160,7 +207,7 @@ function Provenance({ id, f, onReset }) {
   return html`<div class="prov" id=${`${id}-prov`}>
     <span class=${`badge prov-${f.provenance || 'none'}`}>${provenanceText(f.provenance)}</span>
     ${f.provenance === 'user' && onReset && html`<button type="button" class="reset" onClick=${onReset}
-      aria-label=${`Use the default for ${fieldMeta(f.field).label}`}>Use default</button>`}
+      aria-label=${`Use the default for ${f.label || f.field}`}>Use default</button>`}
   </div>`;
 }
 
@@ -234,9 +281,12 @@ function Suggestions({ preview, onApply, applied }) {
         ${e.state ? ` ${e.state}` : ''}${e.reason && e.reason !== 'None' ? ` (${e.reason})` : ''}${e.exit_code != null ? `, exit ${e.exit_code}` : ''}${e.node ? ` on ${e.node}` : ''}</li>`)}</ul>
       <button type="button" class="small" onClick=${() => onApply(s)} aria-label=${`Apply: ${s.message}`}>Apply</button>
     </li>`)}</ul>`}
-    <p role="status" class=${applied && applied.length ? 'ok-note' : ''}>${applied && applied.length ? `Applied: ${applied.map((c) => `${fieldMeta(c.field).label} ${c.from ?? '(unset)'} → ${c.to ?? '(unset)'}`).join('; ')}` : ''}</p>
+    <p role="status" class=${applied && applied.length ? 'ok-note' : ''}>${applied && applied.length ? `Applied: ${applied.map((c) => `${labelOf(preview, c.field)} ${c.from ?? '(unset)'} → ${c.to ?? '(unset)'}`).join('; ')}` : ''}</p>
   </section>`;
 }
+
+// a setting's label as the server says it (the preview's fields)
+const labelOf = (preview, field) => ((preview.fields || []).find((f) => f.field === field) || {}).label || field;
 
 const changedText = (n) => (n === 1 ? '1 setting changed by you' : `${n} settings changed by you`);
 
@@ -255,7 +305,7 @@ function YamlEditor({ source, preview, values, setValues, onBad, draft, lockName
       try {
         const r = await api.post('/deployments/check-yaml', { yaml: text, ...(source.hf ? { hf: source.hf } : { recipe_id: source.recipe_id }) });
         if (n !== seq.current) return;
-        onBad(!r.ok);
+        onBad(r.ok ? 0 : Math.max(1, (r.diagnostics || []).length));
         draft.current = r.ok ? null : text;
         if (r.ok) {
           setDiags([]);
@@ -263,7 +313,7 @@ function YamlEditor({ source, preview, values, setValues, onBad, draft, lockName
           if (JSON.stringify(next) !== JSON.stringify(base.current.values)) setValues(next);
         } else setDiags(r.diagnostics || []);
       } catch (e) {
-        if (n === seq.current) { setDiags([{ line: null, message: e.message }]); onBad(true); }
+        if (n === seq.current) { setDiags([{ line: null, message: e.message }]); onBad(1); }
       }
       if (n === seq.current) setChecking(false);
     }, 400);
@@ -288,7 +338,7 @@ function YamlEditor({ source, preview, values, setValues, onBad, draft, lockName
   </div>`;
 }
 
-function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad, lockName }) {
+function Form({ source, preview, pending, values, setValues, yaml, setYaml, inputDefs, onYamlBad, lockName, seen = null }) {
   const draft = useRef(null);
   const [applied, setApplied] = useState(null);
   const before = useRef(null);
@@ -311,9 +361,11 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
     : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
         ${fs.map((f) => {
           const meta = lockName && f.field === 'api_model_name'
-            ? { ...fieldMeta(f.field), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
-            : fieldMeta(f.field, inputDefs);
-          return html`<${Field} key=${f.field} f=${f} meta=${meta} raw=${values[f.field]} set=${set(f.field)} reset=${reset(f.field)} preview=${preview} />`;
+            ? { ...fieldMeta(f.field, {}, { [f.field]: f.label }), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
+            : fieldMeta(f.field, inputDefs, { [f.field]: f.label });
+          // an error about a value the user has changed since is not shown (no stale error while the next preview comes)
+          const shownF = f.error && seen && values[f.field] !== seen[f.field] ? { ...f, error: null } : f;
+          return html`<${Field} key=${f.field} f=${shownF} meta=${meta} raw=${values[f.field]} set=${set(f.field)} reset=${reset(f.field)} preview=${preview} />`;
         })}</div></fieldset>`)}
     </div>
     <${Suggestions} preview=${preview} onApply=${apply} applied=${applied} />
@@ -336,7 +388,7 @@ function Review({ preview, launch, busy, err, submitText = null }) {
     <section class="card" aria-labelledby="rv-h">
       <h2 id="rv-h">Review</h2>
       <p>${v('api_model_name')} on partition <strong>${v('partition')}</strong>, account <strong>${v('account')}</strong>, QoS <strong>${v('qos')}</strong>,
-        walltime <strong>${v('time_limit')} min</strong>, ${v('replicas')} replica(s).</p>
+        walltime <strong>${s.time_limit && s.time_limit.value != null ? minutes(s.time_limit.value) : '(default)'}</strong>, ${s.replicas && s.replicas.value != null ? count('replica', s.replicas.value) : 'replicas (default)'}.</p>
       ${(preview.warnings || []).length > 0 && html`<div><h3>Warnings</h3><ul class="warnings">${preview.warnings.map((w, i) => html`<li key=${i}>${typeof w === 'string' ? w : w.message}</li>`)}</ul></div>`}
     </section>
     ${placeholders && html`<p class="help" id="ph-note">${placeholders}</p>`}
@@ -354,7 +406,11 @@ function Review({ preview, launch, busy, err, submitText = null }) {
     </section>
     <section class="card" aria-labelledby="sv-h">
       <h2 id="sv-h" class="sr-only">${submitText || 'Launch'}</h2>
-      ${!submitText && html`<label class="check"><input type="checkbox" checked=${save} onChange=${(e) => setSave(e.target.checked)} /> Also save these settings as a recipe</label>`}
+      ${!submitText && html`<label class="check"><input type="checkbox" checked=${save} onChange=${(e) => {
+        setSave(e.target.checked);
+        // the server's free id (from the API model name) unless one is typed already
+        if (e.target.checked && !id && preview.save_recipe_id) setId(preview.save_recipe_id);
+      }} /> Also save these settings as a recipe</label>`}
       ${save && html`<div class="grid2">
         <div class=${`field${saveErr && saveErr.field === 'save_recipe.id' ? ' invalid' : ''}`}><label for="sv-id">Recipe id</label>
           <input id="sv-id" value=${id} required onInput=${(e) => setId(e.target.value)} aria-describedby="sv-err" /></div>
@@ -371,6 +427,14 @@ function Review({ preview, launch, busy, err, submitText = null }) {
 // ---------------------------------------------------------------- the page
 
 const STEPS = ['Pick what to run', 'Where and how it runs', 'Review and launch'];
+
+// The header's word on the settings: the YAML's problems count while it has any ("Ready to review" never
+// while Edit as › YAML lists errors), else the preview's.
+function statusText(pending, preview, yamlProblems) {
+  if (yamlProblems > 0) return `${yamlProblems} problem${yamlProblems === 1 ? '' : 's'} in the YAML`;
+  if (pending) return 'Checking…';
+  return preview.ok ? 'Ready to review' : `${preview.errors.length} problem${preview.errors.length === 1 ? '' : 's'}`;
+}
 
 export function NewDeployment({ loc }) {
   const [step, setStep] = useState(1);
@@ -393,11 +457,11 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
   const [note, setNote] = useState('');
   const [launching, setLaunching] = useState(false);
   const [launchErr, setLaunchErr] = useState(null);
-  const [yamlBad, setYamlBad] = useState(false);
+  const [yamlBad, setYamlBad] = useState(0); // problems the YAML text has (0: none, or not editing it)
   useEffect(() => setNote(''), [JSON.stringify(values), yaml]); // eslint-disable-line
   const kinds = (vals) => Object.fromEntries(Object.entries(vals).map(([k, v]) => [k, typed(fieldMeta(k, inputDefs).kind, v)]));
   const body = requestBody(source, kinds(values));
-  const { preview, error, pending, now } = usePreview(source, body);
+  const { preview, error, pending, now, seen } = usePreview(source, body, values);
   const recipeId = preview && preview.recipe && preview.recipe.id;
   useEffect(() => {
     if (!recipeId) return;
@@ -432,10 +496,10 @@ export function Configure({ source, label, step, setStep, initial = {}, submitTe
   if (!preview) return html`<div class="card"><p>${error ? '' : 'Reading the cluster…'}</p><${ErrorNote} err=${error} /></div>`;
   return html`<div>
     <p class="picked">Running <strong>${label}</strong>${preview.recipe ? html` <span class="muted">(recipe ${preview.recipe.name || preview.recipe.id})</span>` : ''}
-      <span class="preview-status" role="status">${pending ? 'Checking…' : preview.ok ? 'Ready to review' : `${preview.errors.length} problem${preview.errors.length === 1 ? '' : 's'}`}</span></p>
+      <span class="preview-status" role="status">${statusText(pending, preview, yaml ? yamlBad : 0)}</span></p>
     <${ErrorNote} err=${error} />
-    ${step === 2 ? html`<${Form} source=${source} preview=${preview} pending=${pending} values=${values} setValues=${setValues}
-        yaml=${yaml} setYaml=${(on) => { setYaml(on); setYamlBad(false); }} inputDefs=${inputDefs} onYamlBad=${setYamlBad} lockName=${!!onSubmit} />
+    ${step === 2 ? html`<${Form} source=${source} preview=${preview} pending=${pending} values=${values} setValues=${setValues} seen=${seen}
+        yaml=${yaml} setYaml=${(on) => { setYaml(on); setYamlBad(0); }} inputDefs=${inputDefs} onYamlBad=${setYamlBad} lockName=${!!onSubmit} />
       <div class="actions sticky"><p class="error-text grow" role="alert">${note}</p>
         ${!onSubmit && html`<button type="button" onClick=${() => setStep(1)}>Back</button>`}
         <button type="button" class="primary" onClick=${toReview}>Review</button></div>`
