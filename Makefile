@@ -14,7 +14,7 @@ OBJS  = $(SRCS:host/%.c=build/obj/%.o)
 AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load \
+.PHONY: engine-check web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load \
 	fuzz fuzz-build deploy-check helm-check soak chaos
 
 all: build/obleth build/obleth-provisioner build/web/index.html
@@ -33,6 +33,7 @@ help:
 	@echo "make            build build/obleth (runs 'make deps' first if headers are missing)"
 	@echo "make deps       install build and test dependencies from Debian's packages"
 	@echo "make check      every test tier, again under ASan+UBSan, luacheck; ends with 'N passed, N failed'"
+	@echo "make engine-check   the engine tier alone: llama.cpp serving a tiny model as a Slurm job (26.05 harness), through the router"
 	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
 	@echo "make cluster-up / cluster-down [SLURM=22.05|24.11|26.05]   the harness Slurm cluster (spec/cluster/)"
 	@echo "make bench      benchmarks under spec/bench/"
@@ -103,6 +104,10 @@ lint:
 
 check test: build/.deps-all-ok all asan
 	@spec/run.sh
+
+# the engine tier alone: the real llama-server as a Slurm job of the 26.05 harness, through obleth
+engine-check: build/.deps-all-ok all
+	@spec/engine/run.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/obleth

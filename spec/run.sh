@@ -11,6 +11,9 @@
 #      Chromium against obleth serve + provisioner + the harness cluster (spec/web)
 #   8. a short fuzz run of every parser (spec/fuzz, libFuzzer + ASan/UBSan)
 #   9. luacheck over lua/ and spec/
+#  (4b. the engine tier, right after the contract tier while the 26.05 cluster is up: the real
+#      llama.cpp server serving a tiny model as a Slurm job, through obleth's router; spec/engine,
+#      make engine-check)
 # Compiler warnings already fail the build (-Werror). Exit status is non-zero
 # on any failure.
 set -uo pipefail
@@ -61,6 +64,8 @@ RELEASES=(22.05 24.11 26.05)
 NEWEST=22.05
 OLDEST=22.05
 INTEGRATION_ON_OLDEST=()
+# the engine tier's release: its root has Debian sid's llama.cpp-tools and python3-gguf
+ENGINE_RELEASE=26.05
 env_of() { if [ "$1" = 22.05 ]; then echo build/cluster/env; else echo "build/cluster-$1/env"; fi; }
 declare -A was_up=()
 for r in "${RELEASES[@]}"; do
@@ -115,8 +120,18 @@ else
       missing_tier "the Slurm $r harness cluster did not start (build/cluster-up-$r.log)"
     fi
     # a cluster no later tier needs is stopped now
-    if [ "$r" != "$NEWEST" ] && { [ "$r" != "$OLDEST" ] || [ ${#INTEGRATION_ON_OLDEST[@]} -eq 0 ]; }; then cluster_done "$r"; fi
+    if [ "$r" != "$NEWEST" ] && [ "$r" != "$ENGINE_RELEASE" ] && { [ "$r" != "$OLDEST" ] || [ ${#INTEGRATION_ON_OLDEST[@]} -eq 0 ]; }; then cluster_done "$r"; fi
   done
+fi
+
+tier "engine: llama.cpp as a Slurm job on Slurm $ENGINE_RELEASE (spec/engine; make engine-check)"
+if [ "${OBLETH_SKIP_CLUSTER:-}" = 1 ]; then
+  missing_tier "engine tier skipped by OBLETH_SKIP_CLUSTER=1"
+elif cluster_up "$ENGINE_RELEASE"; then
+  with_cluster "$ENGINE_RELEASE" spec/engine/run.sh || tier_fail=1
+  [ "$ENGINE_RELEASE" = "$NEWEST" ] || cluster_done "$ENGINE_RELEASE"
+else
+  missing_tier "the Slurm $ENGINE_RELEASE harness cluster did not start (build/cluster-up-$ENGINE_RELEASE.log)"
 fi
 
 tier "integration specs (spec/integration) against Slurm $NEWEST"

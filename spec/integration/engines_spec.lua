@@ -179,7 +179,7 @@ describe("library recipes against the stand-in engines (spec/engines)", function
       local jobs, logs = {}, {}
       for _, r in ipairs(doc and doc.replicas or {}) do
         if type(r.job_id) == "number" then
-          local _, reason = sh(("squeue -h -j %d -o '%%T %%R'"):format(math.tointeger(tonumber(r.job_id))))
+          local _, reason = harness.cli(("squeue -h -j %d -o '%%T %%R'"):format(math.tointeger(tonumber(r.job_id))))
           jobs[#jobs + 1] = ("%s:%d (%s)"):format(r.state, math.tointeger(tonumber(r.job_id)), reason:gsub("%s+$", ""))
           logs[#logs + 1] = job_logs(math.tointeger(tonumber(r.job_id))):sub(-1500)
         end
@@ -253,13 +253,13 @@ describe("library recipes against the stand-in engines (spec/engines)", function
       local resp = assert(v1("/v1/chat/completions", { model = c.id, messages = { { role = "user", content = "hi" } } }))
       assert.equal(200, resp.status, resp.body)
       -- the token is in no job script, no scontrol show job -d output, no job log
-      local _, script = sh(("scontrol write batch_script %d -"):format(job))
+      local _, script = harness.cli(("scontrol write batch_script %d -"):format(job))
       assert.is_truthy(script:find("#!", 1, true), script)
       assert.is_falsy(script:find(TOKEN, 1, true), "the token is in the job script")
-      local _, show = sh(("scontrol show job -d %d"):format(job))
+      local _, show = harness.cli(("scontrol show job -d %d"):format(job))
       assert.is_truthy(show:find("JobId=" .. job, 1, true), show)
       assert.is_falsy(show:find(TOKEN, 1, true), "the token is in scontrol show job -d")
-      local _, showdd = sh(("scontrol show job -dd %d"):format(job))
+      local _, showdd = harness.cli(("scontrol show job -dd %d"):format(job))
       assert.is_falsy(showdd:find(TOKEN, 1, true), "the token is in scontrol show job -dd")
       assert.is_falsy(job_logs(job):find(TOKEN, 1, true), "the token is in the job log")
       launched[c.id].job = job

@@ -22,6 +22,20 @@ M.RELEASE = os.getenv("OBLETH_CLUSTER_RELEASE") or "22.05"
 M.RELEASE_PATTERN = "^" .. M.RELEASE:gsub("%.", "%%.") .. "%.%d+$"
 M.API_VERSION = os.getenv("OBLETH_SLURM_API_VERSION") or "v0.0.38"
 
+--- A Slurm client command (scontrol, squeue, sacct) against the harness cluster, run where that
+--- release's clients are: on this machine for 22.05, chrooted into the cluster's root for the rooted
+--- releases (24.11, 26.05), whose repository paths are the same inside. Returns exit status, output.
+function M.cli(cmd)
+  local dir = os.getenv("OBLETH_CLUSTER_DIR") or ""
+  local fh = io.open(dir .. "/root/usr/bin/scontrol")
+  if fh then
+    fh:close()
+    cmd = ("chroot %s /usr/bin/env SLURM_CONF=%s /bin/sh -c %s"):format(util.shq(dir .. "/root"),
+      util.shq(os.getenv("SLURM_CONF") or ""), util.shq(cmd))
+  end
+  return util.sh(cmd)
+end
+
 --- Job states in which a job still holds or waits for resources.
 M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true }
 

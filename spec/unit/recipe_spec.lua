@@ -315,6 +315,21 @@ describe("obleth.recipe", function()
     local r
     before_each(function() r = valid(base()) end)
 
+    it("an optional string input the user cleared is unset, even when a default filled it", function()
+      local rr = valid({ id = "c", engine = "custom", programs = { "engine" },
+        inputs = { repo = { type = "string", pattern = "[%w]+/[%w]+", default = "org/m" },
+          file = { type = "path" } },
+        launch = { "engine", { when = "inputs.repo", args = { "--repo", "{{ inputs.repo }}" } } } })
+      local res = recipe.resolve(rr, { inputs = { repo = "" } }, {}, nil)
+      assert.same({}, res.errors)
+      assert.is_nil(res.values.inputs.repo)
+      local out = assert(recipe.render(rr, res.values.inputs, {}, { api_name = "c" }, res.values))
+      assert.same({ "engine" }, out.argv)
+      -- left alone, the default stands
+      res = recipe.resolve(rr, { inputs = {} }, {}, nil)
+      assert.equal("org/m", res.values.inputs.repo)
+    end)
+
     it("marks each value with where it came from", function()
       local res = recipe.resolve(r, { inputs = { model = "/m/x" }, qos = "long" },
         { partition = "gpu", account = "research", qos = "normal", log_dir = "/logs" },

@@ -166,7 +166,12 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
       end
     end
     local uv = _v(user[field])
-    if uv ~= nil and not (uv == "" and def.type ~= "string") then v, source = uv, "user" end
+    if uv == "" and not def.required then
+      -- a field the user cleared: unset, also when a default (or a Hugging Face choice) filled it
+      v, source = nil, "user"
+    elseif uv ~= nil and not (uv == "" and def.type ~= "string") then
+      v, source = uv, "user"
+    end
     if v ~= nil then
       local ok, e = _check_typed_value(def, v, field)
       if ok == nil then err(field, e) else v = ok end
