@@ -34,7 +34,7 @@ help:
 	@echo "make deps       install build and test dependencies from Debian's packages"
 	@echo "make check      every test tier, again under ASan+UBSan, luacheck; ends with 'N passed, N failed'"
 	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
-	@echo "make cluster-up / cluster-down   the harness Slurm cluster (spec/cluster/)"
+	@echo "make cluster-up / cluster-down [SLURM=22.05|24.11|26.05]   the harness Slurm cluster (spec/cluster/)"
 	@echo "make bench      benchmarks under spec/bench/"
 	@echo "make fresh-check   'make demo' on a fresh minimal Debian 12 root (debootstrap + chroot), as a new user"
 	@echo "make check-load    'make check' three times in a row with every CPU held by a busy loop"
@@ -124,11 +124,14 @@ uninstall:
 web-test: all
 	@spec/web/run.sh
 
+# the harness Slurm release: 22.05 (Debian 12's packages, build/cluster), 24.11 (trixie) or 26.05
+# (sid), each in a debootstrap root under build/cluster-<release>/
+SLURM ?= 22.05
 cluster-up:
-	@spec/cluster/up.sh
+	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/cluster/up.sh
 
 cluster-down:
-	@spec/cluster/down.sh
+	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/cluster/down.sh
 
 demo: build/.deps-all-ok all
 	@scripts/demo.sh

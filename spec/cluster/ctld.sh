@@ -16,6 +16,7 @@ usage() { echo "usage: $0 stop | start | status" >&2; exit 2; }
 [ "$#" -eq 1 ] || usage
 ROOT_REASON="slurmctld runs as SlurmUser and reads root-owned state"
 require_root "$@"
+enter_root "$@"
 take_lock ""
 [ -r "$SLURM_CONF" ] || die "no cluster config at $SLURM_CONF; run spec/cluster/up.sh first"
 

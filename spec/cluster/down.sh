@@ -20,6 +20,7 @@ for a in "$@"; do
 done
 ROOT_REASON="it signals daemons running as root, slurm, mysql and munge"
 require_root "$@"
+enter_root "$@"
 take_lock ""
 
 cancel_jobs() {

@@ -7,9 +7,40 @@
 # Slurm/munge/MariaDB configuration: every daemon gets SLURM_CONF (or its own
 # config/socket flags) pointing into the state dir.
 
-CLUSTER_SPEC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$CLUSTER_SPEC_DIR/../.." && pwd)"
-STATE="$REPO/build/cluster"
+CLUSTER_SPEC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+REPO="$(cd "$CLUSTER_SPEC_DIR/../.." && pwd -P)"
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Which Slurm release: OBLETH_CLUSTER_RELEASE (make cluster-up SLURM=...), else the release of the
+# cluster whose env file the caller sourced (OBLETH_CLUSTER_DIR), else 22.05.
+#   22.05  Debian 12's packages on this machine, state in build/cluster
+#   24.11  Debian 13 (trixie)'s packages in a debootstrap root, state in build/cluster-24.11
+#   26.05  Debian sid's packages in a debootstrap root, state in build/cluster-26.05
+# 24.11 and 26.05 run every daemon and client chrooted in $STATE/root (spec/cluster/root.sh makes it),
+# where this repository is bind-mounted at its own path: the state dir, build/obleth and lua/ are at
+# the same paths inside and out. Each script re-runs itself inside the root (enter_root).
+RELEASE="${OBLETH_CLUSTER_RELEASE:-}"
+if [ -z "$RELEASE" ] && [ -n "${OBLETH_CLUSTER_DIR:-}" ]; then
+  case "$OBLETH_CLUSTER_DIR" in
+    "$REPO/build/cluster") RELEASE=22.05 ;;
+    "$REPO/build/cluster-"*) RELEASE="${OBLETH_CLUSTER_DIR##*/cluster-}" ;;
+  esac
+fi
+RELEASE="${RELEASE:-22.05}"
+# Ports: one base for all releases (OBLETH_CLUSTER_PORT_BASE, default 6820), each release at its
+# own offset from it, so clusters of several releases (and of several checkouts with different
+# bases) never collide. Within a release: slurmrestd +0, slurmctld +1, slurmdbd +2, MariaDB +3,
+# slurmd n0..n3 +10..+13.
+case "$RELEASE" in
+  22.05) STATE="$REPO/build/cluster"; PORT_OFFSET=0; ROOTED=0 ;;
+  24.11) STATE="$REPO/build/cluster-24.11"; PORT_OFFSET=20; ROOTED=1 ;;
+  26.05) STATE="$REPO/build/cluster-26.05"; PORT_OFFSET=40; ROOTED=1 ;;
+  *) die "unknown Slurm release '$RELEASE' (the harness has 22.05, 24.11 and 26.05)" ;;
+esac
+ROOTFS="$STATE/root"
+IN_ROOT="${OBLETH_CLUSTER_IN_ROOT:-0}"
 
 ETC="$STATE/etc"
 RUN="$STATE/run"
@@ -24,19 +55,41 @@ export SLURM_CONF="$ETC/slurm.conf"
 
 NODES=(n0 n1 n2 n3)
 TEST_USER="obleth"
+# A second job user, in account research only: the contract specs submit as it (token.sh 60
+# obleth-other) to see how each release answers a cancel of someone else's job.
+OTHER_USER="obleth-other"
 # slurmrestd refuses root and SlurmUser (and their groups); it only needs to
 # read slurm.conf and talk to slurmctld/slurmdbd with the callers' JWTs.
-REST_USER="nobody"
-REST_GROUP="nogroup"
+# 26.05 also refuses nobody: the rooted releases give it a system user of its own.
+if [ "$ROOTED" = 1 ]; then
+  REST_USER="slurmrestd"
+  REST_GROUP="slurmrestd"
+else
+  REST_USER="nobody"
+  REST_GROUP="nogroup"
+fi
 
 # Ports (all bound to 127.0.0.1). Deliberately not Slurm's defaults (6817/
 # 6818/6819) for the internal daemons, so a system Slurm on the same machine
 # does not collide. Each can be overridden from the environment.
-REST_PORT="${OBLETH_CLUSTER_REST_PORT:-6820}"
-CTLD_PORT="${OBLETH_CLUSTER_CTLD_PORT:-6821}"
-DBD_PORT="${OBLETH_CLUSTER_DBD_PORT:-6822}"
-DB_PORT="${OBLETH_CLUSTER_DB_PORT:-6823}"
-SLURMD_PORT_BASE="${OBLETH_CLUSTER_SLURMD_PORT_BASE:-6830}" # n0=base, n1=base+1, ...
+# The per-port variables override the base, for whichever release is started.
+PORT_BASE="${OBLETH_CLUSTER_PORT_BASE:-6820}"
+case "$PORT_BASE" in '' | *[!0-9]*) die "OBLETH_CLUSTER_PORT_BASE must be a port number, got '$PORT_BASE'" ;; esac
+REST_PORT="${OBLETH_CLUSTER_REST_PORT:-$((PORT_BASE + PORT_OFFSET))}"
+CTLD_PORT="${OBLETH_CLUSTER_CTLD_PORT:-$((PORT_BASE + PORT_OFFSET + 1))}"
+DBD_PORT="${OBLETH_CLUSTER_DBD_PORT:-$((PORT_BASE + PORT_OFFSET + 2))}"
+DB_PORT="${OBLETH_CLUSTER_DB_PORT:-$((PORT_BASE + PORT_OFFSET + 3))}"
+SLURMD_PORT_BASE="${OBLETH_CLUSTER_SLURMD_PORT_BASE:-$((PORT_BASE + PORT_OFFSET + 10))}" # n0=base, n1=base+1, ...
+# The scripts talk to the cluster on the ports it was started with (up.sh records them); up.sh
+# itself keeps them unless a port variable asks for others (a spec that runs up.sh again, or
+# scripts/demo.sh, never moves a cluster started on another base).
+PORTS_FILE="$STATE/ports"
+if [ -r "$PORTS_FILE" ]; then
+  if [ "$(basename "$0")" != up.sh ] || [ -z "${OBLETH_CLUSTER_PORT_BASE:-}${OBLETH_CLUSTER_REST_PORT:-}${OBLETH_CLUSTER_CTLD_PORT:-}${OBLETH_CLUSTER_DBD_PORT:-}${OBLETH_CLUSTER_DB_PORT:-}${OBLETH_CLUSTER_SLURMD_PORT_BASE:-}" ]; then
+    # shellcheck source=/dev/null
+    . "$PORTS_FILE"
+  fi
+fi
 
 TOKEN_LIFESPAN="${OBLETH_CLUSTER_TOKEN_LIFESPAN:-86400}"
 TIMEOUT="${OBLETH_CLUSTER_TIMEOUT:-120}"
@@ -62,16 +115,13 @@ MYSQL_SOCKET="$MYSQL/run/mariadbd.sock"
 
 CLEAN_PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-log() { printf '[cluster] %s\n' "$*" >&2; }
-die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
-
 # Re-exec the calling script as root via non-interactive sudo when needed.
 # Root is required: creating users, mknod for the fake GPU devices, chown of
 # daemon dirs, and slurmd itself must run as root to start jobs as `obleth`.
 require_root() {
   if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-      exec sudo -n --preserve-env=OBLETH_CLUSTER_REST_PORT,OBLETH_CLUSTER_CTLD_PORT,OBLETH_CLUSTER_DBD_PORT,OBLETH_CLUSTER_DB_PORT,OBLETH_CLUSTER_SLURMD_PORT_BASE,OBLETH_CLUSTER_TOKEN_LIFESPAN,OBLETH_CLUSTER_TIMEOUT \
+      exec sudo -n --preserve-env=OBLETH_CLUSTER_RELEASE,OBLETH_CLUSTER_DIR,OBLETH_CLUSTER_PORT_BASE,OBLETH_CACHE_DIR,OBLETH_CLUSTER_REST_PORT,OBLETH_CLUSTER_CTLD_PORT,OBLETH_CLUSTER_DBD_PORT,OBLETH_CLUSTER_DB_PORT,OBLETH_CLUSTER_SLURMD_PORT_BASE,OBLETH_CLUSTER_TOKEN_LIFESPAN,OBLETH_CLUSTER_TIMEOUT \
         bash "$0" "$@"
     fi
     die "$(basename "$0") must run as root (or with passwordless sudo)${ROOT_REASON:+: $ROOT_REASON}"
@@ -245,12 +295,21 @@ mint_token() {
   printf '%s\n' "$out"
 }
 
-API_VERSIONS=(v0.0.44 v0.0.43 v0.0.42 v0.0.41 v0.0.40 v0.0.39 v0.0.38 v0.0.37 v0.0.36)
+API_VERSIONS=(v0.0.46 v0.0.45 v0.0.44 v0.0.43 v0.0.42 v0.0.41 v0.0.40 v0.0.39 v0.0.38 v0.0.37 v0.0.36)
 
-# Print the newest API version whose ping answers with token $1; fail if none.
+# The API versions obleth's Slurm bindings speak (lua/obleth/slurm/versions.lua's list), one a line.
+obleth_api_versions() {
+  grep -m1 -E '^M\.known *=' "$REPO/lua/obleth/slurm/versions.lua" 2>/dev/null | grep -oE 'v0\.0\.[0-9]+' || true
+}
+
+# Print the newest API version whose ping answers with token $1; fail if none. With $2 = known,
+# only versions obleth speaks count (the env file's OBLETH_SLURM_API_VERSION: 26.05 serves v0.0.45
+# before obleth knows it).
 rest_api_version() {
-  local v
+  local v known=""
+  [ "${2:-}" != known ] || known=" $(obleth_api_versions | tr '\n' ' ') "
   for v in "${API_VERSIONS[@]}"; do
+    if [ -n "$known" ] && [ "$known" != "  " ]; then case "$known" in *" $v "*) ;; *) continue ;; esac; fi
     if rest_get "/slurm/$v/ping" "$1" >/dev/null 2>&1; then
       printf '%s\n' "$v"
       return 0
@@ -321,4 +380,123 @@ take_lock() { # [create]: create the state dir if missing (up.sh)
   exec 9>>"$STATE/.lock"
   flock -w $((TIMEOUT * 3)) 9 || die "another harness operation holds $STATE/.lock"
   export OBLETH_CLUSTER_LOCK_HELD=1
+}
+
+# ------------------------------------------------------- rooted releases ----
+# Mounts that make the root a machine of its own release with this one's kernel and /tmp (specs and
+# jobs share files there), and this repository at its own path. Nothing a careless `rm -rf build`
+# could reach through them is this machine's: /dev is a tmpfs of its own with this machine's few
+# device files bound in (an rm of them fails), /sys a read-only sysfs, and the repository is bound
+# read-only except build/ (the state dirs, build/obleth). /tmp is this machine's /tmp: stop a rooted
+# cluster (down.sh) before deleting its state dir by hand.
+root_is_mounted() { mountpoint -q "$ROOTFS$REPO/build" && mountpoint -q "$ROOTFS/proc"; }
+
+mount_root() {
+  root_is_mounted && return 0
+  unmount_root
+  mount -t proc proc "$ROOTFS/proc"
+  mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$ROOTFS/sys" 2>/dev/null ||
+    { mount --rbind /sys "$ROOTFS/sys" && mount --make-rslave "$ROOTFS/sys" && mount -o remount,bind,ro "$ROOTFS/sys"; }
+  mount -t tmpfs -o mode=755,nosuid tmpfs "$ROOTFS/dev"
+  local d
+  for d in null zero full random urandom tty; do
+    touch "$ROOTFS/dev/$d"
+    mount --bind "/dev/$d" "$ROOTFS/dev/$d"
+  done
+  ln -s /proc/self/fd "$ROOTFS/dev/fd"
+  ln -s /proc/self/fd/0 "$ROOTFS/dev/stdin"
+  ln -s /proc/self/fd/1 "$ROOTFS/dev/stdout"
+  ln -s /proc/self/fd/2 "$ROOTFS/dev/stderr"
+  install -d -m 755 "$ROOTFS/dev/pts"
+  install -d -m 1777 "$ROOTFS/dev/shm"
+  mount -t devpts -o newinstance,ptmxmode=0666 devpts "$ROOTFS/dev/pts" 2>/dev/null || mount --bind /dev/pts "$ROOTFS/dev/pts"
+  ln -s pts/ptmx "$ROOTFS/dev/ptmx"
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$ROOTFS/dev/shm"
+  mount --bind /tmp "$ROOTFS/tmp"
+  install -d -m 755 "$ROOTFS$REPO"
+  mount --bind "$REPO" "$ROOTFS$REPO"
+  mount -o remount,bind,ro "$ROOTFS$REPO"
+  mount --bind "$REPO/build" "$ROOTFS$REPO/build"
+  # name resolution as on this machine (slurmctld resolves its own host name)
+  cp /etc/hosts "$ROOTFS/etc/hosts" 2>/dev/null || true
+  cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf" 2>/dev/null || true
+}
+
+unmount_root() { # everything mounted at or under the root, deepest first
+  local m
+  [ -d "$ROOTFS" ] || return 0
+  while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done < <(awk -v r="$ROOTFS" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/mounts | sort -r)
+}
+
+root_mounted_anything() { awk -v r="$ROOTFS" '$2 == r || index($2, r "/") == 1 {f=1} END {exit !f}' /proc/mounts; }
+
+# Unpack the release's root (spec/cluster/root.sh: cached tarball, made on first use) unless the one
+# there is from the same tarball.
+prepare_root() {
+  local tarball
+  tarball="$("$CLUSTER_SPEC_DIR/root.sh" tar "$RELEASE")" || die "could not make the Slurm $RELEASE root"
+  if [ -d "$ROOTFS" ] && [ "$(cat "$STATE/root.from" 2>/dev/null)" = "${tarball##*/}" ]; then return 0; fi
+  if [ -d "$ROOTFS" ]; then
+    log "the Slurm $RELEASE root is from another package list: unpacking ${tarball##*/} afresh"
+    [ -z "$(marked_pids "")" ] || "$CLUSTER_SPEC_DIR/down.sh"
+    unmount_root
+    ! root_mounted_anything || die "cannot unmount everything under $ROOTFS"
+    rm -rf --one-file-system "$ROOTFS"
+  fi
+  install -d -m 755 "$STATE" "$ROOTFS"
+  log "unpacking the Slurm $RELEASE root from ${tarball##*/}"
+  tar -C "$ROOTFS" --numeric-owner -xf "$tarball" || die "unpacking $tarball into $ROOTFS failed"
+  [ -x "$ROOTFS/usr/sbin/slurmctld" ] || die "the unpacked root $ROOTFS has no slurmctld"
+  printf '%s\n' "${tarball##*/}" >"$STATE/root.from"
+}
+
+# On this machine, for a rooted release: run the calling script inside the release's root, with the
+# same arguments and the harness's variables, and exit with its status. up.sh first makes and mounts
+# the root; down.sh unmounts it afterwards (and purges the state dir itself: never from inside).
+# A no-op for 22.05 and inside the root.
+enter_root() {
+  [ "$ROOTED" = 1 ] && [ "$IN_ROOT" != 1 ] || return 0
+  local script self rc
+  script="$(basename "$0")"
+  self="$CLUSTER_SPEC_DIR/$script"
+  case "$script" in
+    up.sh)
+      take_lock create
+      prepare_root
+      mount_root ;;
+    down.sh)
+      [ -d "$ROOTFS" ] || { rm -f "$ENV_FILE"; log "no Slurm $RELEASE root: nothing to stop"; exit 0; }
+      take_lock ""
+      if [ -x "$ROOTFS/bin/bash" ]; then mount_root; fi ;;
+    *)
+      # up.sh mounts the root and down.sh unmounts it: not mounted is not up (and stays unmounted)
+      root_is_mounted || die "the Slurm $RELEASE cluster is not up; run OBLETH_CLUSTER_RELEASE=$RELEASE spec/cluster/up.sh first"
+      take_lock "" ;;
+  esac
+  local args=("$@")
+  if [ "$script" = down.sh ]; then
+    local a
+    args=()
+    for a in "$@"; do [ "$a" = --purge ] || args+=("$a"); done
+  fi
+  set +e
+  chroot "$ROOTFS" /usr/bin/env -i PATH="$CLEAN_PATH" HOME=/root LANG=C.UTF-8 \
+    OBLETH_CLUSTER_IN_ROOT=1 OBLETH_CLUSTER_RELEASE="$RELEASE" OBLETH_CLUSTER_LOCK_HELD="${OBLETH_CLUSTER_LOCK_HELD:-}" \
+    OBLETH_CLUSTER_REST_PORT="$REST_PORT" OBLETH_CLUSTER_CTLD_PORT="$CTLD_PORT" OBLETH_CLUSTER_DBD_PORT="$DBD_PORT" \
+    OBLETH_CLUSTER_DB_PORT="$DB_PORT" OBLETH_CLUSTER_SLURMD_PORT_BASE="$SLURMD_PORT_BASE" \
+    OBLETH_CLUSTER_TOKEN_LIFESPAN="$TOKEN_LIFESPAN" OBLETH_CLUSTER_TIMEOUT="$TIMEOUT" \
+    /bin/bash "$self" "${args[@]}"
+  rc=$?
+  set -e
+  if [ "$script" = down.sh ]; then
+    unmount_root
+    ! root_mounted_anything || die "could not unmount everything under $ROOTFS (see /proc/mounts)"
+    if [ "$rc" -eq 0 ] && printf '%s\n' "$@" | grep -qx -- --purge; then
+      log "purging $STATE"
+      rm -rf --one-file-system "$STATE"
+    fi
+  fi
+  exit "$rc"
 }

@@ -13,5 +13,6 @@ case "$lifespan" in '' | *[!0-9]*) die "lifespan must be a positive integer of s
 # Minting a token for another user needs root (or SlurmUser).
 ROOT_REASON="only root or SlurmUser may mint a token for another user"
 require_root "$@"
+enter_root "$@"
 [ -r "$SLURM_CONF" ] || die "no cluster config at $SLURM_CONF; run spec/cluster/up.sh first"
 mint_token "$lifespan" "$user"

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Start the local Slurm test cluster (munge, MariaDB, slurmdbd, slurmctld, four
 # slurmd n0-n3, slurmrestd with JWT) from Debian's packages, all state under
-# $REPO/build/cluster. Idempotent: when the cluster is already up and healthy
-# only the env file is rewritten with a fresh token.
+# $REPO/build/cluster (22.05) or $REPO/build/cluster-RELEASE (24.11, 26.05: in a
+# debootstrap root of trixie / sid, see lib.sh and root.sh). Idempotent: when the
+# cluster is already up and healthy only the env file is rewritten with a fresh token.
 #
-# Env overrides: OBLETH_CLUSTER_REST_PORT (6820), OBLETH_CLUSTER_CTLD_PORT
-# (6821), OBLETH_CLUSTER_DBD_PORT (6822), OBLETH_CLUSTER_DB_PORT (6823),
-# OBLETH_CLUSTER_SLURMD_PORT_BASE (6830: n0..n3 = base..base+3),
+# Env: OBLETH_CLUSTER_RELEASE (22.05, 24.11 or 26.05; default 22.05),
+# OBLETH_CLUSTER_PORT_BASE (6820: 22.05 at base+0.., 24.11 at base+20.., 26.05 at
+# base+40..), overrides of single ports: OBLETH_CLUSTER_REST_PORT (+0),
+# OBLETH_CLUSTER_CTLD_PORT (+1), OBLETH_CLUSTER_DBD_PORT (+2), OBLETH_CLUSTER_DB_PORT
+# (+3), OBLETH_CLUSTER_SLURMD_PORT_BASE (+10: n0..n3 = base..base+3),
 # OBLETH_CLUSTER_TOKEN_LIFESPAN (86400 s), OBLETH_CLUSTER_TIMEOUT (120 s per
-# wait).
+# wait), OBLETH_CACHE_DIR (build/cache: the rooted releases' root tarballs).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 ROOT_REASON="it creates users and device nodes and starts slurmd, which must be root to run jobs as $TEST_USER"
 require_root "$@"
+enter_root "$@"
 take_lock create
 
 T0=$SECONDS
@@ -43,7 +47,9 @@ any_harness_process() { [ -n "$(marked_pids "")" ]; }
 # QoS, groups). A change to any of them restarts the cluster on the next up.sh instead of running
 # the specs against the old definition.
 definition_hash() {
-  cat "$CLUSTER_SPEC_DIR"/templates/* "$CLUSTER_SPEC_DIR/up.sh" "$CLUSTER_SPEC_DIR/lib.sh" | sha256sum | cut -c1-16
+  { cat "$CLUSTER_SPEC_DIR"/templates/* "$CLUSTER_SPEC_DIR/up.sh" "$CLUSTER_SPEC_DIR/lib.sh"
+    echo "$RELEASE $REST_PORT $CTLD_PORT $DBD_PORT $DB_PORT $SLURMD_PORT_BASE"
+    cat "$STATE/root.from" 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 
 healthy() {
@@ -60,6 +66,11 @@ healthy() {
 # ------------------------------------------------------------------ setup ----
 ensure_users() {
   local u
+  if [ "$ROOTED" = 1 ] && ! id "$REST_USER" >/dev/null 2>&1; then
+    log "creating system user $REST_USER (slurmrestd 26.05 refuses to run as nobody)"
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+      --comment "slurmrestd of the obleth test cluster" "$REST_USER"
+  fi
   for u in slurm munge mysql "$REST_USER"; do
     id "$u" >/dev/null 2>&1 || die "system user '$u' missing (should come with the Debian packages; run spec/cluster/deps.sh)"
   done
@@ -68,11 +79,18 @@ ensure_users() {
     useradd --system --create-home --home-dir "/home/$TEST_USER" --shell /bin/bash \
       --comment "obleth test cluster job user" "$TEST_USER"
   fi
+  if ! id "$OTHER_USER" >/dev/null 2>&1; then
+    log "creating system user $OTHER_USER"
+    useradd --system --create-home --home-dir "/home/$OTHER_USER" --shell /bin/bash \
+      --comment "obleth test cluster second job user" "$OTHER_USER"
+  fi
   # AllowGroups of partition staff: a group the job user is not in
   getent group obleth-staff >/dev/null || groupadd --system obleth-staff
   local home
-  home="$(getent passwd "$TEST_USER" | cut -d: -f6)"
-  [ -d "$home" ] || install -d -o "$TEST_USER" -g "$(id -gn "$TEST_USER")" -m 755 "$home"
+  for u in "$TEST_USER" "$OTHER_USER"; do
+    home="$(getent passwd "$u" | cut -d: -f6)"
+    [ -d "$home" ] || install -d -o "$u" -g "$(id -gn "$u")" -m 755 "$home"
+  done
 }
 
 ensure_traversable() {
@@ -147,6 +165,7 @@ render() { # template out [mode owner]
   local tpl="$CLUSTER_SPEC_DIR/templates/$1" out="$2" tmp
   tmp="$out.tmp.$$"
   sed -e "s|@CTLD_HOST@|$CTLD_HOST|g" \
+    -e "s|@MYSQL_EXTRA@|$MYSQL_EXTRA|g" \
     -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
     -e "s|@DBD_PORT@|$DBD_PORT|g" \
     -e "s|@DB_PORT@|$DB_PORT|g" \
@@ -178,10 +197,23 @@ make_configs() {
   # address is always 127.0.0.1.
   CTLD_HOST="$(hostname -s 2>/dev/null || hostname)"
   [ -n "$CTLD_HOST" ] || die "cannot determine this host's name"
+  # MariaDB 11.6 and later (trixie's and sid's 11.8) refuse slurmdbd's upgrades of its tables with
+  # snapshot isolation on (its default since 11.6); older MariaDB does not know the setting.
+  MYSQL_EXTRA=""
+  if mariadbd --verbose --help 2>/dev/null | grep -q '^innodb-snapshot-isolation'; then
+    MYSQL_EXTRA="innodb_snapshot_isolation=OFF"
+  fi
   render slurm.conf.in "$ETC/slurm.conf" 644
   render gres.conf.in "$ETC/gres.conf" 644
   render slurmdbd.conf.in "$ETC/slurmdbd.conf" 600 slurm:slurm
   render my.cnf.in "$ETC/my.cnf" 644
+  if [ "$ROOTED" = 1 ]; then
+    # slurmd 24.11 and later load a cgroup plugin even with proctrack/linuxproc and task/none; the
+    # root has no cgroup hierarchy of its own to give it
+    render cgroup.conf.in "$ETC/cgroup.conf" 644
+  else
+    rm -f "$ETC/cgroup.conf"
+  fi
 }
 
 # --------------------------------------------------------------- daemons ----
@@ -300,6 +332,8 @@ setup_accounting() {
     sacct_has "$a" assoc user="$TEST_USER" account="$a" cluster=obleth format=account ||
       sacctmgr -i add user "$TEST_USER" account="$a" cluster=obleth >/dev/null
   done
+  sacct_has research assoc user="$OTHER_USER" account=research cluster=obleth format=account ||
+    sacctmgr -i add user "$OTHER_USER" account=research cluster=obleth >/dev/null
   sacct_has "inference,long,normal" assoc user="$TEST_USER" account=research format=qos &&
     sacct_has "inference,long,normal" assoc user="$TEST_USER" account=teaching format=qos &&
     sacct_has "normal" assoc user="$TEST_USER" account=research format=defaultqos ||
@@ -309,6 +343,7 @@ setup_accounting() {
   # Verify instead of trusting exit codes (sacctmgr returns 1 for "nothing
   # modified").
   sacct_has research user name="$TEST_USER" format=defaultaccount || die "default account of $TEST_USER is not research"
+  sacct_has research user name="$OTHER_USER" format=defaultaccount || die "default account of $OTHER_USER is not research"
   for a in research teaching; do
     sacct_has "$a|inference,long,normal|normal" assoc user="$TEST_USER" account="$a" format=account,qos,defaultqos ||
       die "association $TEST_USER/$a with QoS normal,long,inference (default normal) missing"
@@ -362,7 +397,7 @@ wait_nodes_idle() {
 
 # ----------------------------------------------------------------- output ----
 detect_api_version() {
-  rest_api_version "$1" || die "slurmrestd on port $REST_PORT answers no known API version"
+  rest_api_version "$1" known || die "slurmrestd on port $REST_PORT answers no API version obleth knows ($(obleth_api_versions | tr '\n' ' '))"
 }
 
 write_env() {
@@ -378,6 +413,7 @@ write_env() {
     printf 'export OBLETH_SLURM_API_VERSION=%q\n' "$api"
     printf 'export SLURM_CONF=%q\n' "$SLURM_CONF"
     printf 'export OBLETH_CLUSTER_DIR=%q\n' "$STATE"
+    printf 'export OBLETH_CLUSTER_RELEASE=%q\n' "$RELEASE"
   } >"$tmp"
   chmod 644 "$tmp"
   mv -f "$tmp" "$ENV_FILE"
@@ -385,7 +421,7 @@ write_env() {
 }
 
 summary() {
-  echo "obleth test cluster is up ($((SECONDS - T0))s)"
+  echo "obleth test cluster (Slurm $(sinfo -V 2>/dev/null | awk '{print $2}')) is up ($((SECONDS - T0))s)"
   echo "  URL:        http://127.0.0.1:$REST_PORT (API $API_VERSION, user $TEST_USER)"
   echo "  env file:   $ENV_FILE"
   echo "  partitions: $(sinfo -h -o '%P(%l)' | tr '\n' ' ')"
@@ -393,11 +429,21 @@ summary() {
   sinfo -h -N -p gpu -o '    %N %t cpus=%c mem=%m gres=%G features=%f' | sort
 }
 
+# Inside a root, jobs run build/obleth (obleth smoke-engine): every library it links must be there.
+check_obleth_runs() {
+  [ "$IN_ROOT" = 1 ] && [ -x "$REPO/build/obleth" ] || return 0
+  local missing
+  missing="$(ldd "$REPO/build/obleth" 2>&1 | awk '/not found/ {print $1}' | tr '\n' ' ')"
+  [ -z "$missing" ] || die "build/obleth needs libraries the Slurm $RELEASE root lacks: $missing(add their packages to spec/cluster/root.sh)"
+}
+
 # ------------------------------------------------------------------- main ----
 main() {
   check_paths
   install -d -m 755 "$REPO/build"
-  "$CLUSTER_SPEC_DIR/deps.sh"
+  # a rooted release's packages were installed and checked when its root was made (root.sh)
+  [ "$IN_ROOT" = 1 ] || "$CLUSTER_SPEC_DIR/deps.sh"
+  check_obleth_runs
   if healthy; then
     log "cluster already up; refreshing $ENV_FILE"
     write_env
@@ -422,6 +468,8 @@ main() {
   start_slurmrestd
   wait_nodes_idle
   definition_hash >"$STATE/definition"
+  printf 'REST_PORT=%s CTLD_PORT=%s DBD_PORT=%s DB_PORT=%s SLURMD_PORT_BASE=%s\n' \
+    "$REST_PORT" "$CTLD_PORT" "$DBD_PORT" "$DB_PORT" "$SLURMD_PORT_BASE" >"$PORTS_FILE"
   write_env
   summary
 }

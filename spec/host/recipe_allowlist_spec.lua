@@ -73,6 +73,27 @@ describe("recipe inputs reach a job only as data (the review's canaries)", funct
       function(c) return "touch " .. c end, "script", "^line 2: " },
     { "a variable as the program", { script = "#!/bin/bash\nM={{ inputs.x }}\n\"$M\" -c 'touch x'\n" },
       function() return "bash" end, "script", "^line 3: .*program" },
+    -- found by trying to break the allowlist
+    { "a variable named by printf -v", { script = "#!/bin/bash\nM={{ inputs.x }}\nprintf -v \"$M\" '%s' 1\n" },
+      function(c) return "a[$(touch " .. c .. ")]" end, "script", "^line 3: .*printf %-v" },
+    { "a variable named by [ -v ]", { script = "#!/bin/bash\nM={{ inputs.x }}\n[ -v \"$M\" ]\n" },
+      function(c) return "a[$(touch " .. c .. ")]" end, "script", "^line 3: .*%-v" },
+    { "a variable expanded later by eval '...'", { script = "#!/bin/bash\nM={{ inputs.x }}\neval 'bash -c \"$M\"'\n" },
+      function(c) return "touch " .. c end, "script", "^line 3: %$M .*single quotes" },
+    { "an exported variable run by bash -c '...'",
+      { script = "#!/bin/bash\nexport M={{ inputs.x }}\nbash -c 'eval \"$M\"'\n" },
+      function(c) return "touch " .. c end, "script", "^line 3: %$M .*single quotes" },
+    { "a quoted heredoc fed to bash",
+      { script = "#!/bin/bash\nexport M={{ inputs.x }}\nbash <<'EOF'\neval \"$M\"\nEOF\n" },
+      function(c) return "touch " .. c end, "script", "^line 4: %$M .*heredoc" },
+    { "a modulefile path for module load",
+      { script = "#!/bin/bash\nmodule() { bash \"$2\"; }\nM={{ inputs.x }}\nmodule load \"$M\"\n" },
+      function(c) local f = c .. ".sh"; return f end, "script", "^line 4: .*module" },
+    { "obleth lua FILE", { launch = { "obleth", "lua", "{{ inputs.x }}" } },
+      function(c) return c .. ".lua" end, "launch[1]", "obleth smoke%-engine" },
+    { "an srun option that runs a program",
+      { script = "#!/bin/bash\nM={{ inputs.x }}\nsrun --prolog=\"$M\" vllm serve m\n" },
+      function(c) return "touch " .. c end, "script", "^line 3: .*srun" },
   }
 
   for _, c in ipairs(cases) do
@@ -149,5 +170,13 @@ describe("number and integer inputs are finite", function()
     assert.equal("inputs.x.default", errs.errors[1].field)
     assert.matches("finite", errs.errors[1].message)
     assert.equal(2.5, recipe.check_input({ type = "number" }, "2.5"))
+    -- and whatever way a value gets past the form, it never renders as 'inf' (the preview renders
+    -- the script while it shows the field errors)
+    for _, v in ipairs({ 1 / 0, -1 / 0, 0 / 0 }) do
+      local out, rerr = recipe.render(r, { x = v }, {}, {})
+      assert.is_nil(out)
+      assert.equal("inputs.x", rerr.errors[1].field)
+      assert.matches("finite", rerr.errors[1].message)
+    end
   end)
 end)

@@ -228,6 +228,26 @@ describe("a Slurm 26.05 slurmrestd", function()
       assert.is_false(r2.ok)
     end)
 
+    it("Test connection (POST /api/v1/settings/slurm/test) answers error.code auth, not ok=false with no error",
+      function()
+        local server = require "spec.support.server"
+        local srv_slurm, url = slurm2605(function(req)
+          if req.path:find("/ping") then return 200, JSON, fx("ping_bad_token.json") end
+        end)
+        local srv = server.start()
+        local st, doc = srv:request("POST", "/api/v1/settings/slurm/test", { url = url, user = "alice",
+          token = "eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjQxMDI0NDQ4MDB9.c2ln" })
+        srv:stop()
+        srv:cleanup()
+        srv_slurm:close()
+        assert.equal(200, st)
+        assert.is_table(doc.error, cjson.encode(doc))
+        assert.equal("auth", doc.error.code)
+        assert.matches("rejected the credentials", doc.error.message, 1, true)
+        assert.is_false(doc.ok == true)
+        assert.equal("v0.0.45", doc.api_version)
+      end)
+
     it("obleth slurm ping says the credentials were rejected", function()
       local srv, url = slurm2605(function(req)
         if req.path:find("/ping") then

@@ -13,11 +13,15 @@ local jobscript = require "obleth.job"
 
 local FACTS_TTL = 3 -- obleth.api.deployments.FACTS_TTL: the preview reuses cluster facts this long
 
+-- Slurm's clients against the harness cluster of whichever release the env file is from
+-- (spec/cluster/slurm.sh runs them inside the 24.11 / 26.05 root)
+local function slurm(cmd) return sh(util.shq(util.root() .. "/spec/cluster/slurm.sh") .. " " .. cmd) end
+
 
 
 -- Idle A100 nodes of partition gpu as sinfo reports them (independent of obleth).
 local function sinfo_idle(gres_type)
-  local _, out = sh("sinfo -h -N -p gpu -o '%N %T %G'")
+  local _, out = slurm("sinfo -h -N -p gpu -o '%N %T %G'")
   local set = {}
   for name, state, gres in out:gmatch("(%S+) (%S+) (%S+)") do
     if state == "idle" and gres:find("gpu:" .. gres_type .. ":", 1, true) then set[#set + 1] = name end
@@ -57,13 +61,13 @@ describe("the launch flow on the harness cluster", function()
   end)
 
   teardown(function()
-    if drained then sh("scontrol update nodename=n2 state=resume") end
+    if drained then slurm("scontrol update nodename=n2 state=resume") end
     if prov then prov:stop() end
     if cluster then cluster:stop() end
   end)
 
   it("partition fit for 4 A100 GPUs per node counts the idle A100 nodes of gpu: not the H100 node, not a drained one", function()
-    local code, out = sh("scontrol update nodename=n2 state=drain reason=spec")
+    local code, out = slurm("scontrol update nodename=n2 state=drain reason=spec")
     assert.equal(0, code, out)
     drained = true
     local ok_, err = pcall(function()
@@ -85,7 +89,7 @@ describe("the launch flow on the harness cluster", function()
       assert.is_false(has(gpu.nodes.fitting, "n2")) -- drained
       assert.is_true(gpu.fits)
     end)
-    sh("scontrol update nodename=n2 state=resume")
+    slurm("scontrol update nodename=n2 state=resume")
     drained = false
     assert(ok_, err)
   end)
@@ -131,25 +135,42 @@ describe("the launch flow on the harness cluster", function()
     assert.is_nil(error_for(pv, "time_limit"))
   end)
 
-  it("the preview's slurm_request is the v0.0.38 job/submit body the provisioner would send", function()
+  it("the preview's slurm_request is the job/submit body of the cluster's API version the provisioner would send", function()
     local pv = preview({ recipe_id = "smoke-test", api_model_name = "req/one",
       values = { time_limit = "20", exclude = "n[1-2]", inputs = { mode = "never-healthy" } } })
-    assert.equal("v0.0.38", pv.api_version)
+    local v = harness.API_VERSION
+    assert.equal(v, pv.api_version)
     local body = pv.slurm_request
-    -- v0.0.38 shapes, worked out from the API's documentation: top-level script, integer minutes,
-    -- hostlist string for excluded nodes, environment as an object, nodes as [min, max]
-    assert.is_string(body.script)
-    assert.equal(pv.job_script, body.script)
-    assert.equal(20, body.job.time_limit)
-    assert.equal("n[1-2]", body.job.exclude_nodes)
+    local script
+    if v == "v0.0.38" then
+      -- v0.0.38 shapes, worked out from the API's documentation: top-level script, integer minutes,
+      -- hostlist string for excluded nodes, environment as an object, nodes as [min, max]
+      script = body.script
+      assert.equal(20, body.job.time_limit)
+      assert.equal("n[1-2]", body.job.exclude_nodes)
+      assert.equal(512, body.job.memory_per_node)
+      assert.equal("req/one", body.job.environment.OBLETH_API_MODEL_NAME)
+      assert.equal("22000", body.job.environment.OBLETH_PORT)
+    else
+      -- v0.0.41 and later: the script inside job, numbers as {set, infinite, number}, excluded nodes
+      -- as an array of names, the environment as an array of "K=V"
+      assert.is_nil(body.script)
+      script = body.job.script
+      assert.same({ set = true, infinite = false, number = 20 }, body.job.time_limit)
+      assert.same({ "n1", "n2" }, body.job.excluded_nodes)
+      assert.same({ set = true, infinite = false, number = 512 }, body.job.memory_per_node)
+      local env = {}
+      for _, kv in ipairs(body.job.environment) do env[kv:match("^([^=]*)=")] = kv:match("=(.*)$") end
+      assert.equal("req/one", env.OBLETH_API_MODEL_NAME)
+      assert.equal("22000", env.OBLETH_PORT)
+    end
+    assert.is_string(script)
+    assert.equal(pv.job_script, script)
     assert.equal("1", body.job.nodes) -- a count string: v0.0.38 ignores [min, max]
-    assert.equal(512, body.job.memory_per_node)
     assert.equal("gpu", body.job.partition)
     assert.equal("research", body.job.account)
-    assert.equal("req/one", body.job.environment.OBLETH_API_MODEL_NAME)
-    assert.equal("22000", body.job.environment.OBLETH_PORT)
     assert.equal(logdir .. "/%x-%j.out", body.job.standard_output)
-    assert.is_truthy(body.script:find("'--mode' 'never-healthy'", 1, true))
+    assert.is_truthy(script:find("'--mode' 'never-healthy'", 1, true))
     -- and exactly what obleth.slurm.submit.body builds from the provisioner's job description
     local spec = pv.spec
     spec.generation = 1
@@ -163,7 +184,7 @@ describe("the launch flow on the harness cluster", function()
     local desc = jobscript.desc({ id = 0, name = "req/one", instance = instance },
       { slot = 1, nonce = "0000000000000000", port = 22000 },
       spec, defaults, exe:match("^(.*)/[^/]*$"), exe)
-    local want = assert(submit.body(desc, "v0.0.38"))
+    local want = assert(submit.body(desc, v))
     assert.same(server.ints(require("cjson").decode(require("cjson").encode(want))), body)
   end)
 

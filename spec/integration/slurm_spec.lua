@@ -1,4 +1,5 @@
--- obleth.slurm against the live harness cluster (Slurm 22.05.8, API v0.0.38).
+-- obleth.slurm against the live harness cluster (make check: Slurm 26.05; spec/contract checks each
+-- release the harness has).
 local slurm = require "obleth.slurm"
 local loop = require "obleth.loop"
 local util = require "spec.support.util"
@@ -48,18 +49,20 @@ describe("obleth.slurm on the harness cluster", function()
     return id, res
   end
 
-  it("negotiates API v0.0.38 with Slurm 22.05 and pings the controller", function()
-    assert.equal("v0.0.38", conn:version())
+  local harness = require "spec.support.harness"
+  it("negotiates the newest API version the release serves and pings the controller", function()
+    assert.equal(harness.API_VERSION, conn:version())
     local p = assert(conn:ping())
     assert.is_true(p.ok)
-    assert.equal("22.05.8", p.release)
-    assert.equal("v0.0.38", p.version)
+    assert.matches(harness.RELEASE_PATTERN, p.release)
+    assert.equal(harness.API_VERSION, p.version)
   end)
 
   it("pins a version on request and refuses one the server does not serve", function()
-    local c = assert(connect({ version = "v0.0.38" }))
-    assert.equal("v0.0.38", c:version())
-    local none, err = connect({ version = "v0.0.42" })
+    local c = assert(connect({ version = harness.API_VERSION }))
+    assert.equal(harness.API_VERSION, c:version())
+    -- 22.05 serves v0.0.36-38, 24.11 v0.0.40-42, 26.05 v0.0.42-45
+    local none, err = connect({ version = harness.API_VERSION == "v0.0.38" and "v0.0.42" or "v0.0.38" })
     assert.is_nil(none)
     assert.equal("unsupported", err.code)
   end)
@@ -148,14 +151,23 @@ describe("obleth.slurm on the harness cluster", function()
       end)
     end
 
-    it("a property v0.0.38 does not have (excluded_nodes, the v0.0.39+ name)", function()
-      local body = require("obleth.slurm.submit").body(desc(), "v0.0.38")
-      body.job.excluded_nodes = "n1"
+    it("a property the API version does not have: v0.0.38 refuses the job, v0.0.40 and later warn", function()
+      local v = conn:version()
+      local body = require("obleth.slurm.submit").body(desc(), v)
+      -- excluded_nodes is the v0.0.39+ name, exclude_nodes the v0.0.38 one
+      local wrong = v == "v0.0.38" and "excluded_nodes" or "exclude_nodes"
+      body.job[wrong] = "n1"
       local id, err = conn:submit_body(body)
-      assert.is_nil(id)
-      assert.equal("refused", err.code)
-      assert.equal(9001, err.slurm_code)
-      assert.equal("exclude", err.field)
+      if v == "v0.0.38" then
+        assert.is_nil(id)
+        assert.equal("refused", err.code)
+        assert.equal(9001, err.slurm_code)
+        assert.equal("exclude", err.field)
+      else
+        assert.is_number(id, require("cjson").encode(err))
+        submitted[#submitted + 1] = id
+        assert.matches('unknown field "' .. wrong .. '"', err[1].message, 1, true)
+      end
     end)
   end)
 
@@ -251,7 +263,7 @@ describe("obleth.slurm on the harness cluster", function()
     srv:cleanup()
     local doc = require("cjson").decode(out)
     assert.is_true(doc.ok)
-    assert.equal("22.05.8", doc.release)
+    assert.matches(require("spec.support.harness").RELEASE_PATTERN, doc.release)
     local exp = require("cjson").decode(exp_out)
     assert.equal(require("obleth.slurm").token_expiry(TOKEN), exp.exp)
     assert.is_nil(exp_out:find(TOKEN, 1, true))

@@ -15,6 +15,13 @@ local M = {}
 M.URL, M.USER, M.TOKEN = os.getenv("OBLETH_SLURM_URL"), os.getenv("OBLETH_SLURM_USER"),
   os.getenv("OBLETH_SLURM_TOKEN")
 
+--- The harness cluster's Slurm release ("22.05", "24.11" or "26.05": OBLETH_CLUSTER_RELEASE of its env
+--- file), a Lua pattern matching its full version ("26.05.5"), and the API version obleth negotiates
+--- there (OBLETH_SLURM_API_VERSION: the newest both slurmrestd and obleth's bindings speak).
+M.RELEASE = os.getenv("OBLETH_CLUSTER_RELEASE") or "22.05"
+M.RELEASE_PATTERN = "^" .. M.RELEASE:gsub("%.", "%%.") .. "%.%d+$"
+M.API_VERSION = os.getenv("OBLETH_SLURM_API_VERSION") or "v0.0.38"
+
 --- Job states in which a job still holds or waits for resources.
 M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true }
 

@@ -26,10 +26,15 @@ export async function startHub() {
   return { url: (await hub.ready)[1], stop: hub.stop };
 }
 
-/** The harness cluster's connection (build/cluster/env), or null when it is not up. */
+/**
+ * The harness cluster's connection, or null when it is not up: the env file of the cluster whose
+ * env the caller exported (OBLETH_CLUSTER_DIR: spec/run.sh runs these tests against Slurm 26.05),
+ * else build/cluster/env (22.05).
+ */
 export function clusterEnv() {
   let text;
-  try { text = readFileSync(path.join(ROOT, 'build', 'cluster', 'env'), 'utf8'); } catch { return null; }
+  const dir = process.env.OBLETH_CLUSTER_DIR || path.join(ROOT, 'build', 'cluster');
+  try { text = readFileSync(path.join(dir, 'env'), 'utf8'); } catch { return null; }
   const env = {};
   for (const m of text.matchAll(/^export (\w+)=(.*)$/gm)) env[m[1]] = m[2].replace(/^'(.*)'$/, '$1');
   return env.OBLETH_SLURM_URL ? env : null;

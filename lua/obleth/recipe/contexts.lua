@@ -30,16 +30,19 @@ local M = {}
 M.TEXT_TYPES = { string = true, path = true }
 
 --- Programs known to take their arguments as data (the engines obleth ships recipes for, and the
---- utilities library scripts use). `python3`/`python` only as `python3 -m <module>` with a module
---- in PYTHON_MODULES. A recipe adds its own engine under `programs:`.
+--- utilities library scripts use): true, or the only subcommands that do (`obleth lua FILE` runs
+--- code, `obleth smoke-engine` does not). `python3`/`python` only as `python3 -m <module>` with a
+--- module in PYTHON_MODULES. A recipe adds its own engine under `programs:`. Left out on purpose:
+--- `module` (Lmod loads a modulefile given as a path: code), `ray` (`ray job submit -- CMD`),
+--- `scontrol`, `hostname` (they change the cluster or the host).
 M.DATA_PROGRAMS = {
-  vllm = true, ["llama-server"] = true, ollama = true, obleth = true, ray = true, sglang = true,
+  vllm = { serve = true }, ["llama-server"] = true, ollama = { serve = true, pull = true, create = true, cp = true,
+    show = true, list = true }, obleth = { ["smoke-engine"] = true }, sglang = { serve = true },
   ["text-generation-launcher"] = true,
   -- utilities: read an argument as a name, a path or text to print, never as code
   ["["] = true, test = true, echo = true, printf = true, mkdir = true, cd = true, ls = true, cp = true,
   mv = true, rm = true, ln = true, touch = true, stat = true, realpath = true, readlink = true,
-  dirname = true, basename = true, module = true, cat = true, ["true"] = true, [":"] = true,
-  scontrol = true, hostname = true,
+  dirname = true, basename = true, cat = true, ["true"] = true, [":"] = true,
 }
 M.PYTHON_MODULES = { ["sglang.launch_server"] = true, ["vllm.entrypoints.openai.api_server"] = true }
 --- Words that run the next word as the program.
@@ -71,7 +74,16 @@ local function _data_program(words, i, programs)
     if words[i + 1] == "-m" and M.PYTHON_MODULES[words[i + 2] or ""] then return true end
     return false, ("%s runs Python code: only `%s -m <module>` with a known server module takes data"):format(name, name)
   end
-  if M.DATA_PROGRAMS[name] then return true end
+  local known = M.DATA_PROGRAMS[name]
+  if known == true then return true end
+  if known then
+    local sub = words[i + 1]
+    if sub and known[sub] then return true end
+    local subs = {}
+    for k in pairs(known) do subs[#subs + 1] = name .. " " .. k end
+    table.sort(subs)
+    return false, ("obleth knows only %s take their arguments as data"):format(table.concat(subs, ", "))
+  end
   return false, ("obleth does not know that %s takes its arguments as data (name it in the recipe's "
     .. "`programs:` if it does)"):format(name)
 end
@@ -112,7 +124,7 @@ end
 M.TAINT, M.DATA = "\1", "\3"
 
 local function _lexer(s)
-  local L = { s = s, i = 1, line = 1, commands = {}, arith = {}, heredoc_uses = {}, pending = {} }
+  local L = { s = s, i = 1, line = 1, commands = {}, arith = {}, heredoc_uses = {}, literal_uses = {}, pending = {} }
   local n = #s
 
   local function peek(k) return s:sub(L.i + (k or 0), L.i + (k or 0)) end
@@ -239,6 +251,9 @@ local function _lexer(s)
       elseif c == "'" then
         local j = s:find("'", L.i + 1, true) or n + 1
         local body = s:sub(L.i + 1, j - 1)
+        for id in body:gmatch("%$%{?([%a_][%w_]*)") do
+          L.literal_uses[#L.literal_uses + 1] = { name = id, line = L.line }
+        end
         local _, nl = body:gsub("\n", "")
         L.line = L.line + nl
         add_lit(w, body)
@@ -300,7 +315,11 @@ local function _lexer(s)
         L.i = e + 1
         L.line = L.line + 1
         if (h.strip and line:gsub("^\t+", "") or line) == h.delim then break end
-        if not h.quoted then
+        if h.quoted then
+          for id in line:gmatch("%$%{?([%a_][%w_]*)") do
+            L.literal_uses[#L.literal_uses + 1] = { name = id, line = L.line - 1 }
+          end
+        else
           for id in line:gmatch("%$%{?([%a_][%w_]*)") do
             L.heredoc_uses[#L.heredoc_uses + 1] = { name = id, line = L.line - 1 }
           end
@@ -439,9 +458,10 @@ local function _what(w, carriers)
   return "an input's text"
 end
 
--- The program index of a command's words after keywords, assignments and wrappers; nil, why when
--- it cannot be told.
+-- The program index of a command's words after keywords, assignments and wrappers, and the set of
+-- wrapper words that take a path as data (apptainer's image, an array holding an apptainer prefix).
 local function _program(words, k, arrays)
+  local safe = {}
   while words[k] do
     local w = words[k]
     local lit = w.lit
@@ -465,14 +485,16 @@ local function _program(words, k, arrays)
       and (words[k + 1].lit == "exec" or words[k + 1].lit == "run") then
       k = k + 2
       while words[k] and words[k].raw:match("^%-") do k = k + 1 end
+      safe[k] = true
       k = k + 1 -- the image: a path, data
     elseif not lit and w.raw:match('^"%${([%a_][%w_]*)%[@%]}"$') and arrays[w.raw:match('^"%${([%a_][%w_]*)')] then
+      safe[k] = true
       k = k + 1 -- "${RUN[@]}" where RUN is empty or an apptainer prefix
     else
-      return k
+      return k, safe
     end
   end
-  return k
+  return k, safe
 end
 
 --- Check a script (or the preamble lines as one script) against the allowlist.
@@ -582,7 +604,7 @@ function M.check_script(text, carriers, programs)
               end
             end
           else
-            local p = _program(words, k, arrays)
+            local p, safe = _program(words, k, arrays)
             local pw = words[p]
             if not pw then
               -- only wrappers and the image: the tainted word is the image path
@@ -592,15 +614,20 @@ function M.check_script(text, carriers, programs)
             else
               local argv = {}
               for j = p, #words do argv[#argv + 1] = words[j].lit end
-              -- arg_taint: an argument of the program; wrap_taint: a wrapper's (the image of apptainer exec)
-              local arg_taint, wrap_taint
+              -- arg_taint: an argument of the program; a wrapper's word may carry text only where it is a
+              -- path (apptainer's image, an apptainer prefix array): an option of srun (--prolog=...),
+              -- env's NAME=value or timeout's duration is not
+              local arg_taint
               for j = p + 1, #words do
                 if _tainted(words[j], C) and not words[j].redirect then arg_taint = words[j]; break end
               end
               for j = k, p - 1 do
-                if _tainted(words[j], C) and not words[j].redirect then wrap_taint = wrap_taint or words[j] end
+                if _tainted(words[j], C) and not words[j].redirect and not safe[j] then
+                  refuse(words[j].line, ("%s is given to %s, which runs the program after it"):format(
+                    _what(words[j], C), words[k].lit or "a wrapper"))
+                end
               end
-              local tainted_arg = arg_taint or wrap_taint
+              local tainted_arg = arg_taint
               if tainted_arg then
                 if not pw.lit then
                   refuse(tainted_arg.line, ("%s is an argument of a program that is not a plain name"):format(
@@ -612,9 +639,22 @@ function M.check_script(text, carriers, programs)
                       pw.lit, why))
                   elseif _base(pw.lit) == "printf" then
                     local f = p + 1
-                    while words[f] and (words[f].lit or ""):match("^%-") do f = f + (words[f].lit == "-v" and 2 or 1) end
+                    while words[f] and words[f].raw:match("^%-") do
+                      if words[f].raw:match("^%-v") and (_tainted(words[f], C)
+                        or (words[f].raw == "-v" and words[f + 1] and _tainted(words[f + 1], C))) then
+                        refuse(words[f].line, "an input's text names printf -v's variable, whose subscript bash evaluates")
+                      end
+                      f = f + (words[f].raw == "-v" and 2 or 1)
+                    end
                     if words[f] and _tainted(words[f], C) then
                       refuse(words[f].line, "an input's text is printf's format, which printf interprets")
+                    end
+                  elseif _base(pw.lit) == "[" or _base(pw.lit) == "test" then
+                    for j = p + 1, #words - 1 do
+                      if (words[j].lit == "-v" or words[j].lit == "-R") and _tainted(words[j + 1], C) then
+                        refuse(words[j].line, ("an input's text after %s %s names a variable, whose subscript bash "
+                          .. "evaluates"):format(pw.lit, words[j].lit))
+                      end
                     end
                   end
                 end
@@ -637,6 +677,14 @@ function M.check_script(text, carriers, programs)
     for _, a in ipairs(L.arith) do
       if C[a.name] then
         refuse(a.line, ("%s carries an input's text into arithmetic, where bash evaluates it"):format(a.name))
+      end
+    end
+    -- '... $M ...' or a quoted heredoc naming a carrier: text some command may run as code later
+    -- (eval '...', bash -c '...', a script fed to an interpreter), which would expand it there
+    for _, u in ipairs(L.literal_uses) do
+      if C[u.name] then
+        refuse(u.line, ("$%s (it carries an input's text) is written inside single quotes or a quoted heredoc, "
+          .. "text a command may run as code"):format(u.name))
       end
     end
     for _, h in ipairs(L.heredoc_uses) do

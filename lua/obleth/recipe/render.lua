@@ -55,6 +55,10 @@ local function _value(ctx, ref)
   end
   if v == nil and ref.ns == "defaults" and ref.name == "modules" then return {} end
   if v == nil then return "" end
+  if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+    -- never 'inf' or 'nan' in a job: check_input refuses them; this guards every other way in
+    return nil, _bad(ref.ns .. "." .. ref.name, ("%s.%s must be a finite number"):format(ref.ns, ref.name))
+  end
   if type(v) == "table" then
     local list = {}
     for i, x in ipairs(v) do list[i] = _text(x) end
