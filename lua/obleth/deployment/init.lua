@@ -321,7 +321,14 @@ function M.cluster_choices(policy, values, provenance, facts)
     end
   end
   local part = _find_partition(facts, values.partition)
-  if part and provenance.time_limit == "builtin" then
+  if part and values.time_limit_max then
+    -- `time_limit: max`: the longest the partition allows
+    local mt = _finite(part.max_time)
+    if mt then
+      values.time_limit = mt
+      notes[#notes + 1] = ("time limit: the longest partition %s allows (MaxTime %d min)"):format(part.name, mt)
+    end
+  elseif part and provenance.time_limit == "builtin" then
     local dt, mt = part.default_time, _finite(part.max_time)
     if dt and (mt == nil or dt <= mt) then
       values.time_limit, provenance.time_limit = dt, "cluster_default"

@@ -406,7 +406,8 @@ local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "veri
 --- How the Slurm JWT is had: the saved token, minted from the site's HS256 key file, or a command's output.
 M.TOKEN_SOURCES = { static = true, key_file = true, command = true }
 local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
-  "qos", "hf_token", "port_range", "environment", "hf_token_set", "user_groups", "enforce_part_limits" })
+  "qos", "hf_token", "hf_token_path", "port_range", "environment", "hf_token_set", "user_groups",
+  "enforce_part_limits" })
 -- "auto" and every version obleth knows (obleth.slurm.versions, the one list)
 local slurm_versions = require "obleth.slurm.versions"
 local API_VERSIONS = _set({ "auto", table.unpack(slurm_versions.known) })
@@ -505,7 +506,7 @@ function M.settings(input)
     ok, err = _unknown(din, DEFAULTS_KNOWN, "defaults.")
     if not ok then return nil, err end
     local steps = {
-      { "model_cache_dir", _path }, { "image_dir", _path }, { "log_dir", _path },
+      { "model_cache_dir", _path }, { "image_dir", _path }, { "log_dir", _path }, { "hf_token_path", _path },
       { "modules", function(v, f)
         local l, e = _lines(v, f, 64)
         if e then return nil, e end
