@@ -362,3 +362,27 @@ describe("obleth.deployment helpers", function()
     assert.equal("79950 more problems not listed", diags[51].message)
   end)
 end)
+
+describe("obleth.deployment.suggestions and the job's last lines", function()
+  local set = require("obleth.policy").new { dir = "/nonexistent" }
+  local function history(stderr)
+    local outs = {}
+    for i = 1, 2 do
+      outs[i] = { job_id = 100 + i, state = "FAILED", exit_code = 1, node = "n1", healthy = false,
+        started_at = 1000 * i, ended_at = 1000 * i + 5, stderr = stderr }
+    end
+    return { { id = 1, settings = { time_limit = 30 }, outcomes = outs } }
+  end
+
+  it("two start-up failures on n1 whose log is a Python traceback suggest avoiding no node", function()
+    local tb = { "Traceback (most recent call last):", "  File \"serve.py\", line 3", "ValueError: bad --dtype" }
+    assert.same({}, launch.suggestions(set.get, history(tb), {}, nil))
+  end)
+
+  it("without the log, the same two failures on n1 still point at n1", function()
+    local s = launch.suggestions(set.get, history(nil), {}, nil)
+    assert.equal(1, #s)
+    assert.equal("avoid_node", s[1].kind)
+    assert.equal("n1", s[1].node)
+  end)
+end)

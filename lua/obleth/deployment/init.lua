@@ -133,7 +133,8 @@ end
 --- Launch history → job outcomes for obleth.policy.suggestions, newest first.
 --- Each outcome carries its launch id, that launch's time limit and, when `classify` is given
 --- (obleth.policy.failures.classify), its failure class (`failure`: whether it was the node's fault).
----@param launches table[] store launches, newest first, each with `outcomes` (oldest first)
+---@param launches table[] store launches, newest first, each with `outcomes` (oldest first; an outcome's
+---  `stderr` / `stdout`, when given, are the job's last lines, for classify)
 ---@param classify function|nil
 ---@return table[]
 function M.outcomes(launches, classify)
@@ -148,7 +149,10 @@ function M.outcomes(launches, classify)
         ended_at = _v(o.ended_at), healthy = o.healthy == true, time_limit = _v(s.time_limit) }
       if classify then
         local x = out[#out]
-        local ok, c = pcall(classify, { state = x.state, reason = x.reason, exit_code = x.exit_code })
+        -- the job's last lines when obleth has them (obleth.api.replica_logs): a log that shows the
+        -- failure is not the node's fault keeps it from counting against the node
+        local ok, c = pcall(classify, { state = x.state, reason = x.reason, exit_code = x.exit_code,
+          stderr = type(o.stderr) == "table" and o.stderr or nil, stdout = type(o.stdout) == "table" and o.stdout or nil })
         if ok and c then x.failure = c end
       end
     end
