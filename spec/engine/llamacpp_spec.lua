@@ -81,7 +81,8 @@ describe("the llama.cpp library recipe with the real llama-server (engine tier)"
     -- the model, written at test time in the sid root, where python3-gguf is (the repository is
     -- bind-mounted there at its own path)
     gguf = dir .. "/models/tiny-llama.gguf"
-    local code, out = sh(("chroot %s /usr/bin/python3 %s/spec/engines/tools/write_tiny_gguf.py %s"):format(
+    local code, out = sh(("chroot %s /usr/bin/python3 %s/spec/engines/tools/write_tiny_gguf.py %s "
+      .. "--embd 256 --layers 4 --ff 1024"):format(
       shq(rootfs), shq(root), shq(gguf)))
     assert(code == 0, "writing the GGUF: " .. out)
     sh("chmod -R a+rX " .. shq(dir))
@@ -157,7 +158,7 @@ describe("the llama.cpp library recipe with the real llama-server (engine tier)"
   end)
 
   it("streams a chat reply through the router as separate chunks, 10 or more", function()
-    local r = assert(v1("/v1/chat/completions", { model = NAME, stream = true, max_tokens = 64, ignore_eos = true,
+    local r = assert(v1("/v1/chat/completions", { model = NAME, stream = true, max_tokens = 48, ignore_eos = true,
       messages = { { role = "user", content = "stream a reply" } } }, { stream = true }))
     assert.equal(200, r.status)
     assert.matches("text/event-stream", r.headers["content-type"], 1, true)

@@ -3,12 +3,15 @@
 answers with (the engine tier's model: no download). Needs python3-gguf and numpy (Debian sid,
 inside the 26.05 harness root).
 
-  write_tiny_gguf.py OUT.gguf [--seed N]
+  write_tiny_gguf.py OUT.gguf [--seed N] [--embd 64] [--layers 2] [--ff 128]
 
-The model: 2 layers, 64-dim embeddings, 4 heads (4 KV heads), a 128-wide feed-forward, context 512;
+The model (defaults): 2 layers, 64-dim embeddings, 4 heads (4 KV heads), a 128-wide feed-forward,
+context 512;
 a 405-token SentencePiece ("llama") vocabulary: <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF>
 (byte fallback, so any text tokenizes) and 146 unique word pieces (llama.cpp asserts on a duplicate
-token); a ChatML chat template. F32 weights, about 550 KB."""
+token); a ChatML chat template. F32 weights, about 550 KB. The engine tier writes a 256-dim,
+4-layer, 1024-wide one (17 MB): on an idle machine the tiniest model makes its tokens faster than a
+streamed reply is read, so they would arrive together."""
 import argparse
 import sys
 
@@ -16,7 +19,7 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import TokenType
 
-N_EMBD, N_LAYER, N_HEAD, N_FF, N_CTX = 64, 2, 4, 128, 512
+N_HEAD, N_CTX = 4, 512
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -54,7 +57,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=24)
+    ap.add_argument("--embd", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--ff", type=int, default=128)
     args = ap.parse_args()
+    N_EMBD, N_LAYER, N_FF = args.embd, args.layers, args.ff
     rng = np.random.default_rng(args.seed)
     tokens, scores, types = vocab()
     n_vocab = len(tokens)
