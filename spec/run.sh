@@ -108,8 +108,7 @@ else
   for r in "${RELEASES[@]}"; do
     echo "-- Slurm $r"
     if cluster_up "$r"; then
-      # tests tagged #awaits_slurm_api wait on issue 23's binding fixes (spec/contract/slurm_spec.lua)
-      with_cluster "$r" build/obleth lua $busted $out "$lpath" --exclude-tags=awaits_slurm_api spec/contract || tier_fail=1
+      with_cluster "$r" build/obleth lua $busted $out "$lpath" spec/contract || tier_fail=1
     else
       cat "build/cluster-root-$r.log" 2>/dev/null | tail -5
       missing_tier "the Slurm $r harness cluster did not start (build/cluster-up-$r.log)"

@@ -327,6 +327,30 @@ local function _node_list(expr, budget)
   return tables.array(), err and err:find("too large", 1, true) ~= nil or nil
 end
 
+--- Slurm's filename pattern (sbatch's "filename pattern") with this job's values: %j and %A the job
+--- id, %x the job name, %u the user, %N the (first) node, %% a percent sign, each with an optional
+--- zero-padding width (%4j); nil when it has another one or a value is not known (the file cannot be
+--- named from here).
+---@param pattern string|nil
+---@param job {id: integer|nil, name: string|nil, user: string|nil, node: string|nil}
+---@return string|nil
+function M.expand_path(pattern, job)
+  if type(pattern) ~= "string" or pattern == "" then return nil end
+  local values = { j = job.id, A = job.id, x = job.name, u = job.user, N = job.node }
+  local unknown = false
+  local out = pattern:gsub("%%(%d*)(.)", function(width, c)
+    if c == "%" then return "%" end
+    local v = values[c]
+    if v == nil then unknown = true return nil end
+    local s = tostring(v)
+    local w = tonumber(width)
+    if w and #s < w and c ~= "x" and c ~= "u" and c ~= "N" then s = ("0"):rep(w - #s) .. s end
+    return s
+  end)
+  if unknown then return nil end
+  return out
+end
+
 local function _job_common(out, budget)
   -- 0 minutes never reaches a real job (sbatch --time=0 becomes INFINITE);
   -- accounting rows of jobs that never ran carry it as "unknown".
@@ -382,6 +406,13 @@ local function _job_common(out, budget)
     end
   end
   out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
+  -- log paths: v0.0.43+ send the expanded path beside the pattern; older versions only the pattern,
+  -- expanded here when every value it names is known (else it stays the pattern)
+  if out.stdout_pattern or out.stderr_pattern then
+    local vals = { id = out.id, name = out.name, user = out.user, node = out.batch_host or out.node_list[1] }
+    if out.stdout == out.stdout_pattern then out.stdout = M.expand_path(out.stdout_pattern, vals) or out.stdout end
+    if out.stderr == out.stderr_pattern then out.stderr = M.expand_path(out.stderr_pattern, vals) or out.stderr end
+  end
   out.estimated = out.state.base == "PENDING" or nil
   if out.state.base == "PENDING" then out.exit_code = nil end
   return out
@@ -400,7 +431,9 @@ end
 --   untyped) (for a job with gres_detail, the GPUs each node was given win), cpus,
 --   sockets_per_node, tasks, node_count, gres_detail (per node), memory_per_node (MiB),
 --   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr (the paths: v0.0.43+'s
---   stdout_expanded / stderr_expanded when sent), stdout_pattern, stderr_pattern (as submitted, %j unexpanded)}
+--   stdout_expanded / stderr_expanded when sent, else standard_output expanded here from the job's id,
+--   name, user and node when it is a pattern), stdout_pattern, stderr_pattern (standard_output /
+--   standard_error as sent: the pattern on v0.0.38-39 and v0.0.43+, already expanded on v0.0.40-42)}
 ---@param j table
 ---@param version string
 ---@param budget {left: integer}|nil hostlist names left for the whole answer (`jobs` shares
