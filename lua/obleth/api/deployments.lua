@@ -342,7 +342,8 @@ function M.prepare(app, b, values)
     for _, w in ipairs(pw) do warnings[#warnings + 1] = w end
   end
   local settings = app:slurm_settings()
-  local launches = app.store:list_launches { recipe_id = r.id, limit = M.HISTORY }
+  local launches = require("obleth.api.replica_logs").attach_to_outcomes(app.store,
+    app.store:list_launches { recipe_id = r.id, limit = M.HISTORY })
   local facts, why = M.facts(app)
   if not facts and why then warnings[#warnings + 1] = why.message end
   local api_version = facts and facts.api_version

@@ -77,7 +77,7 @@ function M.load_routes(modules)
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
-        public = r.public, stream = r.stream, parts = r.parts }
+        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers }
     end
   end
   return routes
@@ -184,7 +184,7 @@ function App:slurm_settings()
     defaults = {
       model_cache_dir = nn(d.model_cache_dir), image_dir = nn(d.image_dir), log_dir = nn(d.log_dir),
       modules = json.array(d.modules or {}), partition = nn(d.partition), account = nn(d.account),
-      qos = nn(d.qos), hf_token = nn(d.hf_token),
+      qos = nn(d.qos), hf_token = nn(d.hf_token), hf_token_path = nn(d.hf_token_path),
       port_range = json.array(d.port_range or { 20000, 20999 }), environment = d.environment or {},
       user_groups = nn(d.user_groups), enforce_part_limits = nn(d.enforce_part_limits),
     },

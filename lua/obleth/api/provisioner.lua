@@ -34,7 +34,8 @@ local function snapshot(ctx)
     "token_lifespan" }) do
     if doc.settings[k] == nil then doc.settings[k] = require("cjson").null end
   end
-  for _, k in ipairs({ "model_cache_dir", "image_dir", "log_dir", "partition", "account", "qos", "hf_token" }) do
+  for _, k in ipairs({ "model_cache_dir", "image_dir", "log_dir", "partition", "account", "qos", "hf_token",
+    "hf_token_path" }) do
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
@@ -184,6 +185,11 @@ M.routes = {
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
 }
 
-for _, r in ipairs(M.routes) do r[3] = bearer_only(r[3]) end
+-- the lease holder's routes take its token (OpenAPI: a header parameter)
+local TOKEN_DOC = { { M.TOKEN_HEADER, "the lease token the acquisition answered (the holder's proof)" } }
+for _, r in ipairs(M.routes) do
+  r[3] = bearer_only(r[3])
+  if r[2] ~= "/api/v1/provisioner/snapshot" then r.headers = TOKEN_DOC end
+end
 
 return M
