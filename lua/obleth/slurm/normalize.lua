@@ -462,11 +462,16 @@ end
 --- All jobs of a `GET /slurm/vX/jobs` response.
 ---@param doc table
 ---@param version string
+---@param keep (fun(raw: table): boolean)|nil when given, only the records it keeps (it sees Slurm's raw
+---  record) are normalized and returned: the provisioner keeps its own jobs, so a cluster's thousands
+---  of other jobs cost a name comparison each
 ---@return table[] jobs in the shape of `job_record`
-function M.jobs(doc, version)
+function M.jobs(doc, version, keep)
   local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
-  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version, budget) end
+  for _, j in ipairs(_list(doc, "jobs")) do
+    if not keep or keep(j) then out[#out + 1] = M.job_record(j, version, budget) end
+  end
   return out
 end
 
