@@ -47,3 +47,31 @@ describe("a pass's own jobs of the listing", function()
     assert.is_nil(daemon.own_jobs({ models = {} }))
   end)
 end)
+
+describe("parsed strings kept across a listing", function()
+  it("jobs with the same node list and TRES get equal, separate answers (a kept parse is never shared)", function()
+    local a = normalize.job_record({ job_id = 1, job_state = "RUNNING", nodes = "n[1-3]", node_count = 3,
+      tres_per_node = "gres:gpu:a100:2" }, "v0.0.38")
+    local b = normalize.job_record({ job_id = 2, job_state = "RUNNING", nodes = "n[1-3]", node_count = 3,
+      tres_per_node = "gres:gpu:a100:2" }, "v0.0.38")
+    assert.same({ "n1", "n2", "n3" }, a.node_list)
+    assert.same(a.node_list, b.node_list)
+    a.node_list[1] = "changed"
+    assert.equal("n1", b.node_list[1])
+    local c = normalize.job_record({ job_id = 3, job_state = "RUNNING", nodes = "n[1-3]", node_count = 3 }, "v0.0.38")
+    assert.equal("n1", c.node_list[1])
+    assert.same({ 2, "a100", 6 }, { b.gpus_per_node, b.gpu_type, b.gpus })
+    assert.same(a.gpus_by_type, b.gpus_by_type)
+  end)
+
+  it("a kept node list still counts against the answer's budget of host names", function()
+    local budget = { left = 5 }
+    local doc = { jobs = {} }
+    for i = 1, 3 do doc.jobs[i] = { job_id = i, job_state = "RUNNING", nodes = "m[1-2]", node_count = 2 } end
+    local r1 = normalize.job_record(doc.jobs[1], "v0.0.38", budget)
+    local r2 = normalize.job_record(doc.jobs[2], "v0.0.38", budget)
+    local r3 = normalize.job_record(doc.jobs[3], "v0.0.38", budget)
+    assert.same({ 2, 2, 0 }, { #r1.node_list, #r2.node_list, #r3.node_list })
+    assert.is_true(r3.node_list_truncated)
+  end)
+end)
