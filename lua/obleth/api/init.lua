@@ -184,7 +184,7 @@ function App:slurm_settings()
     defaults = {
       model_cache_dir = nn(d.model_cache_dir), image_dir = nn(d.image_dir), log_dir = nn(d.log_dir),
       modules = json.array(d.modules or {}), partition = nn(d.partition), account = nn(d.account),
-      qos = nn(d.qos), hf_token = nn(d.hf_token),
+      qos = nn(d.qos), hf_token = nn(d.hf_token), hf_token_path = nn(d.hf_token_path),
       port_range = json.array(d.port_range or { 20000, 20999 }), environment = d.environment or {},
       user_groups = nn(d.user_groups), enforce_part_limits = nn(d.enforce_part_limits),
     },

@@ -34,7 +34,8 @@ local function snapshot(ctx)
     "token_lifespan" }) do
     if doc.settings[k] == nil then doc.settings[k] = require("cjson").null end
   end
-  for _, k in ipairs({ "model_cache_dir", "image_dir", "log_dir", "partition", "account", "qos", "hf_token" }) do
+  for _, k in ipairs({ "model_cache_dir", "image_dir", "log_dir", "partition", "account", "qos", "hf_token",
+    "hf_token_path" }) do
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
