@@ -169,7 +169,7 @@ soak: all
 # issue 18 item 1: crash at any point (spec/chaos/run.lua; a 10-kill run is part of make check)
 CHAOS_KILLS ?= 100
 chaos: build/obleth build/obleth-provisioner
-	@spec/chaos/run.sh $(CHAOS_KILLS)
+	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/chaos/run.sh $(CHAOS_KILLS)
 
 clean:
 	rm -rf build/web build/web-screens build/obj build/asan build/fuzz build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok
