@@ -21,7 +21,10 @@ export OBLETH_DEMO_STATE=$state
 # caller chose (OBLETH_CLUSTER_RELEASE) or whose env file it exported (OBLETH_CLUSTER_DIR), as
 # spec/cluster/up.sh picks it
 case "${OBLETH_CLUSTER_RELEASE:-}" in
-  '') cluster_env="${OBLETH_CLUSTER_DIR:-$PWD/build/cluster}/env" ;;
+  '') case "${OBLETH_CLUSTER_DIR:-}" in
+      "$(pwd -P)"/build/cluster-*) cluster_env="$OBLETH_CLUSTER_DIR/env" ;;
+      *) cluster_env=build/cluster/env ;;
+    esac ;;
   22.05) cluster_env=build/cluster/env ;;
   *) cluster_env="build/cluster-$OBLETH_CLUSTER_RELEASE/env" ;;
 esac
