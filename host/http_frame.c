@@ -27,8 +27,10 @@
  * counts the connections, knows which ones wait for a header section (a new
  * connection, or a kept-alive one whose answers are all complete) and closes
  * them at the header or idle deadline; at the cap, or when accept() finds no
- * descriptor, it closes the one that has waited longest, else refuses the new
- * one with a minimal 503. A connection's input is read at most READ_HIGH bytes
+ * descriptor, it closes the one that has waited longest (not one just accepted
+ * and not read yet), else refuses the new one with a minimal 503. At most a
+ * quarter of the cap is accepted per loop turn, so new connections are read
+ * before the next batch may need their room. A connection's input is read at most READ_HIGH bytes
  * ahead of what evhttp has parsed, and its pipelined requests run at a lower
  * event priority than new input (loop.c sets up three priorities), so a client
  * that pipelines hundreds of requests cannot delay other clients by a round.
@@ -45,6 +47,7 @@
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -86,11 +89,18 @@ typedef struct frame {
     obleth_http_conns *conns;    /* the server's limits (NULL in the fuzzer) */
     uint64_t sections, answered; /* header sections complete; answers complete */
     int waiting, idle;           /* in conns' wait list; with no byte of a next request */
+    int seen;                    /* its input has been read at least once */
+    unsigned long gen;           /* the batch of accepts it came in (conns->gen) */
+    double wait_since;           /* when it began to wait */
     struct frame *wprev, *wnext;
     struct event *timer;         /* the header or idle deadline */
+    struct event *adopt_ev;      /* until adopted: the callback that adopts it */
+    struct frame *pnext, *pprev; /* until adopted: in conns->pending */
 } frame;
 
 obleth_http_conn_stats obleth_http_stats;
+
+static void pending_remove(frame *f);
 
 /* ---- connection limits ---------------------------------------------------------- */
 
@@ -134,6 +144,7 @@ static void wait_enter(frame *f, int idle) {
     c->wait_tail = f;
     f->waiting = 1;
     f->idle = idle;
+    f->wait_since = mono();
     arm(f);
 }
 
@@ -146,15 +157,35 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     evhttp_connection_free(f->evcon); /* close_cb frees f */
 }
 
-/* Close the connection that has waited longest for a header section (not `except`). */
-static int evict_oldest(obleth_http_conns *c, frame *except) {
-    frame *f = c->wait_head;
-    if (f == except) f = f ? f->wnext : NULL;
-    if (!f || !f->evcon) return 0;
-    obleth_http_stats.evicted++;
-    c->episode_evicted++;
-    evhttp_connection_free(f->evcon);
-    return 1;
+/* Close the connection that has waited longest for a header section (not `except`). A
+   connection whose input has not been read yet is passed over while it came in the current or
+   the previous batch of accepts (and is younger than half a second): its whole request may be
+   waiting in the socket; *protected_ says there was one. Looks at EVICT_SCAN connections at most. */
+#define EVICT_SCAN 64
+static int evict_oldest(obleth_http_conns *c, frame *except, int *protected_) {
+    double now = mono();
+    int n = 0;
+    if (protected_) *protected_ = 0;
+    for (frame *f = c->wait_head; f && n < EVICT_SCAN; f = f->wnext, n++) {
+        if (f == except || !f->evcon) continue;
+        if (!f->seen && f->gen + 2 > c->gen && now - f->wait_since < 0.5) {
+            if (protected_) *protected_ = 1;
+            continue;
+        }
+        obleth_http_stats.evicted++;
+        c->episode_evicted++;
+        evhttp_connection_free(f->evcon);
+        return 1;
+    }
+    return 0;
+}
+
+/* Stop accepting for ms milliseconds (connections wait in the listen queue meanwhile). */
+static void pause_accept(obleth_http_conns *c, long ms) {
+    if (!c->lst || !c->resume) return;
+    struct timeval tv = {ms / 1000, (suseconds_t)((ms % 1000) * 1000)};
+    evconnlistener_disable(c->lst);
+    evtimer_add(c->resume, &tv);
 }
 
 static const char REFUSAL_BODY[] =
@@ -202,6 +233,8 @@ static obleth_http_conns *conns_of(struct evconnlistener *lst) {
 static void resume_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what;
     obleth_http_conns *c = arg;
+    c->burst = 0;
+    c->gen++;
     if (c->lst) evconnlistener_enable(c->lst);
 }
 
@@ -216,7 +249,10 @@ static void accept_error_cb(struct evconnlistener *lst, void *arg) {
     if (!c) { evconnlistener_disable(lst); return; }
     episode_note(c, "accept_failed", err);
     if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-        if (evict_oldest(c, NULL)) return; /* a descriptor is free: the listener accepts next turn */
+        int young = 0;
+        if (evict_oldest(c, NULL, &young)) return; /* a descriptor is free: accepted next turn */
+        /* connections just accepted and not read yet: read them first, accept again soon */
+        if (young) { pause_accept(c, 50); return; }
         if (c->reserve_fd >= 0) {
             close(c->reserve_fd);
             int fd = accept4(evconnlistener_get_fd(lst), NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -229,13 +265,16 @@ static void accept_error_cb(struct evconnlistener *lst, void *arg) {
             if (fd >= 0) return;
         }
     }
-    struct timeval tv = {0, 100000};
-    evconnlistener_disable(lst);
-    if (c->resume) evtimer_add(c->resume, &tv);
+    pause_accept(c, 100);
 }
 
 int obleth_http_conns_init(obleth_http_conns *c, struct evconnlistener *lst) {
     c->lst = lst;
+    struct rlimit rl;
+    long room = c->max_conns;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur - 32 < room)
+        room = (long)rl.rlim_cur - 32;
+    c->burst_max = room / 4 > 8 ? (int)(room / 4) : 8;
     c->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     c->resume = evtimer_new(evconnlistener_get_base(lst), resume_cb, c);
     if (!c->resume) return -1;
@@ -245,6 +284,11 @@ int obleth_http_conns_init(obleth_http_conns *c, struct evconnlistener *lst) {
     return 0;
 }
 
+void obleth_http_conns_unlisten(obleth_http_conns *c) {
+    if (c->resume) evtimer_del(c->resume);
+    c->lst = NULL;
+}
+
 void obleth_http_conns_free(obleth_http_conns *c) {
     for (obleth_http_conns **pp = &g_conns; *pp; pp = &(*pp)->next)
         if (*pp == c) { *pp = c->next; break; }
@@ -252,6 +296,14 @@ void obleth_http_conns_free(obleth_http_conns *c) {
     if (c->reserve_fd >= 0) { close(c->reserve_fd); c->reserve_fd = -1; }
     /* connections still open (evhttp_free closes them all first) leave the list */
     while (c->wait_head) wait_leave(c->wait_head);
+    /* connections accepted in the loop turn the server closed in: evhttp freed their
+       bufferevent; their guard never started */
+    while (c->pending) {
+        frame *f = c->pending;
+        pending_remove(f);
+        event_free(f->adopt_ev);
+        free(f);
+    }
     c->lst = NULL;
 }
 
@@ -397,6 +449,7 @@ static void refuse(frame *f, struct evbuffer *buf, const char *code) {
 static void input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg) {
     frame *f = arg;
     if (f->busy || info->n_added == 0) return;
+    f->seen = 1;
     size_t len = evbuffer_get_length(buf);
     size_t off = len - info->n_added; /* the new bytes are at the end */
     uint64_t at = f->added;           /* stream offset of buf[off] */
@@ -481,10 +534,20 @@ static void close_cb(struct evhttp_connection *evcon, void *arg) {
 }
 
 /* Right after evhttp made the connection (before any of its I/O): take its close callback. */
+static void pending_remove(frame *f) {
+    obleth_http_conns *c = f->conns;
+    if (f->pprev) f->pprev->pnext = f->pnext; else if (c && c->pending == f) c->pending = f->pnext;
+    if (f->pnext) f->pnext->pprev = f->pprev;
+    f->pnext = f->pprev = NULL;
+}
+
 static void adopt_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     frame *f = arg;
+    pending_remove(f);
+    event_free(f->adopt_ev);
+    f->adopt_ev = NULL;
     bufferevent_data_cb rd, wr;
     bufferevent_event_cb ev;
     void *cbarg = NULL;
@@ -520,7 +583,15 @@ static void adopt_cb(evutil_socket_t fd, short what, void *arg) {
     episode_check_end(c);
     if (c->max_conns > 0 && c->open > c->max_conns) {
         episode_note(c, "max_connections", 0);
-        if (!evict_oldest(c, f)) {
+        int young = 0;
+        if (evict_oldest(c, f, &young)) {
+            /* room made */
+        } else if (young && c->open <= c->max_conns + c->burst_max) {
+            /* the others waiting were just accepted and not read yet (this one's request may be
+               complete in its socket, as may theirs): keep it, over the cap by at most one
+               batch, and accept again once they have been read */
+            pause_accept(c, 50);
+        } else {
             c->episode_refused++;
             refuse_fd(bufferevent_getfd(f->bev));
             evhttp_connection_free(f->evcon); /* close_cb frees f */
@@ -552,8 +623,27 @@ struct bufferevent *obleth_http_frame_bev(struct event_base *base, void *arg) {
     if (!f->bev) oom();
     /* evhttp makes its deferred "read more" callback (pipelined requests) with this priority */
     bufferevent_priority_set(f->bev, PRIO_PIPELINED);
-    /* activated now: runs before any read on this connection can */
-    if (event_base_once(base, -1, EV_TIMEOUT, adopt_cb, f, NULL) != 0) oom();
+    /* activated now: runs before any read on this connection can (an event of our own, not
+       event_base_once: a server closed before it runs frees it, see obleth_http_conns_free) */
+    f->adopt_ev = event_new(base, -1, 0, adopt_cb, f);
+    if (!f->adopt_ev) oom();
+    event_active(f->adopt_ev, EV_TIMEOUT, 1);
+    obleth_http_conns *c = f->conns;
+    if (c) {
+        f->gen = c->gen;
+        f->pnext = c->pending;
+        if (f->pnext) f->pnext->pprev = f;
+        c->pending = f;
+        /* at most a quarter of what the server can hold is accepted per loop turn (this runs
+           inside the listener's accept loop, which stops when the listener is disabled): the
+           new ones are read, so their complete requests no longer wait, before the next batch
+           may need their room */
+        if (++c->burst >= c->burst_max && c->lst && c->resume) {
+            struct timeval now0 = {0, 0};
+            evconnlistener_disable(c->lst);
+            evtimer_add(c->resume, &now0);
+        }
+    }
     return f->bev;
 }
 

@@ -38,7 +38,8 @@ int obleth_http_target_ok(const char *t);
    connection opened (or after its first byte, on a kept-alive connection); a kept-alive connection
    with no byte of a next request closes after idle_timeout seconds. When the cap is reached or
    accept() runs out of descriptors, the connection that has waited longest for its header section
-   (idle ones included) is closed to make room; when there is none, the new one gets a 503. */
+   (idle ones included; not one just accepted and not read yet) is closed to make room; when there
+   is none, the new one gets a 503. */
 struct evconnlistener;
 struct frame;
 typedef struct obleth_http_conns {
@@ -52,6 +53,9 @@ typedef struct obleth_http_conns {
     int episode;                       /* accept() is failing: logged once, until it recovers */
     double episode_at;                 /* when accept last failed */
     unsigned long episode_refused, episode_evicted;
+    int burst, burst_max;              /* connections accepted since the listener last resumed */
+    unsigned long gen;                 /* batches of accepts (the listener resumed) so far */
+    struct frame *pending;             /* accepted, not yet adopted by the guard */
     struct obleth_http_conns *next;    /* every server's, for the accept error callback */
 } obleth_http_conns;
 
@@ -64,6 +68,8 @@ extern obleth_http_conn_stats obleth_http_stats;
 
 /* Start the limits of a server (c zeroed, limits set) on its listener; 0, or -1 (out of memory). */
 int obleth_http_conns_init(obleth_http_conns *c, struct evconnlistener *lst);
+/* The listener is gone (srv:stop_listening): no more accept back-off for it. */
+void obleth_http_conns_unlisten(obleth_http_conns *c);
 /* Release them (after evhttp_free closed the connections). */
 void obleth_http_conns_free(obleth_http_conns *c);
 /* A request reached the handler: hear when its answer is complete (the connection waits again). */

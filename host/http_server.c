@@ -18,9 +18,10 @@
  *     idle_timeout = 5,                  -- seconds a kept-alive connection may wait idle
  *   }                                    -> server | nil, message, code
  *   At the cap (or when accept() finds no descriptor) the connection that has waited longest
- *   for a header section is closed; when every connection is busy with a request, the new
- *   one gets "503, Connection: close" (code too_many_connections) written straight to its
- *   socket, then is closed. See http_frame.c.
+ *   for a header section is closed (not one just accepted and not read yet: then accepting
+ *   pauses 50 ms); when every connection is busy with a request, the new one gets
+ *   "503, Connection: close" (code too_many_connections) written straight to its socket,
+ *   then is closed. See http_frame.c.
  *   code: "addr_in_use" | "permission" | "addr_not_available" | "bad_address" | "error"
  *   srv:port() -> the bound port;  srv:close()
  *   srv:stop_listening()  refuse new connections, keep serving open ones
@@ -426,6 +427,7 @@ static int server_close(lua_State *L) { server_free(L, check_server(L)); return 
 static int server_stop_listening(lua_State *L) {
     server *s = check_server(L);
     if (s->http && s->bound) {
+        if (s->conns_live) obleth_http_conns_unlisten(&s->conns);
         evhttp_del_accept_socket(s->http, s->bound);
         s->bound = NULL;
     }

@@ -19,7 +19,11 @@ build_pkgs=(build-essential pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev
 cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-plugins
   slurm-wlm-jwt-plugin slurm-wlm-mysql-plugin munge mariadb-server curl procps util-linux)
 # clang + libclang-rt-14-dev: libFuzzer with ASan/UBSan (make fuzz, and its short run in make check); bc: spec/fuzz/run.sh
-test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc)
+# lmod: the engine specs put the stand-in engines (spec/engines) on PATH through a real module system,
+# initialised by the job script the way a site's batch jobs do (spec/integration/engines_spec.lua);
+# iproute2: ss, which the job script's port check uses
+test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc
+  lmod iproute2)
 
 # make deploy-check (Docker Compose end to end, its own dockerd) and make helm-check (Helm from npm, unzipped)
 deploy_pkgs=(docker.io docker-compose unzip)

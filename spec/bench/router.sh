@@ -208,6 +208,20 @@ for kind in load latency rate; do
       k, o, n, o / n, e, e / n }'
 done
 
+# The check: at one connection, obleth's added p50 over the bare evhttp proxy's, both measured in this
+# run (the same machine, the same moment: a ratio survives a busy machine better than microseconds do).
+# Fails the bench above MAX_EVHTTP_RATIO (default 3.0: obleth's own work may cost up to twice what the
+# HTTP layer under it costs; docs/router.md's table had 2.14, the C fast path 1.3-1.5 in instructions).
+MAX_EVHTTP_RATIO=${MAX_EVHTTP_RATIO:-3.0}
+a_ob=$(( ${P50[latency.obleth]} - ${P50[latency.direct]} ))
+a_ev=$(( ${P50[latency.evhttp]} - ${P50[latency.direct]} ))
+if ! awk -v o="$a_ob" -v e="$a_ev" -v m="$MAX_EVHTTP_RATIO" 'BEGIN {
+  if (e <= 0) { printf "  check: the bare evhttp proxy added %d us at p50: no ratio (rerun on a quieter machine)\n", e; exit 0 }
+  printf "  check: at one connection obleth adds %d us at p50, the bare evhttp proxy %d us: ratio %.2f (bar <= %.2f)\n", o, e, o / e, m
+  exit (o / e > m) ? 1 : 0 }'; then
+  router_check_failed=1
+fi
+
 # System calls per request, one connection (strace -c on each proxy's process for
 # SYSCALL_SECONDS): how much of the distance is the HTTP layer's way with the kernel.
 # Skipped without strace, or where ptrace is not allowed.
@@ -233,4 +247,8 @@ if command -v strace >/dev/null 2>&1; then
       echo "  $name: strace could not attach (ptrace not allowed?)"
     fi
   done
+fi
+if [ -n "${router_check_failed:-}" ]; then
+  echo "router bench: FAIL: obleth's added p50 at one connection is above $MAX_EVHTTP_RATIO x the bare evhttp proxy's"
+  exit 1
 fi

@@ -90,6 +90,12 @@ describe("the Helm chart deploy/helm/obleth", function()
     assert.equal("/metrics", c.livenessProbe.httpGet.path)
     assert.equal("/run/secrets/obleth/admin-token", env_of(c).OBLETH_ADMIN_TOKEN_FILE)
     assert.is_nil(env_of(c).OBLETH_ADMIN_TOKEN)
+    -- the connection limits (issue 26): the descriptor limit serve raises itself to (a pod spec
+    -- has no ulimits), the header and idle deadlines; the cap is serve's default unless set
+    assert.equal("65536", env_of(c).OBLETH_NOFILE)
+    assert.equal("10", env_of(c).OBLETH_HEADER_TIMEOUT)
+    assert.equal("5", env_of(c).OBLETH_IDLE_TIMEOUT)
+    assert.is_nil(env_of(c).OBLETH_MAX_CONNECTIONS)
     assert.equal(1, #find(objs, "PersistentVolumeClaim"))
     assert.equal(1, #find(objs, "Service"))
     -- no existing secret named: the chart makes one with a random token

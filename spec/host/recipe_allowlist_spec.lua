@@ -79,10 +79,10 @@ describe("recipe inputs reach a job only as data (the review's canaries)", funct
     { "a variable named by [ -v ]", { script = "#!/bin/bash\nM={{ inputs.x }}\n[ -v \"$M\" ]\n" },
       function(c) return "a[$(touch " .. c .. ")]" end, "script", "^line 3: .*%-v" },
     { "a variable expanded later by eval '...'", { script = "#!/bin/bash\nM={{ inputs.x }}\neval 'bash -c \"$M\"'\n" },
-      function(c) return "touch " .. c end, "script", "^line 3: %$M .*single quotes" },
+      function(c) return "touch " .. c end, "script", "^line 3: in the shell code given to eval: %$M .* bash" },
     { "an exported variable run by bash -c '...'",
       { script = "#!/bin/bash\nexport M={{ inputs.x }}\nbash -c 'eval \"$M\"'\n" },
-      function(c) return "touch " .. c end, "script", "^line 3: %$M .*single quotes" },
+      function(c) return "touch " .. c end, "script", "^line 3: in the shell code given to bash: %$M .* eval" },
     { "a quoted heredoc fed to bash",
       { script = "#!/bin/bash\nexport M={{ inputs.x }}\nbash <<'EOF'\neval \"$M\"\nEOF\n" },
       function(c) return "touch " .. c end, "script", "^line 4: %$M .*heredoc" },
@@ -129,6 +129,9 @@ describe("recipe inputs reach a job only as data (the review's canaries)", funct
       script = "#!/bin/bash\nmkdir -p \"$V.d\" && echo \"$V\" >out\n" } },
     { "a variable carried on by another assignment",
       { script = "#!/bin/bash\nexport A={{ inputs.x }}\nB=\"$A\"\necho \"$B\" >out\n" } },
+    -- shell code given as a literal is checked as a script of its own: an exported variable is data there too
+    { "an exported variable used double-quoted in bash -c '...'",
+      { script = "#!/bin/bash\nexport V={{ inputs.x }}\nbash -c 'if [ -n \"$V\" ]; then printf \"%s\\n\" \"$V\" >out; fi'\n" } },
     { "a launch list of a program named in programs:", { programs = { "echo-engine" },
       launch = { "echo-engine", "{{ inputs.x }}" } } },
   }
@@ -170,5 +173,13 @@ describe("number and integer inputs are finite", function()
     assert.equal("inputs.x.default", errs.errors[1].field)
     assert.matches("finite", errs.errors[1].message)
     assert.equal(2.5, recipe.check_input({ type = "number" }, "2.5"))
+    -- and whatever way a value gets past the form, it never renders as 'inf' (the preview renders
+    -- the script while it shows the field errors)
+    for _, v in ipairs({ 1 / 0, -1 / 0, 0 / 0 }) do
+      local out, rerr = recipe.render(r, { x = v }, {}, {})
+      assert.is_nil(out)
+      assert.equal("inputs.x", rerr.errors[1].field)
+      assert.matches("finite", rerr.errors[1].message)
+    end
   end)
 end)

@@ -355,8 +355,10 @@ describe("library recipes", function()
       "--served-model-name", "chat", "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.9",
       "--dtype", "auto" }, out.argv)
     assert.equal("/health", r.health.path)
-    assert.same({ 'module load "${OBLETH_DEFAULTS_MODULES_1}"' }, out.preamble)
-    assert.same({ HF_HOME = "/site/models", OBLETH_DEFAULTS_MODULES_1 = "cuda/12" }, out.environment)
+    -- Cluster defaults' modules are loaded once, by the job script's prologue (obleth.job), not the recipe
+    assert.same({}, out.preamble)
+    assert.same({ HF_HOME = "/site/models", OBLETH_APPTAINER_BINDS = "/site/models,/site/images,/site/models/llama" },
+      out.environment)
     assert.is_nil(out.image)
   end)
 
@@ -381,18 +383,37 @@ describe("library recipes", function()
     end)
   end
 
-  it("sglang: launch_server with --model-path, --served-model-name and --tp-size; readiness /health", function()
+  it("sglang: launch_server with --model-path, --served-model-name, --tp-size and a free --nccl-port; readiness "
+    .. "/health_generate (after the warm-up)", function()
     local r, out = render("sglang")
     assert.same({ "python3", "-m", "sglang.launch_server", "--model-path", "/site/models/llama", "--host", "0.0.0.0",
-      "--port", "$OBLETH_PORT", "--served-model-name", "chat", "--tp-size", "1" }, out.argv)
-    assert.equal("/health", r.health.path)
+      "--port", "$OBLETH_PORT", "--served-model-name", "chat", "--tp-size", "1", "--nccl-port", "$OBLETH_NCCL_PORT" },
+      out.argv)
+    assert.same({ "OBLETH_NCCL_PORT=$(obleth_free_port)" }, out.preamble)
+    assert.equal("/health_generate", r.health.path)
   end)
 
-  it("llamacpp: llama-server on the first shard of a split GGUF with --alias and -ngl 999", function()
+  it("llamacpp: llama-server on the first shard of a split GGUF, --offline, with --alias, -ngl 999, the model's "
+    .. "context (-c 0) and a thread per CPU Slurm gave the job", function()
     local r, out = render("llamacpp")
-    assert.same({ "llama-server", "-m", "/site/models/q-00001-of-00003.gguf", "--host", "0.0.0.0", "--port",
-      "$OBLETH_PORT", "--alias", "chat", "-ngl", "999" }, out.argv)
+    assert.same({ "llama-server", "-m", "/site/models/q-00001-of-00003.gguf", "--offline", "--host", "0.0.0.0",
+      "--port", "$OBLETH_PORT", "--alias", "chat", "-ngl", "999", "-c", "0", "-t", "${SLURM_CPUS_ON_NODE:-1}" },
+      out.argv)
     assert.equal("/health", r.health.path)
+    assert.same({}, out.preamble)
+    local _, hf = render("llamacpp", { gguf_path = "", hf_repo = "org/m-GGUF", hf_file = "m-Q4_K_M.gguf" })
+    assert.equal(1, #hf.preamble)
+    assert.matches('HF_TOKEN=$(cat "$HF_TOKEN_PATH")', hf.preamble[1], 1, true)
+    assert.is_nil(table.concat(hf.argv, " "):find("--offline", 1, true))
+  end)
+
+  it("every GPU library recipe asks for the longest time the partition allows (time_limit: max)", function()
+    for _, name in ipairs({ "vllm", "sglang", "llamacpp", "ollama", "vllm-multinode" }) do
+      local r = load(name)
+      assert.equal("max", r.resources.time_limit, name)
+      local res = recipe.resolve(r, { inputs = { model = "/m", gguf_path = "/m/x.gguf" } }, defaults, nil)
+      assert.is_true(res.values.time_limit_max, name)
+    end
   end)
 
   it("llamacpp refuses a file that is not .gguf", function()
@@ -408,7 +429,10 @@ describe("library recipes", function()
     assert.matches('export OLLAMA_MODELS="${OBLETH_IN_MODELS_DIR}"', out.script_body, 1, true)
     assert.equal("/site/models/ollama", out.environment.OBLETH_IN_MODELS_DIR)
     assert.matches('OLLAMA_HOST="0.0.0.0:${OBLETH_PORT}"', out.script_body, 1, true)
-    assert.matches("ollama create \"$NAME\"", out.script_body, 1, true)
+    assert.matches('"${RUN[@]}" ollama create "$NAME"', out.script_body, 1, true)
+    -- the loopback server is the program itself, not a backgrounded shell function: $! is its pid
+    assert.matches('"${RUN[@]}" ollama serve &\npid=$!', out.script_body, 1, true)
+    assert.matches("unset ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES", out.script_body, 1, true)
     assert.matches('NAME="${OBLETH_MODEL_API_NAME}"', out.script_body, 1, true)
     assert.equal("chat", out.environment.OBLETH_MODEL_API_NAME)
     assert.equal("/api/tags", r.health.path)

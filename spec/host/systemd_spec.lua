@@ -40,4 +40,11 @@ describe("systemd units", function()
     assert.matches("\nEnvironmentFile=/etc/obleth/provisioner.env\n", src, 1, true)
     assert.matches("\nRestart=on%-failure\n", src)
   end)
+
+  it("both units raise the descriptor limit (obleth serve's connection cap is half of it less 32)", function()
+    for _, unit in ipairs({ "obleth.service", "obleth-provisioner.service" }) do
+      local src = assert(io.open(util.root() .. "/deploy/systemd/" .. unit)):read("a")
+      assert.matches("\nLimitNOFILE=65536\n", src, 1, true)
+    end
+  end)
 end)

@@ -124,6 +124,15 @@ describe("validate.managed_spec", function()
     refused(spec { enabled = "yes" }, "enabled")
     refused(spec { rollover_margin = 60, time_limit = 60 }, "rollover_margin")
     refused(spec { stdout = "/logs/a\n/b" }, "stdout", "one line")
+    -- job log paths: only sbatch's filename patterns
+    refused(spec { stderr = "/logs/%q-%j.err" }, "stderr", "%q is not a Slurm filename pattern")
+    refused(spec { stdout = "/logs/%" }, "stdout", "not a Slurm filename pattern")
+  end)
+
+  it("takes job log paths with sbatch's filename patterns", function()
+    local out = assert(validate.managed_spec(spec { stdout = "/logs/%x-%j.out", stderr = "/logs/%u/%N-%4j-%%.err" }))
+    assert.equal("/logs/%x-%j.out", out.stdout)
+    assert.equal("/logs/%u/%N-%4j-%%.err", out.stderr)
   end)
 
   it("refuses a body that is not an object", function()

@@ -49,7 +49,7 @@ local FACTS = {
 }
 
 local DEFAULTS = { partition = "gpu", account = "research", log_dir = "/logs", port_range = { 20000, 20999 },
-  hf_token = "hf_secret_value", modules = {}, environment = {} }
+  hf_token = "hf_secret_value", hf_token_path = "/home/svc/.hf-token", modules = {}, environment = {} }
 
 local function pv(over)
   local p = { recipe = R, values = { inputs = { model = "x y" } }, api_model_name = "m1", defaults = DEFAULTS,
@@ -157,7 +157,8 @@ describe("obleth.deployment.preview", function()
     assert.same({ "normal" }, res.qos_offered) -- long is denied by debug
   end)
 
-  it("renders the job script and the exact v0.0.38 body, with the Hugging Face token masked", function()
+  it("renders the job script and the exact v0.0.38 body, without the Hugging Face token (only the path of the "
+    .. "site's token file)", function()
     local res = pv({ values = { gpus_per_node = 4, gpu_type = "a100", exclude = "b,d", inputs = { model = "x y" } } })
     local line = [[exec 'engine' '--model' 'x y' '--port' "${OBLETH_PORT}" '--name' 'm1' '--tp' '1']]
     assert.is_truthy(res.job_script:find(line, 1, true))
@@ -175,11 +176,35 @@ describe("obleth.deployment.preview", function()
     assert.equal("research", body.job.account)
     assert.equal("20000", body.job.environment.OBLETH_PORT)
     assert.equal("m1", body.job.environment.OBLETH_API_MODEL_NAME)
-    assert.equal(launch.MASK, body.job.environment.HF_TOKEN)
+    assert.is_nil(body.job.environment.HF_TOKEN)
+    assert.equal("/home/svc/.hf-token", body.job.environment.HF_TOKEN_PATH)
+    for k, v in pairs(body.job.environment) do assert.is_nil(v:find("hf_secret_value", 1, true), k) end
+    assert.is_nil(res.job_script:find("hf_secret_value", 1, true))
     assert.equal("/logs/%x-%j.out", body.job.standard_output)
     assert.equal("/logs", body.job.current_working_directory)
     -- requeue = false is left out on v0.0.38 (slurmrestd 22.05 reads any value as true)
     assert.is_nil(body.job.requeue)
+  end)
+
+  it("a recipe's time_limit max is the longest the partition allows, so its form opens with no problem", function()
+    local lib = assert(recipe.validate({ id = "long", engine = "custom", inputs = { model = { type = "string" } },
+      programs = { "engine" }, resources = { time_limit = "max" }, launch = { "engine", "{{ inputs.model }}" } }))
+    for _, part in ipairs({ "gpu", "debug" }) do
+      local res = pv({ recipe = lib, values = { partition = part, inputs = { model = "org/m" } } })
+      assert.same({}, res.errors)
+      assert.equal(part == "gpu" and 240 or 30, res.slurm_request.job.time_limit)
+    end
+    -- a time the user types still wins, and is checked against MaxTime
+    local res = pv({ recipe = lib, values = { time_limit = "5:00:00", inputs = { model = "org/m" } } })
+    assert.equal("time_limit", res.errors[1].field)
+    -- without cluster facts: a day
+    local r2 = recipe.resolve(lib, { inputs = { model = "org/m" } }, {}, nil)
+    assert.equal(1440, r2.values.time_limit)
+    assert.equal("recipe", r2.provenance.time_limit)
+    -- "max" is also what a user may type
+    res = pv({ recipe = lib, values = { partition = "debug", time_limit = "max", inputs = { model = "org/m" } } })
+    assert.same({}, res.errors)
+    assert.equal(30, res.slurm_request.job.time_limit)
   end)
 
   it("builds the v0.0.40 shapes when the cluster speaks v0.0.40", function()
@@ -189,7 +214,11 @@ describe("obleth.deployment.preview", function()
     assert.same({ set = true, infinite = false, number = 1000 }, job.memory_per_node)
     assert.equal("gres/gpu:a100:2", job.tres_per_node)
     local found = false
-    for _, kv in ipairs(job.environment) do if kv == "HF_TOKEN=" .. launch.MASK then found = true end end
+    for _, kv in ipairs(job.environment) do
+      assert.is_nil(kv:find("hf_secret_value", 1, true), kv)
+      assert.is_nil(kv:find("HF_TOKEN=", 1, true), kv)
+      if kv == "HF_TOKEN_PATH=/home/svc/.hf-token" then found = true end
+    end
     assert.is_true(found)
   end)
 
@@ -331,5 +360,29 @@ describe("obleth.deployment helpers", function()
       assert.equal("k" .. i, diags[i].field)
     end
     assert.equal("79950 more problems not listed", diags[51].message)
+  end)
+end)
+
+describe("obleth.deployment.suggestions and the job's last lines", function()
+  local set = require("obleth.policy").new { dir = "/nonexistent" }
+  local function history(stderr)
+    local outs = {}
+    for i = 1, 2 do
+      outs[i] = { job_id = 100 + i, state = "FAILED", exit_code = 1, node = "n1", healthy = false,
+        started_at = 1000 * i, ended_at = 1000 * i + 5, stderr = stderr }
+    end
+    return { { id = 1, settings = { time_limit = 30 }, outcomes = outs } }
+  end
+
+  it("two start-up failures on n1 whose log is a Python traceback suggest avoiding no node", function()
+    local tb = { "Traceback (most recent call last):", "  File \"serve.py\", line 3", "ValueError: bad --dtype" }
+    assert.same({}, launch.suggestions(set.get, history(tb), {}, nil))
+  end)
+
+  it("without the log, the same two failures on n1 still point at n1", function()
+    local s = launch.suggestions(set.get, history(nil), {}, nil)
+    assert.equal(1, #s)
+    assert.equal("avoid_node", s[1].kind)
+    assert.equal("n1", s[1].node)
   end)
 end)

@@ -38,6 +38,9 @@ describe("obleth.policy.failures.classify", function()
       "  File \"x.py\", line 1", "OSError: [Errno 98] Address already in use" } }
     assert.equal("address_in_use", c.class)
     assert.equal("OSError: [Errno 98] Address already in use", c.engine)
+    -- the job script's own check, before the engine starts
+    assert.equal("address_in_use", class { state = "FAILED", exit_code = 1,
+      stderr = { "obleth: port 20001 is already in use on n1: the replica cannot listen there; ending the job" } })
   end)
 
   it("CUDA out of memory wins over the traceback that carries it", function()

@@ -289,7 +289,7 @@ describe("obleth.recipe", function()
         environment = { HF_HOME = "{{ defaults.model_cache_dir }}", EMPTY = "{{ inputs.weights }}", N = 3 } }))
       local out = assert(recipe.render(r, { model = "m" }, { image_dir = "/img", model_cache_dir = "/c" }, {}))
       assert.equal("/img/vllm.sif", out.image)
-      assert.same({ HF_HOME = "/c", N = "3" }, out.environment)
+      assert.same({ HF_HOME = "/c", N = "3", OBLETH_APPTAINER_BINDS = "/c,/img" }, out.environment)
     end)
 
     it("takes a file name from Cluster defaults' image dir through the in_image_dir filter", function()

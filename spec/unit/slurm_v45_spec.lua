@@ -99,6 +99,15 @@ for _, v in ipairs({ "v0.0.45", "v0.0.46" }) do
       assert.same({ code = 137 }, j[203].exit_code)
     end)
 
+    it("conf: EnforcePartLimits (v0.0.45 added GET /conf)", function()
+      local c = N.conf(H.fixture("v0.0.45/conf.json"), v)
+      assert.equal("NO", c.enforce_part_limits)
+      assert.equal("obleth", c.cluster)
+      assert.equal(30, c.min_job_age)
+      assert.equal("ALL", N.conf({ slurm_conf = { EnforcePartLimits = { "YES" } } }, v).enforce_part_limits)
+      assert.is_nil(N.conf({ slurm_conf = { EnforcePartLimits = "maybe" } }, v).enforce_part_limits)
+    end)
+
     it("submit and cancel answers", function()
       assert.equal(205, (N.submit_response(H.fixture("v0.0.45/job_submit.json"), v, 200)))
       assert.same({}, N.cancel_failures(H.fixture("v0.0.45/job_cancel_ok.json")))

@@ -45,6 +45,12 @@ test('field errors in the labels\' words, the YAML\'s problems in the header, a 
   await status.filter({ hasText: 'Ready to review' }).waitFor();
   await page.getByRole('button', { name: 'Edit as › YAML' }).click();
 
+  // an emptied API model name says the recipe's name is used, not just "recipe"
+  await page.getByLabel('API model name').fill('');
+  const nameProv = page.locator('[data-field="api_model_name"] .prov');
+  await nameProv.getByText('empty: the recipe\'s smoke-test is used').waitFor();
+  assert.equal(await page.getByLabel('API model name').getAttribute('placeholder'), 'smoke-test');
+  await shot('emptied-name');
   await page.getByLabel('API model name').fill('fix-smoke');
   await status.filter({ hasText: 'Ready to review' }).waitFor();
   await page.getByRole('button', { name: 'Review' }).click();

@@ -226,7 +226,8 @@ function M.facts(app)
     local out = {}
     for k, v in pairs(f) do out[k] = v end
     out.user = M.slurm_user(s, app.cache, now)
-    out.enforce_part_limits = s.defaults and s.defaults.enforce_part_limits
+    -- the site's setting wins; else what slurmctld says (v0.0.45's /conf), else unknown
+    out.enforce_part_limits = s.defaults and s.defaults.enforce_part_limits or f.slurm_enforce_part_limits
     return out
   end
   if c and _same_key(c.key, s.updated_at) and now - c.at < M.FACTS_TTL then return with_site(c.facts) end
@@ -249,6 +250,9 @@ function M.facts(app)
     end
     f[call[1]] = v
   end
+  -- EnforcePartLimits, where slurmrestd says it (v0.0.45+); a failure here only leaves it unknown
+  local conf = (require("obleth.slurm.versions").number(f.api_version) or 0) >= 45 and conn:conf() or nil
+  f.slurm_enforce_part_limits = conf and conf.enforce_part_limits or nil
   app.cache.launch_facts = { key = s.updated_at, at = now, facts = f }
   return with_site(f)
 end
@@ -338,7 +342,8 @@ function M.prepare(app, b, values)
     for _, w in ipairs(pw) do warnings[#warnings + 1] = w end
   end
   local settings = app:slurm_settings()
-  local launches = app.store:list_launches { recipe_id = r.id, limit = M.HISTORY }
+  local launches = require("obleth.api.replica_logs").attach_to_outcomes(app.store,
+    app.store:list_launches { recipe_id = r.id, limit = M.HISTORY })
   local facts, why = M.facts(app)
   if not facts and why then warnings[#warnings + 1] = why.message end
   local api_version = facts and facts.api_version

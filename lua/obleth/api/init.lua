@@ -11,7 +11,9 @@
 -- A route's optional fields: `changes` = the event topics (obleth.web.events) a 2xx answer to it
 -- published (every route that writes declares them; the handler may set ctx.changes to
 -- {{topic, model_id}, ...} instead, and ctx.model_id); `public = true`: no credentials needed;
--- `stream = true`: the handler answers through ctx.res itself.
+-- `stream = true`: the handler answers through ctx.res itself (an event stream: not counted among the
+-- requests a shutdown waits for); `parts = true`: a large answer the handler sends through ctx.res in
+-- parts (obleth.api.parts), counted like any other.
 local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
@@ -75,7 +77,7 @@ function M.load_routes(modules)
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
-        public = r.public, stream = r.stream }
+        public = r.public, stream = r.stream, parts = r.parts }
     end
   end
   return routes
@@ -182,7 +184,7 @@ function App:slurm_settings()
     defaults = {
       model_cache_dir = nn(d.model_cache_dir), image_dir = nn(d.image_dir), log_dir = nn(d.log_dir),
       modules = json.array(d.modules or {}), partition = nn(d.partition), account = nn(d.account),
-      qos = nn(d.qos), hf_token = nn(d.hf_token),
+      qos = nn(d.qos), hf_token = nn(d.hf_token), hf_token_path = nn(d.hf_token_path),
       port_range = json.array(d.port_range or { 20000, 20999 }), environment = d.environment or {},
       user_groups = nn(d.user_groups), enforce_part_limits = nn(d.enforce_part_limits),
     },
@@ -371,7 +373,9 @@ function App:_dispatch(req, res, found)
     self.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
-  if route.stream and res and res:sent() then return { status = 200, streamed = true } end
+  if (route.stream or route.parts) and res and res:sent() then
+    return type(status) == "table" and status or { status = 200, streamed = true }
+  end
   if type(status) ~= "number" then
     self.log.error("api_handler_error", { method = req.method, path = path, error = "handler returned no status" })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))

@@ -53,6 +53,8 @@ M.schemas = {
     enabled = { type = "boolean" },
     defaults = { type = "object", properties = {
       model_cache_dir = nullable(str()), image_dir = nullable(str()), log_dir = nullable(str()),
+      hf_token_path = nullable({ type = "string", description = "a file on the cluster only the job user can read, "
+        .. "holding the Hugging Face token; jobs get HF_TOKEN_PATH (the token itself never goes into a job)" }),
       modules = arr(str()), partition = nullable(str()), account = nullable(str()), qos = nullable(str()),
       hf_token = nullable({ type = "string", description = "masked in answers; the mask keeps the stored one" }),
       port_range = { type = "array", items = int(1024, 65535), minItems = 2, maxItems = 2 },

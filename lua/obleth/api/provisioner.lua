@@ -2,6 +2,7 @@
 -- report per pass. The snapshot is the only answer that carries secrets.
 local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
+local parts = require "obleth.api.parts"
 
 local crypto = require "obleth.crypto"
 local sys = require "obleth.sys"
@@ -21,7 +22,8 @@ end
 local function snapshot(ctx)
   local app = ctx.app
   local s = app:slurm_settings()
-  local doc = app.store:snapshot(math.floor(app.now()))
+  local store = app.store
+  local doc = store:snapshot_head(math.floor(app.now()))
   doc.settings = {
     enabled = s.enabled, url = s.url, socket = s.socket, user = s.user, token = s.token, verify = s.verify,
     ca_file = s.ca_file, api_version = s.api_version, timeout = s.timeout, defaults = s.defaults,
@@ -32,10 +34,13 @@ local function snapshot(ctx)
     "token_lifespan" }) do
     if doc.settings[k] == nil then doc.settings[k] = require("cjson").null end
   end
-  for _, k in ipairs({ "model_cache_dir", "image_dir", "log_dir", "partition", "account", "qos", "hf_token" }) do
+  for _, k in ipairs({ "model_cache_dir", "image_dir", "log_dir", "partition", "account", "qos", "hf_token",
+    "hf_token_path" }) do
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
-  return 200, doc, { ["Cache-Control"] = "no-store, private" }
+  -- the models in parts, the loop serving other clients between them (thousands of replicas)
+  return parts.answer(ctx, { head = doc, key = "models", src = store:snapshot_models(),
+    make = function(m) return store:snapshot_model(m) end, headers = { ["Cache-Control"] = "no-store, private" } })
 end
 
 -- The lease as answers show it (no ttl or renewal bookkeeping).
@@ -166,7 +171,7 @@ local function bearer_only(handler)
 end
 
 M.routes = {
-  { "GET", "/api/v1/provisioner/snapshot", snapshot,
+  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true,
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
   { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "

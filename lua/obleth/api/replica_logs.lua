@@ -169,8 +169,14 @@ function M.answer(app, r, policy)
       st.note = nil
     end
     if text then
-      st.lines, st.truncated = M.lines(M.redact(text, app.log), M.MAX_LINES, cut == true)
+      local clean = M.redact(text, app.log)
+      st.lines, st.truncated = M.lines(clean, M.MAX_LINES, cut == true)
       lines_of[name] = st.lines
+      -- an ended job's output no longer changes: kept, so "From past runs" can read it later
+      if st.source == "log_dir" and not rep and (r.state == "ended" or r.state == "lost") then
+        app.store:put_replica_log(r.id, name, clean:sub(-M.MAX_BYTES), st.path ~= json.null and st.path or nil, nil,
+          app.now())
+      end
     end
     streams[#streams + 1] = st
   end
@@ -190,6 +196,24 @@ function M.answer(app, r, policy)
   end
   return { replica_id = r.id, model_id = r.model_id, job_id = r.job_id, state = r.state, streams = streams,
     failure = failure, max_lines = M.MAX_LINES }
+end
+
+--- Give each job outcome of these launches the last lines of its job's stderr and stdout that obleth
+--- keeps (`stderr`, `stdout`: arrays of lines, redacted), for the failures policy.
+---@param store table
+---@param launches table[] store launches, each with `outcomes` ({replica_id, ...})
+function M.attach_to_outcomes(store, launches)
+  for _, l in ipairs(launches or {}) do
+    for _, o in ipairs(l.outcomes or {}) do
+      if math.type(o.replica_id) == "integer" then
+        local logs = store:replica_logs(o.replica_id)
+        for _, name in ipairs({ "stderr", "stdout" }) do
+          if logs[name] then o[name] = (M.lines(logs[name].tail, M.MAX_LINES, #logs[name].tail >= M.MAX_BYTES)) end
+        end
+      end
+    end
+  end
+  return launches
 end
 
 local function _policy(ctx)

@@ -1,6 +1,7 @@
 --- Replicas: list, restart one, "Try once more" for lost ones.
 local errors = require "obleth.api.errors"
 local params = require "obleth.api.params"
+local parts = require "obleth.api.parts"
 
 local M = {}
 
@@ -20,7 +21,10 @@ end
 local function list_all(ctx)
   local f, s, e = _live_filter(ctx)
   if not f then return s, e end
-  return 200, { replicas = ctx.app.store:list_replicas(f) }
+  -- model by model, in parts: thousands of replicas never hold the loop (obleth.api.parts)
+  local store = ctx.app.store
+  return parts.answer(ctx, { head = {}, key = "replicas", src = store:replica_model_ids(), many = true,
+    make = function(id) return store:list_replicas({ model_id = id, live = f.live }) end })
 end
 
 local function list_model(ctx)
@@ -49,7 +53,7 @@ local function clear_lost(ctx)
 end
 
 M.routes = {
-  { "GET", "/api/v1/replicas", list_all, summary = "Every replica (?state=live leaves out ended ones)",
+  { "GET", "/api/v1/replicas", list_all, parts = true, summary = "Every replica (?state=live leaves out ended ones)",
     query = { "state" } },
   { "GET", "/api/v1/models/{id}/replicas", list_model, summary = "A model's replicas", query = { "state" } },
   { "POST", "/api/v1/replicas/{id}/restart", restart, changes = { "replicas" },

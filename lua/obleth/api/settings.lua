@@ -27,6 +27,7 @@ function M.public(app)
     verify = s.verify, ca_file = n(s.ca_file), api_version = s.api_version, timeout = s.timeout,
     defaults = {
       model_cache_dir = n(d.model_cache_dir), image_dir = n(d.image_dir), log_dir = n(d.log_dir),
+      hf_token_path = n(d.hf_token_path),
       modules = d.modules, partition = n(d.partition), account = n(d.account), qos = n(d.qos),
       hf_token = d.hf_token and validate.MASK or NULL, hf_token_set = d.hf_token ~= nil,
       port_range = d.port_range, environment = d.environment,

@@ -133,7 +133,8 @@ end
 --- Launch history → job outcomes for obleth.policy.suggestions, newest first.
 --- Each outcome carries its launch id, that launch's time limit and, when `classify` is given
 --- (obleth.policy.failures.classify), its failure class (`failure`: whether it was the node's fault).
----@param launches table[] store launches, newest first, each with `outcomes` (oldest first)
+---@param launches table[] store launches, newest first, each with `outcomes` (oldest first; an outcome's
+---  `stderr` / `stdout`, when given, are the job's last lines, for classify)
 ---@param classify function|nil
 ---@return table[]
 function M.outcomes(launches, classify)
@@ -148,7 +149,10 @@ function M.outcomes(launches, classify)
         ended_at = _v(o.ended_at), healthy = o.healthy == true, time_limit = _v(s.time_limit) }
       if classify then
         local x = out[#out]
-        local ok, c = pcall(classify, { state = x.state, reason = x.reason, exit_code = x.exit_code })
+        -- the job's last lines when obleth has them (obleth.api.replica_logs): a log that shows the
+        -- failure is not the node's fault keeps it from counting against the node
+        local ok, c = pcall(classify, { state = x.state, reason = x.reason, exit_code = x.exit_code,
+          stderr = type(o.stderr) == "table" and o.stderr or nil, stdout = type(o.stdout) == "table" and o.stdout or nil })
         if ok and c then x.failure = c end
       end
     end
@@ -317,7 +321,14 @@ function M.cluster_choices(policy, values, provenance, facts)
     end
   end
   local part = _find_partition(facts, values.partition)
-  if part and provenance.time_limit == "builtin" then
+  if part and values.time_limit_max then
+    -- `time_limit: max`: the longest the partition allows
+    local mt = _finite(part.max_time)
+    if mt then
+      values.time_limit = mt
+      notes[#notes + 1] = ("time limit: the longest partition %s allows (MaxTime %d min)"):format(part.name, mt)
+    end
+  elseif part and provenance.time_limit == "builtin" then
     local dt, mt = part.default_time, _finite(part.max_time)
     if dt and (mt == nil or dt <= mt) then
       values.time_limit, provenance.time_limit = dt, "cluster_default"

@@ -148,6 +148,28 @@ local function _path(v, field)
   return _ostr(v, field, { max = 4096 })
 end
 
+-- A job log path (the spec's stdout / stderr): one line, and only the filename patterns sbatch
+-- knows (%%, %A, %a, %J, %j, %N, %n, %s, %t, %u, %x, each with an optional width: %4j).
+local LOG_PATTERNS = { ["%"] = true, A = true, a = true, J = true, j = true, N = true, n = true, s = true, t = true,
+  u = true, x = true }
+local function _log_path(v, field)
+  local p, err = _ostr(v, field, { max = 4096 })
+  if err or p == nil then return p, err end
+  if p:find("[%c]") then return _err(field, "must be one line with no control characters") end
+  local i = 1
+  while true do
+    local at = p:find("%", i, true)
+    if not at then break end
+    local width, c = p:match("^(%d*)(.)", at + 1)
+    if not c or not LOG_PATTERNS[c] then
+      return _err(field, "%s is not a Slurm filename pattern (%%j job id, %%x job name, %%u user, %%N node, "
+        .. "%%A, %%a, %%J, %%n, %%s, %%t, %%%% for a percent sign)", p:sub(at, at + #(width or "") + 1))
+    end
+    i = at + #width + 2
+  end
+  return p
+end
+
 local function _env(v, field)
   if _null(v) then return {} end
   if not _is_object(v) then return _err(field, "must be an object of NAME: value strings") end
@@ -276,8 +298,8 @@ function M.managed_spec(input)
     { "image", _path },
     { "preamble", function(v, f) return _lines(v, f, 256) end },
     { "environment", _env },
-    { "stdout", _path },
-    { "stderr", _path },
+    { "stdout", _log_path },
+    { "stderr", _log_path },
     { "health", _health },
     { "recipe_id", function(v, f)
       return _ostr(v, f, { max = 128, pattern = "^[A-Za-z0-9._%-]+$", rule = "letters, digits, '.', '_', '-'" })
@@ -384,7 +406,8 @@ local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "veri
 --- How the Slurm JWT is had: the saved token, minted from the site's HS256 key file, or a command's output.
 M.TOKEN_SOURCES = { static = true, key_file = true, command = true }
 local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
-  "qos", "hf_token", "port_range", "environment", "hf_token_set", "user_groups", "enforce_part_limits" })
+  "qos", "hf_token", "hf_token_path", "port_range", "environment", "hf_token_set", "user_groups",
+  "enforce_part_limits" })
 -- "auto" and every version obleth knows (obleth.slurm.versions, the one list)
 local slurm_versions = require "obleth.slurm.versions"
 local API_VERSIONS = _set({ "auto", table.unpack(slurm_versions.known) })
@@ -483,7 +506,7 @@ function M.settings(input)
     ok, err = _unknown(din, DEFAULTS_KNOWN, "defaults.")
     if not ok then return nil, err end
     local steps = {
-      { "model_cache_dir", _path }, { "image_dir", _path }, { "log_dir", _path },
+      { "model_cache_dir", _path }, { "image_dir", _path }, { "log_dir", _path }, { "hf_token_path", _path },
       { "modules", function(v, f)
         local l, e = _lines(v, f, 64)
         if e then return nil, e end

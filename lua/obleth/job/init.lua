@@ -19,26 +19,94 @@ local function q(s)
   return word
 end
 
---- The batch script for a spec.
----@param spec table managed spec (docs/managed-spec.md)
+-- Lmod's and Environment Modules' init files for sh-family shells, in the order tried: the one the
+-- site's environment names (MODULESHOME, LMOD_PKG), then where the packages install them. Both
+-- projects document sourcing init/bash (or /etc/profile.d/*.sh) at the top of a batch script that
+-- does not start as a login shell, which is what a job obleth submits is (an explicit environment).
+M.MODULE_INITS = { "${MODULESHOME:+$MODULESHOME/init/bash}", "${LMOD_PKG:+$LMOD_PKG/init/bash}",
+  "/etc/profile.d/lmod.sh", "/usr/share/lmod/lmod/init/bash", "/etc/profile.d/modules.sh",
+  "/usr/share/modules/init/bash", "/usr/share/Modules/init/bash" }
+
+--- The lines every replica's script starts with (after its #! line), plain POSIX sh:
+--- * `obleth_port_busy PORT` / `obleth_free_port [FIRST LAST]`: whether a TCP port is listened on
+---   on this node (ss, else a connect to 127.0.0.1), a free one in a range (default 30000-39999);
+--- * the check that $OBLETH_PORT is free on the node: if not, the job ends at once with a message
+---   naming the port and the node (the replica fails and is replaced) instead of an engine that dies
+---   later with "address already in use";
+--- * OBLETH_BINDS: the paths an Apptainer image needs bound (the job's OBLETH_APPTAINER_BINDS, from
+---   the recipe's render, plus HF_TOKEN_PATH), those that exist, comma-separated, for
+---   `apptainer exec ${OBLETH_BINDS:+--bind "$OBLETH_BINDS"}`;
+--- * with modules in Cluster defaults: the site's module system initialised (M.MODULE_INITS) and
+---   each module loaded once, or a clear error when no module system is there.
 ---@param defaults table cluster defaults (modules = array of module names)
----@return string script
-function M.script(spec, defaults)
-  if spec.script_body and spec.script_body ~= "" then
-    local body = spec.script_body
-    if body:sub(1, 2) ~= "#!" then body = "#!/bin/bash\n" .. body end
-    return body
-  end
-  local lines = { "#!/bin/bash", "# obleth replica: model $OBLETH_API_MODEL_NAME, replica $OBLETH_REPLICA_ID" }
+---@return string[] lines
+function M.prologue(defaults)
+  local lines = {
+    "obleth_port_busy() {",
+    "  if command -v ss >/dev/null 2>&1; then [ -n \"$(ss -Hltn \"sport = :$1\" 2>/dev/null)\" ]",
+    "  else (: <\"/dev/tcp/127.0.0.1/$1\") 2>/dev/null; fi",
+    "}",
+    "obleth_free_port() {",
+    "  for obleth_p in $(shuf -i \"${1:-30000}-${2:-39999}\" -n 100 2>/dev/null || seq \"${1:-30000}\" \"${2:-39999}\"); do",
+    "    if ! obleth_port_busy \"$obleth_p\"; then echo \"$obleth_p\"; return 0; fi",
+    "  done",
+    "  echo \"obleth: no free port in ${1:-30000}-${2:-39999} on $(hostname)\" >&2; return 1",
+    "}",
+    "if [ -n \"${OBLETH_PORT:-}\" ] && obleth_port_busy \"$OBLETH_PORT\"; then",
+    "  echo \"obleth: port $OBLETH_PORT is already in use on $(hostname): the replica cannot listen there; ending the job\" >&2",
+    "  exit 1",
+    "fi",
+    "OBLETH_BINDS=",
+    "for obleth_b in $(printf '%s' \"${OBLETH_APPTAINER_BINDS:-}\" | tr ',' ' ') ${HF_TOKEN_PATH:-}; do",
+    "  if [ -e \"$obleth_b\" ]; then OBLETH_BINDS=\"${OBLETH_BINDS:+$OBLETH_BINDS,}$obleth_b\"; fi",
+    "done",
+  }
   local mods = defaults and defaults.modules or {}
   if #mods > 0 then
     local quoted = {}
     for i, m in ipairs(mods) do quoted[i] = q(m) end
-    lines[#lines + 1] = "module load " .. table.concat(quoted, " ")
+    local names = table.concat(quoted, " ")
+    local inits = {}
+    for i, f in ipairs(M.MODULE_INITS) do inits[i] = '"' .. f .. '"' end
+    lines[#lines + 1] = "if ! command -v module >/dev/null 2>&1; then"
+    lines[#lines + 1] = "  for obleth_f in " .. table.concat(inits, " ") .. "; do"
+    lines[#lines + 1] = "    if [ -n \"$obleth_f\" ] && [ -r \"$obleth_f\" ]; then . \"$obleth_f\"; break; fi"
+    lines[#lines + 1] = "  done"
+    lines[#lines + 1] = "fi"
+    lines[#lines + 1] = "if ! command -v module >/dev/null 2>&1; then"
+    lines[#lines + 1] = ("  echo \"obleth: Cluster defaults name modules (%s) but no module system was found on "
+      .. "$(hostname): no module command, and none of Lmod's or Environment Modules' init files "
+      .. "(MODULESHOME/init/bash, /etc/profile.d/lmod.sh, /etc/profile.d/modules.sh, ...) is there\" >&2")
+      :format((names:gsub('"', '\\"')))
+    lines[#lines + 1] = "  exit 1"
+    lines[#lines + 1] = "fi"
+    lines[#lines + 1] = "module load " .. names .. " || { echo \"obleth: module load "
+      .. (names:gsub('"', '\\"')) .. " failed\" >&2; exit 1; }"
   end
+  return lines
+end
+
+--- The batch script for a spec: its #! line, M.prologue, then the script body, or the preamble
+--- lines and the launch command (inside `apptainer exec --nv` with the binds when an image is given).
+---@param spec table managed spec (docs/managed-spec.md)
+---@param defaults table cluster defaults (modules = array of module names)
+---@return string script
+function M.script(spec, defaults)
+  local pro = table.concat(M.prologue(defaults), "\n") .. "\n"
+  if spec.script_body and spec.script_body ~= "" then
+    local body = spec.script_body
+    if body:sub(1, 2) ~= "#!" then body = "#!/bin/bash\n" .. body end
+    local first, rest = body:match("^([^\n]*\n?)(.*)$")
+    if first:sub(-1) ~= "\n" then first = first .. "\n" end
+    return first .. pro .. rest
+  end
+  local lines = { "#!/bin/bash", "# obleth replica: model $OBLETH_API_MODEL_NAME, replica $OBLETH_REPLICA_ID" }
+  lines[#lines + 1] = pro:sub(1, -2)
   for _, l in ipairs(spec.preamble or {}) do lines[#lines + 1] = l end
   local cmd = spec.launch_command
-  if spec.image and spec.image ~= "" then cmd = "apptainer exec --nv " .. q(spec.image) .. " " .. cmd end
+  if spec.image and spec.image ~= "" then
+    cmd = "apptainer exec --nv ${OBLETH_BINDS:+--bind \"$OBLETH_BINDS\"} " .. q(spec.image) .. " " .. cmd
+  end
   for _, l in ipairs(M.REPORT_LINES) do lines[#lines + 1] = (l:gsub("@CMD@", function() return cmd end)) end
   lines[#lines + 1] = "exec " .. cmd
   return table.concat(lines, "\n") .. "\n"
@@ -111,7 +179,10 @@ function M.environment(model, replica, spec, defaults, bindir, exe)
   end
   if defaults.image_dir then env.OBLETH_IMAGE_DIR = defaults.image_dir end
   if defaults.log_dir then env.OBLETH_LOG_DIR = defaults.log_dir end
-  if defaults.hf_token and defaults.hf_token ~= "" then env.HF_TOKEN = defaults.hf_token end
+  -- the Hugging Face token itself never goes into a job (Slurm keeps a job's environment with the
+  -- job: scontrol show job, sacct --env-vars): jobs get the path of a file the site keeps for the
+  -- job user (docs/huggingface.md), which huggingface_hub reads as HF_TOKEN_PATH
+  if defaults.hf_token_path and defaults.hf_token_path ~= "" then env.HF_TOKEN_PATH = defaults.hf_token_path end
   for k, v in pairs(spec.environment or {}) do env[k] = tostring(v) end
   return env
 end

@@ -91,7 +91,8 @@ local function new(defaults)
       what = "Nothing: another process held the port; the next job gets another one. If it repeats, "
         .. "check the cluster defaults' port range.",
       test = function(f, log)
-        local l = _find(log, { "address already in use", "errno 98" })
+        -- the job script's own check says "port N is already in use on <node>" (obleth.job)
+        local l = _find(log, { "address already in use", "errno 98", "port %d+ is already in use" })
         return l ~= nil or f.exit_code == 98, l
       end },
     { class = "command_not_found", title = "command not found", node_fault = false, anchor = "command-not-found",

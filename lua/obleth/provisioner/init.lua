@@ -19,9 +19,7 @@ local chaos = require "obleth.provisioner.chaos"
 
 local M = {}
 
-local REPLICA_FIELDS = { "model_id", "slot", "nonce", "state", "job_id", "node", "port", "endpoint",
-  "submitted_at", "started_at", "healthy_at", "ended_at", "check_failures", "problem", "pending_reason",
-  "successor_of", "launch_id", "end", "generation", "slurm", "cancel_why" }
+local REPLICA_FIELDS = plan.REPORT_FIELDS
 local CLEARABLE = { node = true, endpoint = true, problem = true, pending_reason = true, successor_of = true }
 
 local function bindir()
@@ -324,6 +322,8 @@ function M:pass()
   if settings.defaults and type(settings.defaults.hf_token) == "string" then log.add_secret(settings.defaults.hf_token) end
   local now = loop.now()
 
+  -- what the snapshot says of each replica: the report carries only the rows that change from it
+  local baseline = plan.baseline(snap)
   -- carry what only this process remembers (drain deadlines, sent cancels)
   for _, m in ipairs(snap.models or {}) do
     for _, r in ipairs(m.replicas or {}) do
@@ -495,11 +495,11 @@ function M:pass()
         error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
       c.row.cancel_sent = true
     end
-    report.endpoints = endpoints
+    report.endpoints = plan.changed_endpoints(snap, endpoints)
     report.outcomes = state.outcomes
     report.acknowledged = state.ack
     for _, row in ipairs(state.rows) do
-      report.replicas[#report.replicas + 1] = serialize(row)
+      if plan.changed(baseline[row.nonce], row) then report.replicas[#report.replicas + 1] = serialize(row) end
       if row.state == "ended" or row.state == "lost" then
         self.memory[row.nonce] = nil
         self.last_checked[row.nonce] = nil

@@ -515,6 +515,85 @@ function M.health(state, results, now)
   return endpoints, cancels
 end
 
+--- The replica fields a pass reports (POST /api/v1/provisioner/report, docs/managed-spec.md).
+M.REPORT_FIELDS = { "model_id", "slot", "nonce", "state", "job_id", "node", "port", "endpoint",
+  "submitted_at", "started_at", "healthy_at", "ended_at", "check_failures", "problem", "pending_reason",
+  "successor_of", "launch_id", "end", "generation", "slurm", "cancel_why" }
+
+local NULL_SENTINEL -- cjson.null where cjson is loaded (the snapshot's JSON nulls); absent and null are alike
+do
+  local ok, cjson = pcall(require, "cjson")
+  NULL_SENTINEL = ok and cjson.null or nil
+end
+
+local function _nn(v)
+  if v == NULL_SENTINEL then return nil end
+  return v
+end
+
+local function _same(a, b)
+  a, b = _nn(a), _nn(b)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  for k, v in pairs(a) do if not _same(v, b[k]) then return false end end
+  for k, v in pairs(b) do if a[k] == nil and _nn(v) ~= nil then return false end end
+  return true
+end
+
+local function _copy(v)
+  if type(v) ~= "table" then return v end
+  local o = {}
+  for k, x in pairs(v) do o[k] = _copy(x) end
+  return o
+end
+
+--- What the snapshot says of each live replica, in the fields a report carries, by nonce: the
+--- baseline a pass's report is taken against. Copied (nested tables too), so the plan's edits of
+--- the rows never reach it. Take it before the plan runs.
+---@param snapshot table the Management API snapshot
+---@return table<string, table> nonce → {field = value}
+function M.baseline(snapshot)
+  local base = {}
+  for _, m in ipairs(snapshot.models or {}) do
+    for _, r in ipairs(m.replicas or {}) do
+      local b = {}
+      for _, k in ipairs(M.REPORT_FIELDS) do b[k] = _copy(r[k]) end
+      base[r.nonce] = b
+    end
+  end
+  return base
+end
+
+--- Whether a row must be reported: it is new to the snapshot, or one of its reported fields
+--- differs from the baseline (a JSON null and an absent field are the same; nested tables are
+--- compared by their fields).
+---@param base table|nil the row's baseline (M.baseline(snapshot)[row.nonce])
+---@param row table
+---@return boolean
+function M.changed(base, row)
+  if not base then return true end
+  for _, k in ipairs(M.REPORT_FIELDS) do
+    if not _same(base[k], row[k]) then return true end
+  end
+  return false
+end
+
+--- The endpoint lists of a pass that differ from the snapshot's (model id string → sorted URLs):
+--- a report names only those models, the store keeps the others' lists as they are.
+---@param snapshot table
+---@param endpoints table<string, string[]> M.health's lists
+---@return table<string, string[]>
+function M.changed_endpoints(snapshot, endpoints)
+  local before = {}
+  for _, m in ipairs(snapshot.models or {}) do before[tostring(m.id)] = m.endpoints end
+  local out = {}
+  for id, eps in pairs(endpoints) do
+    local b = before[id]
+    if type(b) ~= "table" or not _same(b, eps) or #b ~= #eps then out[id] = eps end
+  end
+  return out
+end
+
 --- The replicas due for a health check: running, with an endpoint, and
 --- whose interval has passed since their last check.
 ---@param state table

@@ -251,9 +251,6 @@ local function _lexer(s)
       elseif c == "'" then
         local j = s:find("'", L.i + 1, true) or n + 1
         local body = s:sub(L.i + 1, j - 1)
-        for id in body:gmatch("%$%{?([%a_][%w_]*)") do
-          L.literal_uses[#L.literal_uses + 1] = { name = id, line = L.line }
-        end
         local _, nl = body:gsub("\n", "")
         L.line = L.line + nl
         add_lit(w, body)
@@ -503,7 +500,10 @@ end
 ---@param programs table<string, true>|nil the recipe's `programs:`
 ---@return string|nil err "line N: ..."
 ---@return table carriers every variable found to carry free text
-function M.check_script(text, carriers, programs)
+local SHELLS = { sh = true, bash = true, dash = true, zsh = true, ksh = true }
+
+function M.check_script(text, carriers, programs, depth)
+  depth = depth or 0
   local L = _lexer(text)
   local C = {}
   for k in pairs(carriers or {}) do C[k] = true end
@@ -667,6 +667,40 @@ function M.check_script(text, carriers, programs)
           end
         end
       end
+      -- shell code given as a literal (bash -c '...', eval '...'): checked as a script of its own, with
+      -- the same carriers (exported ones reach it), so '"$IMAGE"' there is data and 'eval "$M"' is not
+      do
+        local k = 1
+        while words[k] and (KEYWORDS[words[k].lit or ""] or words[k].assign) do k = k + 1 end
+        local p = words[k] and _program(words, k, arrays)
+        local pw = p and words[p]
+        local code
+        if pw and pw.lit and SHELLS[_base(pw.lit)] then
+          for j = p + 1, #words do
+            local o = words[j].lit
+            if o and o:match("^%-%a*c%a*$") then code = words[j + 1]; break end
+            if not (o and o:match("^%-")) then break end
+          end
+          code = code and { code }
+        elseif pw and (pw.lit == "eval" or pw.lit == "trap") then
+          code = {}
+          for j = p + 1, #words do code[#code + 1] = words[j] end
+        end
+        local texts = {}
+        for _, w in ipairs(code or {}) do
+          if not w.lit then texts = nil; break end
+          texts[#texts + 1] = w.lit
+        end
+        if texts and #texts > 0 and depth < 4 then
+          local inner = table.concat(texts, " ")
+          local ierr = M.check_script(inner, C, programs, depth + 1)
+          if ierr then
+            local n, msg = ierr:match("^line (%d+): (.*)$")
+            refuse((code[1].line or cmd.line) + (tonumber(n) or 1) - 1, ("in the shell code given to %s: %s"):format(
+              pw.lit, msg or ierr))
+          end
+        end
+      end
       -- a word given as a here-string is the command's input
       for _, w in ipairs(words) do
         if w.herestring and _tainted(w, C) then
@@ -679,12 +713,11 @@ function M.check_script(text, carriers, programs)
         refuse(a.line, ("%s carries an input's text into arithmetic, where bash evaluates it"):format(a.name))
       end
     end
-    -- '... $M ...' or a quoted heredoc naming a carrier: text some command may run as code later
-    -- (eval '...', bash -c '...', a script fed to an interpreter), which would expand it there
+    -- a quoted heredoc naming a carrier: a script fed to an interpreter, which would expand it there
     for _, u in ipairs(L.literal_uses) do
       if C[u.name] then
-        refuse(u.line, ("$%s (it carries an input's text) is written inside single quotes or a quoted heredoc, "
-          .. "text a command may run as code"):format(u.name))
+        refuse(u.line, ("$%s (it carries an input's text) is written inside a quoted heredoc, text a command "
+          .. "may run as code"):format(u.name))
       end
     end
     for _, h in ipairs(L.heredoc_uses) do

@@ -55,6 +55,10 @@ local function _value(ctx, ref)
   end
   if v == nil and ref.ns == "defaults" and ref.name == "modules" then return {} end
   if v == nil then return "" end
+  if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+    -- never 'inf' or 'nan' in a job: check_input refuses them; this guards every other way in
+    return nil, _bad(ref.ns .. "." .. ref.name, ("%s.%s must be a finite number"):format(ref.ns, ref.name))
+  end
   if type(v) == "table" then
     local list = {}
     for i, x in ipairs(v) do list[i] = _text(x) end
@@ -227,6 +231,40 @@ local function _render_raw(ctx, text, field)
   return s
 end
 
+--- The host paths an Apptainer image of this recipe needs bound, comma-separated (the job's
+--- OBLETH_APPTAINER_BINDS, which the script's prologue turns into `--bind`, obleth.job.prologue):
+--- the model cache dir and the image dir of Cluster defaults, and every input value that is an
+--- absolute path (a model directory, OLLAMA_MODELS; for a .gguf file its directory, so the other
+--- shards of a split model are there too), but not the image itself. nil when the recipe runs no
+--- image (no `image:` template and no apptainer in its script) or there is nothing to bind. A path
+--- Apptainer's --bind cannot carry (a comma, a colon, a blank) is left out.
+---@return string|nil
+function M.apptainer_binds(recipe, inputs, defaults, image)
+  if not recipe.image and not (recipe.script and recipe.script:find("apptainer", 1, true)) then return nil end
+  local list, seen = {}, {}
+  local function add(p)
+    if type(p) ~= "string" or p:sub(1, 1) ~= "/" or p:find("[,:%s]") then return end
+    p = p:gsub("/+$", "")
+    if p == "" or seen[p] then return end
+    seen[p] = true
+    list[#list + 1] = p
+  end
+  add(_v(defaults.model_cache_dir))
+  add(_v(defaults.image_dir))
+  local names = {}
+  for name in pairs(inputs or {}) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local v = _v(inputs[name])
+    if type(v) == "string" and v ~= image and not v:match("%.sif$") then
+      if v:match("%.gguf$") then v = v:match("^(.*)/[^/]*$") end
+      add(v)
+    end
+  end
+  if #list == 0 then return nil end
+  return table.concat(list, ",")
+end
+
 --- Render a validated recipe into the job-script fields of a managed spec.
 ---@param recipe table from `validate`
 ---@param inputs table<string, any> input values (resolved; missing optional inputs render as "")
@@ -290,6 +328,8 @@ function M.render(recipe, inputs, defaults, model, resources)
   end
   -- the values script templates and preamble lines refer to
   for k, v in pairs(ctx.env) do out.environment[k] = v end
+  local binds = M.apptainer_binds(recipe, ctx.inputs, ctx.defaults, out.image)
+  if binds then out.environment.OBLETH_APPTAINER_BINDS = binds end
   if #errors > 0 then return nil, schema.invalid(errors) end
   return out
 end

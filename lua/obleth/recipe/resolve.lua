@@ -127,6 +127,11 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
       set(name, v, source)
     end
   end
+  if values.time_limit == validate.TIME_MAX then
+    -- the longest the partition allows: its MaxTime once the partition is known
+    -- (obleth.deployment.cluster_choices), a day until then
+    values.time_limit, values.time_limit_max = validate.TIME_MAX_FALLBACK, true
+  end
   if values.api_name == nil then err("api_name", "api_name is required") end
   if values.gpu_type ~= nil and (values.gpus_per_node or 0) == 0 then
     err("gpu_type", "a GPU type needs at least one GPU per node")

@@ -200,6 +200,11 @@ local function _validate_inputs(src, out, add, positions)
   for i, o in ipairs(order) do out.input_order[i] = o.name end
 end
 
+--- The time_limit value that asks for the longest the partition allows (`time_limit: max`).
+M.TIME_MAX = "max"
+--- Minutes a `max` time limit stands for until a partition with a finite MaxTime is known.
+M.TIME_MAX_FALLBACK = 1440
+
 local RES_RULES = {
   partition = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 64 },
   gpu_type = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 64 },
@@ -249,6 +254,8 @@ local function _check_rule(rule, v, field)
     end
     return v
   elseif rule.kind == "time" then
+    -- "max": the longest the partition allows (its MaxTime), settled once the partition is known
+    if type(v) == "string" and v:lower():match("^%s*max%s*$") then return M.TIME_MAX end
     if type(v) == "number" and _is_int(v) then v = _int(v) end
     local m, err = timefmt.parse_minutes(v)
     if not m then return nil, field .. ": " .. err end

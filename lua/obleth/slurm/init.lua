@@ -241,6 +241,16 @@ end
 function Conn:nodes() return self:_get("/slurm/{v}/nodes", normalize.nodes, "nodes") end
 --- The controller's statistics (sdiag).
 function Conn:diag() return self:_get("/slurm/{v}/diag", normalize.diag, "diag") end
+--- A few settings of slurm.conf (normalize.conf: enforce_part_limits, cluster, min_job_age), from
+--- `GET /slurm/vX/conf`, which v0.0.45 (Slurm 26.05) added; older versions: nil, unsupported.
+---@return table|nil conf, table|nil err
+function Conn:conf()
+  if (require("obleth.slurm.versions").number(self._c:version()) or 0) < 45 then
+    return nil, { code = "unsupported", message = "slurmrestd " .. self._c:version() .. " does not serve /conf "
+      .. "(v0.0.45 and later do)" }
+  end
+  return self:_get("/slurm/{v}/conf", normalize.conf, "conf")
+end
 --- Every account in the accounting database.
 function Conn:accounts() return self:_get("/slurmdb/{v}/accounts", normalize.accounts, "accounts") end
 --- The clusters the accounting database knows: name, nodes (hostlist), controller {host, port}.

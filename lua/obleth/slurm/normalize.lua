@@ -875,6 +875,28 @@ function M.qos(doc, version)
 end
 
 ---------------------------------------------------------------------------
+-- configuration (v0.0.45+)
+---------------------------------------------------------------------------
+
+--- A few settings of `GET /slurm/vX/conf` (v0.0.45+: `slurm_conf`, PARSER_ARRAY(SLURM_CONF)):
+-- {enforce_part_limits = "NO"|"ANY"|"ALL"|nil, cluster = name|nil, min_job_age = seconds|nil}.
+---@param doc table
+---@param version string
+---@return table
+function M.conf(doc, version)
+  _vnum(version)
+  local c = type(doc) == "table" and _v(doc.slurm_conf)
+  if type(c) ~= "table" then c = {} end
+  local epl = _v(c.EnforcePartLimits)
+  if type(epl) == "table" then epl = epl[1] end
+  epl = _str(epl)
+  if epl then epl = epl:upper() end
+  if epl == "YES" then epl = "ALL" end -- slurm.conf's older spelling
+  if epl ~= "NO" and epl ~= "ANY" and epl ~= "ALL" then epl = nil end
+  return { enforce_part_limits = epl, cluster = _str(c.ClusterName), min_job_age = M.count(c.MinJobAge) }
+end
+
+---------------------------------------------------------------------------
 -- ping, diag
 ---------------------------------------------------------------------------
 

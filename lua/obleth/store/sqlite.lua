@@ -816,28 +816,46 @@ function Store:instance()
   return r and r.instance
 end
 
-function Store:snapshot(now)
-  local models = json.array()
-  local rows = self:_q([[SELECT m.* FROM models m WHERE
+--- The ids of the models that have replicas (any state), in order: GET /api/v1/replicas lists them
+--- model by model.
+---@return integer[]
+function Store:replica_model_ids()
+  local out = {}
+  for _, r in ipairs(self:_q("SELECT DISTINCT model_id FROM replicas ORDER BY model_id")) do out[#out + 1] = r.model_id end
+  return out
+end
+
+--- The models a provisioner snapshot lists, in id order: every model with a managed spec, and every
+--- model with live replicas whose spec was deleted (docs/managed-spec.md).
+---@return table[] model rows
+function Store:snapshot_models()
+  return self:_q([[SELECT m.* FROM models m WHERE
       EXISTS (SELECT 1 FROM managed_specs s WHERE s.model_id = m.id)
       OR EXISTS (SELECT 1 FROM replicas r WHERE r.model_id = m.id AND r.state IN ]] .. LIVE_SQL .. [[)
       ORDER BY m.id]])
-  for _, m in ipairs(rows) do
-    local ends = json.array()
-    for _, e in ipairs(self:_q([[SELECT slot, state, healthy, cancel_why, coalesce(ended_at, recorded_at) AS at FROM (
-        SELECT o.*, row_number() OVER (PARTITION BY slot ORDER BY id DESC) AS k
-        FROM job_outcomes o WHERE model_id = ?) WHERE k <= 10 ORDER BY at DESC, slot]], m.id)) do
-      ends[#ends + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at,
-        cancel_why = e.cancel_why } -- present only when obleth cancelled the job
-    end
-    models[#models + 1] = {
-      id = m.id, name = m.name, status = m.status,
-      spec = self:get_spec(m.id) or NULL,
-      replicas = self:list_replicas({ model_id = m.id, live = true }),
-      recent_ends = ends,
-      endpoints = self:_endpoints(m.id),
-    }
+end
+
+--- One model's entry in the provisioner snapshot: {id, name, status, spec, replicas, recent_ends, endpoints}.
+---@param m table a row of Store:snapshot_models()
+function Store:snapshot_model(m)
+  local ends = json.array()
+  for _, e in ipairs(self:_q([[SELECT slot, state, healthy, cancel_why, coalesce(ended_at, recorded_at) AS at FROM (
+      SELECT o.*, row_number() OVER (PARTITION BY slot ORDER BY id DESC) AS k
+      FROM job_outcomes o WHERE model_id = ?) WHERE k <= 10 ORDER BY at DESC, slot]], m.id)) do
+    ends[#ends + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at,
+      cancel_why = e.cancel_why } -- present only when obleth cancelled the job
   end
+  return {
+    id = m.id, name = m.name, status = m.status,
+    spec = self:get_spec(m.id) or NULL,
+    replicas = self:list_replicas({ model_id = m.id, live = true }),
+    recent_ends = ends,
+    endpoints = self:_endpoints(m.id),
+  }
+end
+
+--- The snapshot without its models: {now, instance, restart, clear_lost}.
+function Store:snapshot_head(now)
   local restart, clear = json.array(), json.array()
   for _, r in ipairs(self:_q("SELECT id FROM replicas WHERE restart_requested = 1 ORDER BY id")) do
     restart[#restart + 1] = r.id
@@ -845,7 +863,17 @@ function Store:snapshot(now)
   for _, r in ipairs(self:_q("SELECT model_id FROM clear_lost_requests ORDER BY model_id")) do
     clear[#clear + 1] = r.model_id
   end
-  return { now = now, instance = self:instance(), models = models, restart = restart, clear_lost = clear }
+  return { now = now, instance = self:instance(), restart = restart, clear_lost = clear }
+end
+
+--- The whole provisioner snapshot in one table (GET /api/v1/provisioner/snapshot streams the same
+--- document in parts: obleth.api.provisioner).
+function Store:snapshot(now)
+  local models = json.array()
+  for _, m in ipairs(self:snapshot_models()) do models[#models + 1] = self:snapshot_model(m) end
+  local doc = self:snapshot_head(now)
+  doc.models = models
+  return doc
 end
 
 local REPLICA_COLS = { "state", "generation", "job_id", "node", "port", "endpoint", "submitted_at", "started_at",

@@ -242,6 +242,8 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
           <${Text} id="d-logs" label="Job log directory" value=${d.log_dir} onInput=${(v) => setD('log_dir', v)} error=${err('defaults.log_dir')} mono=${true}
             help="Must be writable by the Slurm user on the compute nodes." />
           <${Secret} id="d-hf" label="Hugging Face token" what="Hugging Face token" value=${d.hf_token} onChange=${(v) => setD('hf_token', v)} error=${err('defaults.hf_token')} />
+          <${Text} id="d-hf-path" label="Hugging Face token file" value=${d.hf_token_path} onInput=${(v) => setD('hf_token_path', v)} error=${err('defaults.hf_token_path')} mono=${true}
+            help="On the cluster, readable only by the job user. Jobs get its path (HF_TOKEN_PATH), never the token." />
           <fieldset class=${`ports${portErr ? ' invalid' : ''}`}>
             <legend>Port range for engines</legend>
             <label for="d-port-from">From</label>

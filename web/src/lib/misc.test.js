@@ -8,7 +8,7 @@ const saved = {
   enabled: true, url: 'http://slurm:6820', socket: null, user: 'obleth', token: MASK, token_set: true,
   verify: true, ca_file: null, api_version: 'auto', timeout: 10,
   defaults: { model_cache_dir: '/scratch/models', image_dir: null, log_dir: '/logs', modules: ['cuda/12', 'gcc'],
-    partition: 'gpu', account: 'research', qos: null, hf_token: null, hf_token_set: false,
+    partition: 'gpu', account: 'research', qos: null, hf_token: null, hf_token_set: false, hf_token_path: null,
     port_range: [20000, 20999], environment: { HF_HOME: '/scratch/hf', A: 'x=y' } },
 };
 
@@ -149,4 +149,13 @@ test('the connection test sends the JWT source as typed', () => {
   assert.equal(b.token_key_file, '/etc/obleth/jwt_hs256.key');
   assert.equal(b.token_lifespan, 3600);
   assert.ok(!('token_command' in b));
+});
+
+test('the Hugging Face token file is a plain path setting: shown, edited, sent back (blank: none)', () => {
+  const f = fromSettings({ ...saved, defaults: { ...saved.defaults, hf_token_path: '/home/obleth/.hf-token' } });
+  assert.equal(f.defaults.hf_token_path, '/home/obleth/.hf-token');
+  f.defaults.hf_token_path = ' /scratch/svc/token ';
+  assert.equal(toBody(f).body.defaults.hf_token_path, '/scratch/svc/token');
+  f.defaults.hf_token_path = '';
+  assert.equal(toBody(f).body.defaults.hf_token_path, null);
 });

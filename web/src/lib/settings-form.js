@@ -33,6 +33,7 @@ export function fromSettings(s) {
     token_command: str(s.token_command), token_lifespan: str(s.token_lifespan),
     defaults: {
       model_cache_dir: str(d.model_cache_dir), image_dir: str(d.image_dir), log_dir: str(d.log_dir),
+      hf_token_path: str(d.hf_token_path),
       modules: (d.modules || []).join('\n'),
       partition: str(d.partition), account: str(d.account), qos: str(d.qos),
       hf_token: { value: '', clear: false, set: d.hf_token_set === true },
@@ -95,6 +96,7 @@ export function toBody(f) {
     defaults: {
       ...saved.defaults,
       model_cache_dir: orNull(d.model_cache_dir), image_dir: orNull(d.image_dir), log_dir: orNull(d.log_dir),
+      hf_token_path: orNull(d.hf_token_path),
       modules: lines(d.modules),
       partition: orNull(d.partition), account: orNull(d.account), qos: orNull(d.qos),
       hf_token: secret(d.hf_token),

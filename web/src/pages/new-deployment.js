@@ -203,9 +203,10 @@ function usePreview(source, body, values = {}) {
   return { ...state, now: run };
 }
 
-function Provenance({ id, f, onReset }) {
+function Provenance({ id, f, onReset, emptied = false }) {
+  // emptied: the field is blank and the server used another value: say whose, and that it is used
   return html`<div class="prov" id=${`${id}-prov`}>
-    <span class=${`badge prov-${f.provenance || 'none'}`}>${provenanceText(f.provenance)}</span>
+    <span class=${`badge prov-${f.provenance || 'none'}`}>${emptied ? `empty: the ${provenanceText(f.provenance)}'s ${f.value} is used` : provenanceText(f.provenance)}</span>
     ${f.provenance === 'user' && onReset && html`<button type="button" class="reset" onClick=${onReset}
       aria-label=${`Use the default for ${f.label || f.field}`}>Use default</button>`}
   </div>`;
@@ -232,7 +233,8 @@ function Control({ id, f, meta, raw, set, preview, describedBy }) {
     return html`<input type="checkbox" role="switch" ...${common} checked=${!!shown} onChange=${(e) => set(e.target.checked)} />`;
   }
   return html`<input ...${common} type="text" inputmode=${meta.kind === 'number' ? 'numeric' : undefined}
-    value=${shown ?? ''} onInput=${(e) => set(e.target.value)} autocomplete="off" spellcheck="false" />`;
+    value=${shown ?? ''} placeholder=${raw === '' && f.value != null ? String(f.value) : undefined}
+    onInput=${(e) => set(e.target.value)} autocomplete="off" spellcheck="false" />`;
 }
 
 function Partitions({ f, preview, raw, set, describedBy }) {
@@ -261,7 +263,8 @@ function Field({ f, meta, raw, set, reset, preview }) {
     : html`<label for=${id}>${meta.label}</label><${Control} id=${id} f=${f} meta=${meta} raw=${raw} set=${set} preview=${preview} describedBy=${describedBy} />`;
   return html`<div class=${`field${f.error ? ' invalid' : ''}${meta.kind === 'partition' ? ' wide' : ''}`} data-field=${f.field}>
     ${body}
-    ${!meta.readOnly && html`<${Provenance} id=${id} f=${f} onReset=${reset} />`}
+    ${!meta.readOnly && html`<${Provenance} id=${id} f=${f} onReset=${reset}
+      emptied=${raw === '' && f.value != null && f.value !== '' && f.provenance !== 'user'} />`}
     ${meta.help && html`<p class="help" id=${`${id}-help`}>${meta.help}${meta.min != null || meta.max != null ? ` (${meta.min ?? '…'}–${meta.max ?? '…'})` : ''}</p>`}
     ${f.error && html`<p class="error-text field-error" id=${`${id}-err`}>${f.error.message}</p>`}
   </div>`;

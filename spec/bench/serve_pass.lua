@@ -1,0 +1,136 @@
+-- Benchmark: obleth serve's side of one provisioner pass at scale, and how long the router stalls
+-- meanwhile. For each size (REPLICAS: 1,000, 5,000 and 10,000 by default; models of 2 replicas each)
+-- the store is filled before obleth serve starts on it; then, PASSES times, the provisioner's two
+-- requests are made as a steady pass makes them (GET /api/v1/provisioner/snapshot, read whole, and
+-- POST /api/v1/provisioner/report with no changed replica), while a probe sends one small chat
+-- completion after another through the router to a smoke engine and keeps the longest answer.
+-- Prints obleth serve's CPU per pass (user + system, /proc/PID/stat) and the longest router answer
+-- during the passes, each beside its goal (docs/performance.md).
+--   obleth lua spec/bench/serve_pass.lua [replicas ...]
+local cjson = require "cjson"
+local http = require "obleth.http"
+local loop = require "obleth.loop"
+local sys = require "obleth.sys"
+local server = require "spec.support.server"
+
+local sizes = {}
+for _, a in ipairs(arg or {}) do sizes[#sizes + 1] = tonumber(a) end
+if #sizes == 0 then sizes = { 1000, 5000, 10000 } end
+local PASSES = tonumber(os.getenv("PASSES") or "") or 3
+local HZ = 100 -- USER_HZ: /proc's clock ticks on Linux
+
+local function cpu_ticks(pid)
+  local f = assert(io.open(("/proc/%d/stat"):format(pid)))
+  local line = f:read("a")
+  f:close()
+  local rest = line:match("%) (.*)$")
+  local fields = {}
+  for x in rest:gmatch("%S+") do fields[#fields + 1] = x end
+  return tonumber(fields[12]) + tonumber(fields[13]) -- utime, stime (fields 14, 15 of the line)
+end
+
+local function fill(db, replicas)
+  local store = assert(require("obleth.store").open(db))
+  local reps = {}
+  for m = 1, replicas // 2 do
+    local model = assert(store:create_model { name = ("model-%d"):format(m) })
+    for s = 1, 2 do
+      reps[#reps + 1] = { nonce = ("%08x%08x"):format(m, s), model_id = model.id, slot = s, state = "healthy",
+        job_id = 1000 + 2 * m + s, node = "n1", port = 20000 + s, endpoint = ("http://n1:%d"):format(20000 + s),
+        started_at = os.time() - 60, healthy_at = os.time() - 50, check_failures = 0,
+        slurm = { state = "RUNNING", start_time = os.time() - 60, end_time = os.time() + 3540, estimated = false } }
+    end
+  end
+  assert(store:apply_report({ pass = { started_at = os.time(), duration = 0.1 }, replicas = reps, outcomes = {},
+    endpoints = {}, provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} } }, os.time()))
+  store:close()
+end
+
+local function free_port()
+  local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
+  local p = s:port()
+  s:close()
+  return p
+end
+
+local engine_port = free_port()
+local engine = assert(io.popen(("exec sh -c 'echo $$; exec %q smoke-engine --host 127.0.0.1 --port %d --model probe "
+  .. ">/dev/null 2>&1'"):format(sys.paths.exe, engine_port)))
+local engine_pid = tonumber(engine:read("l"))
+
+local function measure(replicas)
+  local db = server.tmpdb()
+  fill(db, replicas)
+  local srv = server.start { db = db }
+  local function api(method, path, body)
+    local st, doc = srv:request(method, path, body)
+    assert(st >= 200 and st < 300, ("%s %s: HTTP %s"):format(method, path, tostring(st)))
+    return doc
+  end
+  local probe = api("POST", "/api/v1/models", { name = "probe" })
+  api("POST", ("/api/v1/models/%d/endpoints"):format(probe.id), { url = ("http://127.0.0.1:%d"):format(engine_port) })
+  local key = api("POST", "/api/v1/keys", { name = "bench" }).key
+  local body = cjson.encode { model = "probe", messages = { { role = "user", content = "hi" } }, max_tokens = 1 }
+  local function chat()
+    local t0 = loop.monotonic()
+    local r = assert(http.request { url = srv.base .. "/v1/chat/completions", method = "POST", body = body,
+      headers = { Authorization = "Bearer " .. key, ["Content-Type"] = "application/json" }, timeout = 60 })
+    assert(r.status == 200, "probe: HTTP " .. r.status)
+    return loop.monotonic() - t0
+  end
+  for _ = 1, 20 do chat() end -- warm: connections, the router's cache
+  local quiet = 0
+  for _ = 1, 50 do quiet = math.max(quiet, chat()) end
+  local longest, probing, probes = 0, true, 0
+  local done = loop.notifier()
+  loop.spawn(function()
+    while probing do
+      longest = math.max(longest, chat())
+      probes = probes + 1
+      loop.sleep(0.002)
+    end
+    done:notify()
+  end)
+  local auth = { Authorization = "Bearer " .. srv.token, ["Content-Type"] = "application/json" }
+  local report = cjson.encode { pass = { started_at = os.time(), duration = 0.1 }, replicas = {}, outcomes = {},
+    endpoints = {}, provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} } }
+  local t0, bytes = cpu_ticks(srv.pid), 0
+  local only = os.getenv("ONLY") -- "snapshot" or "report": one of the pass's two requests
+  for _ = 1, PASSES do
+    if only ~= "report" then
+      local r = assert(http.request { url = srv.base .. "/api/v1/provisioner/snapshot", headers = auth, timeout = 600 })
+      assert(r.status == 200, "snapshot: HTTP " .. r.status)
+      bytes = #r.body
+    end
+    if only ~= "snapshot" then
+      local r = assert(http.request { url = srv.base .. "/api/v1/provisioner/report", method = "POST", body = report,
+        headers = auth, timeout = 600 })
+      assert(r.status == 200, "report: HTTP " .. r.status .. " " .. r.body)
+    end
+  end
+  local cpu = (cpu_ticks(srv.pid) - t0) / HZ / PASSES
+  probing = false
+  done:wait()
+  local _, _, serr = srv:stop()
+  if os.getenv("BENCH_DEBUG") then io.stderr:write(serr) end
+  os.remove(db)
+  return { replicas = replicas, cpu = cpu, stall = longest, quiet = quiet, probes = probes, snapshot_kb = bytes / 1024 }
+end
+
+require("obleth.log").set_level("warn")
+print(("%-9s %17s %19s %23s %14s %12s"):format("replicas", "serve CPU s/pass", "per 1,000 replicas",
+  "longest router answer", "quiet longest", "snapshot KB"))
+local rows = {}
+for _, n in ipairs(sizes) do
+  local r = measure(n)
+  rows[#rows + 1] = r
+  print(("%-9d %17.3f %16.1f ms %20.1f ms %11.1f ms %12.0f"):format(r.replicas, r.cpu, r.cpu * 1000 / (n / 1000),
+    r.stall * 1000, r.quiet * 1000, r.snapshot_kb))
+end
+local big = rows[#rows]
+print(("serve per 1,000 replicas at %d: %.1f ms CPU per pass (the serve share of the goal of 20 ms, provisioner + serve)")
+  :format(big.replicas, big.cpu * 1000 / (big.replicas / 1000)))
+print(("longest router stall during a pass at %d replicas: %.1f ms (goal <= 10 ms; %.1f ms without a pass)")
+  :format(big.replicas, big.stall * 1000, big.quiet * 1000))
+sys.kill(engine_pid, "TERM")
+engine:close()
