@@ -77,7 +77,7 @@ function M.load_routes(modules)
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
-        public = r.public, stream = r.stream, parts = r.parts }
+        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers }
     end
   end
   return routes

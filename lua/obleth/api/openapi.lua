@@ -100,6 +100,10 @@ function M.document(routes)
     for _, q in ipairs(r.query or {}) do
       params[#params + 1] = { name = q, ["in"] = "query", required = false, schema = { type = "string" } }
     end
+    for _, h in ipairs(r.headers or {}) do
+      params[#params + 1] = { name = h[1], ["in"] = "header", required = false, description = h[2],
+        schema = { type = "string" } }
+    end
     local op = {
       summary = r.summary or (r.method .. " " .. r.path),
       operationId = (r.method:lower() .. r.path:gsub("[{}]", ""):gsub("[^%w]+", "_")),

@@ -185,6 +185,11 @@ M.routes = {
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
 }
 
-for _, r in ipairs(M.routes) do r[3] = bearer_only(r[3]) end
+-- the lease holder's routes take its token (OpenAPI: a header parameter)
+local TOKEN_DOC = { { M.TOKEN_HEADER, "the lease token the acquisition answered (the holder's proof)" } }
+for _, r in ipairs(M.routes) do
+  r[3] = bearer_only(r[3])
+  if r[2] ~= "/api/v1/provisioner/snapshot" then r.headers = TOKEN_DOC end
+end
 
 return M
