@@ -112,7 +112,10 @@ describe("Slurm " .. RELEASE .. " contract, through obleth serve and the provisi
     or "as an outage, never as auth") .. "), never as no jobs, and the job runs on", function()
     local conn = h.conn
     local id = assert(conn:submit({ name = "contract-outage", partition = "gpu", account = "research", time_limit = 10,
-      nodes = 1, cpus_per_node = 1, memory_per_node = 100, script = "#!/bin/sh\nsleep 300\n", working_directory = "/tmp" }))
+      nodes = 1, cpus_per_node = 1, memory_per_node = 100, script = "#!/bin/sh\nsleep 300\n", working_directory = "/tmp",
+      -- never /tmp/slurm-%j.out: /tmp is shared by every harness release and run, and a file left there by
+      -- another release's user (other uids) makes Slurm fail the job ("Could not open stdout file")
+      stdout = "/dev/null", stderr = "/dev/null" }))
     local ok_, e = pcall(function()
       wait_until(function()
         local j = conn:job(id)

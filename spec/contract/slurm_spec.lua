@@ -46,7 +46,10 @@ end
 
 local function desc(over)
   local d = { name = "obleth-contract", partition = "gpu", account = "research", time_limit = 5, nodes = 1,
-    cpus_per_node = 1, memory_per_node = 100, script = "#!/bin/sh\nsleep 120\n", working_directory = "/tmp" }
+    cpus_per_node = 1, memory_per_node = 100, script = "#!/bin/sh\nsleep 120\n", working_directory = "/tmp",
+    -- never /tmp/slurm-%j.out: /tmp is shared by every harness release and run, and a file left there by
+    -- another release's user (other uids) makes Slurm fail the job ("Could not open stdout file")
+    stdout = "/dev/null", stderr = "/dev/null" }
   for k, v in pairs(over or {}) do d[k] = v end
   return d
 end

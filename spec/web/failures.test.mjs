@@ -28,6 +28,14 @@ test('a spec Slurm refuses shows the refused-job message; paused, Dismiss clears
   const alert = page.getByRole('alert').filter({ hasText: 'Slurm refused the last job' });
   await alert.waitFor();
   assert.match(await alert.innerText(), /Invalid partition name specified/);
+  // the refused setting by its label, and the guide's section
+  assert.match(await alert.innerText(), /\(setting: Partition\)/);
+  assert.equal(await alert.getByRole('link', { name: /Replicas and failures/ }).getAttribute('href'), '/docs/replicas-and-failures#refused-by-slurm');
+  // the refused submit is no job: not drawn as Waiting to submit (no step reached)
+  const refusedRow = page.getByRole('table', { name: 'Replicas' }).locator('p.off.refused').first();
+  await refusedRow.waitFor();
+  assert.match(await refusedRow.innerText(), /Refused by Slurm\s+no job was created/);
+  assert.equal(await page.getByRole('table', { name: 'Replicas' }).locator('tr').nth(1).locator('li.done').count(), 0);
   await axe(page, 'a deployment with a refused job');
   await shot('page-refused');
 
@@ -60,6 +68,7 @@ test('a never-healthy engine becomes lost; Try once more submits it again', { sk
   const lostRow = page.getByRole('table', { name: 'Replicas' }).locator('p.off.lost');
   await lostRow.waitFor();
   assert.match(await lostRow.innerText(), /^Lost ended too often in a row, not replaced until “Try once more”/);
+  assert.equal(await lost.getByRole('link', { name: /Replicas and failures/ }).getAttribute('href'), '/docs/replicas-and-failures#backoff-and-lost-replicas');
   await shot('lost');
   await axe(page, 'a deployment with a lost replica');
   assert.equal((await liveJobs(stack, id)).length, 0, 'a lost replica holds no job');

@@ -233,12 +233,14 @@ export function Deployment({ params, loc }) {
       ${spec && spec.provision_error && html`<div class="refused" role="alert">
         <p><strong>Slurm refused the last job:</strong> <span class="reason">${spec.provision_error.message}</span>
           ${spec.provision_error.field ? html` <span class="muted">(setting: ${spec.provision_error.label || spec.provision_error.field})</span>` : ''}
-          ${spec.provision_error.at ? html` <span class="muted small">${timestamp(spec.provision_error.at)}</span>` : ''}</p>
+          ${spec.provision_error.at ? html` <span class="muted small">${timestamp(spec.provision_error.at)}</span>` : ''}
+          — <${Link} href="/docs/replicas-and-failures#refused-by-slurm">Replicas and failures: refused by Slurm<//></p>
         <button type="button" aria-disabled=${busy === 'dismiss' ? 'true' : undefined} onClick=${() => act('dismiss',
           () => api.patch(`/models/${model.id}/managed/provision-error`), 'Dismissed: the provisioner tries again on its next pass.')}>Dismiss</button>
       </div>`}
       ${lost.length > 0 && html`<div class="refused" role="alert">
-        <p><strong>${count('replica', lost.length)} lost:</strong> ${lost.length === 1 ? 'it' : 'they'} ended too often in a row and ${lost.length === 1 ? 'is' : 'are'} not replaced.</p>
+        <p><strong>${count('replica', lost.length)} lost:</strong> ${lost.length === 1 ? 'it' : 'they'} ended too often in a row and ${lost.length === 1 ? 'is' : 'are'} not replaced.
+          <${Link} href="/docs/replicas-and-failures#backoff-and-lost-replicas">Replicas and failures: lost replicas<//></p>
         <button type="button" aria-disabled=${busy === 'clear' ? 'true' : undefined} onClick=${() => act('clear',
           () => api.post(`/models/${model.id}/replicas/clear-lost`), 'Trying once more: the provisioner submits again on its next pass.')}>Try once more</button>
       </div>`}
