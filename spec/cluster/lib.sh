@@ -10,7 +10,7 @@
 CLUSTER_SPEC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 REPO="$(cd "$CLUSTER_SPEC_DIR/../.." && pwd -P)"
 
-log() { printf '[cluster] %s\n' "$*" >&2; }
+log() { printf '[cluster] %s\n' "$*" >&2 2>/dev/null || true; } # never fails: a caller's dead pipe (make demo | tee, Ctrl-C) must not stop a cleanup
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Which Slurm release: OBLETH_CLUSTER_RELEASE (make cluster-up SLURM=...), else the release of the

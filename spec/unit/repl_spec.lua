@@ -130,6 +130,19 @@ describe("repl help", function()
     assert.matches("\n%s+plan%(%)%s+A dry run of the provisioner's next pass", text)
   end)
 
+  it("every public function of every handle has a one-line doc (also where the doc goes on in plain -- lines)",
+    function()
+      local blank = {}
+      for _, h in ipairs(help.HANDLES) do
+        for name, f in pairs(help.functions(h.module, h.obj)) do
+          if name:sub(1, 1) ~= "_" and f.summary == "" then blank[#blank + 1] = h.name .. "." .. name end
+        end
+      end
+      table.sort(blank)
+      assert.same({}, blank)
+      assert.equal("Ping the controller.", help.functions("obleth.slurm", "Conn").ping.summary)
+    end)
+
   it("help(name) shows one function's annotation with examples, and says when there is none", function()
     local t = help.text("policy.try")
     assert.matches("@param path string", t)

@@ -47,7 +47,9 @@ function M.functions(module, obj)
   if not fh then return out end
   local doc = {}
   for line in fh:lines() do
-    local d = line:match("^%s*%-%-%-(.*)$")
+    -- a doc block opens with "---"; plain "--" lines inside it (the house style for a long
+    -- description) belong to it
+    local d = line:match("^%s*%-%-%-(.*)$") or (#doc > 0 and line:match("^%s*%-%-(.*)$"))
     if d then
       doc[#doc + 1] = d
     else
