@@ -130,7 +130,8 @@ end
 function M.answer(app, r, policy)
   local defaults = app:slurm_settings().defaults -- also registers the secrets with the log
   local reported = app.store:replica_logs(r.id)
-  local paths = _paths(app, r)
+  -- a replica whose submit Slurm refused has no job, so no output anywhere
+  local paths = _v(r.job_id) and _paths(app, r) or {}
   local streams = json.array()
   local lines_of = {}
   for _, name in ipairs({ "stderr", "stdout" }) do
@@ -140,6 +141,8 @@ function M.answer(app, r, policy)
     if paths[name] then
       text, cut = M.read_tail(paths[name], defaults.log_dir)
       if text then st.source = "log_dir" else st.note = cut.message end
+    elseif not _v(r.job_id) then
+      st.note = "no job was created"
     elseif not paths[name .. "_pattern"] then
       st.note = "Slurm names no file for it"
     end

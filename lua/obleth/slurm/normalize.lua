@@ -305,8 +305,23 @@ end
 
 -- GPUs of a TRES / GRES string: total, the GPU model(s) as one stable string ("h100", or
 -- "h100,h200" for a job holding two models, sorted), and the count per model (nil when untyped).
+-- Parsed strings, kept: a listing of thousands of jobs repeats a few TRES strings and node lists, so
+-- each is parsed once (pure functions of the string; at most CACHE_MAX of each, then started afresh).
+-- Only read here: what is handed out of the module is a copy.
+local CACHE_MAX = 4096
+local _gres_cache, _gres_n = {}, 0
+local function _gres_parse(s)
+  if type(s) ~= "string" then return gres.parse(s) end
+  local g = _gres_cache[s]
+  if g then return g end
+  g = gres.parse(s)
+  if _gres_n >= CACHE_MAX then _gres_cache, _gres_n = {}, 0 end
+  _gres_cache[s], _gres_n = g, _gres_n + 1
+  return g
+end
+
 local function _gpu_request(tres)
-  local g = gres.parse(tres).gpu
+  local g = _gres_parse(tres).gpu
   if not g then return nil, nil, nil end
   local types = {}
   for t, n in pairs(g.by_type) do
@@ -321,9 +336,26 @@ end
 
 -- The names of a hostlist, taken from the answer's budget (`budget` nil: a fresh one).
 -- Over budget, or malformed: no names, and `truncated` when it was the budget.
+local _hosts_cache, _hosts_n = {}, 0
 local function _node_list(expr, budget)
-  local l, err = hostlist.expand(expr, budget or { left = hostlist.ANSWER_HOSTS })
-  if l then return tables.array(l) end
+  budget = budget or { left = hostlist.ANSWER_HOSTS }
+  local hit = type(expr) == "string" and _hosts_cache[expr]
+  if hit and #hit <= budget.left then
+    budget.left = budget.left - #hit
+    local copy = tables.array()
+    for i, n in ipairs(hit) do copy[i] = n end
+    return copy
+  end
+  local l, err = hostlist.expand(expr, budget)
+  if l then
+    if type(expr) == "string" and #l <= 64 then -- a short list: worth keeping
+      if _hosts_n >= CACHE_MAX then _hosts_cache, _hosts_n = {}, 0 end
+      local keep = {}
+      for i, n in ipairs(l) do keep[i] = n end
+      _hosts_cache[expr], _hosts_n = keep, _hosts_n + 1
+    end
+    return tables.array(l)
+  end
   return tables.array(), err and err:find("too large", 1, true) ~= nil or nil
 end
 
@@ -495,11 +527,16 @@ end
 --- All jobs of a `GET /slurm/vX/jobs` response.
 ---@param doc table
 ---@param version string
+---@param keep (fun(raw: table): boolean)|nil when given, only the records it keeps (it sees Slurm's raw
+---  record) are normalized and returned: the provisioner keeps its own jobs, so a cluster's thousands
+---  of other jobs cost a name comparison each
 ---@return table[] jobs in the shape of `job_record`
-function M.jobs(doc, version)
+function M.jobs(doc, version, keep)
   local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
-  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version, budget) end
+  for _, j in ipairs(_list(doc, "jobs")) do
+    if not keep or keep(j) then out[#out + 1] = M.job_record(j, version, budget) end
+  end
   return out
 end
 

@@ -129,7 +129,7 @@ local function _cells(line)
 end
 
 --- Convert a markdown text into {title, blocks}. Blocks: {type = "heading", level, id, inlines},
---- {type = "paragraph", inlines}, {type = "list", ordered, items = {inlines...}},
+--- {type = "paragraph", inlines}, {type = "list", ordered, start (the first number, ordered lists), items = {inlines...}},
 --- {type = "code", text}, {type = "table", header = {cells}, rows = {{cells}}}; a cell is inlines.
 ---@param text string
 ---@return {title: string|nil, blocks: table[]}
@@ -176,7 +176,8 @@ function M.convert(text)
       blocks[#blocks + 1] = t
     elseif l:match("^%s*[-*+]%s+") or l:match("^%s*%d+[.)]%s+") then
       end_para()
-      local ordered = l:match("^%s*%d+[.)]%s+") ~= nil
+      local first = l:match("^%s*(%d+)[.)]%s+")
+      local ordered = first ~= nil
       local items = {}
       while i <= #lines do
         local cur = lines[i]
@@ -193,7 +194,8 @@ function M.convert(text)
       end
       local out = {}
       for k, parts in ipairs(items) do out[k] = M.inlines(table.concat(parts, " ")) end
-      blocks[#blocks + 1] = { type = "list", ordered = ordered, items = out }
+      -- a numbered list goes on from its first number ("3. Review" after a heading is step 3)
+      blocks[#blocks + 1] = { type = "list", ordered = ordered, start = first and tonumber(first) or nil, items = out }
     elseif l:match("^%s*$") then
       end_para()
       i = i + 1

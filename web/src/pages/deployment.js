@@ -53,7 +53,7 @@ function JobOutput({ r, log }) {
   const open = !!log.failure || ['ended', 'lost', 'unhealthy'].includes(r.state);
   return html`<div class="job-output">
     ${log.failure && html`<${Failure} f=${log.failure} slot=${r.slot} />`}
-    <details open=${open}>
+    ${log.streams.some((st) => st.path || st.lines.length) && html`<details open=${open}>
       <summary>Job output of replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}: the last ${log.max_lines} lines</summary>
       ${log.streams.map((st) => html`<div key=${st.stream} class="stream">
         <p class="small"><strong>${STREAM_LABEL[st.stream]}</strong>${st.path ? html` — whole file on the cluster: <span class="mono">${st.path}</span>` : ''}
@@ -61,7 +61,7 @@ function JobOutput({ r, log }) {
         ${st.lines.length ? html`<pre class="code log" aria-label=${`Last lines of ${st.stream}, replica ${r.slot}`}><code>${st.lines.join('\n')}</code></pre>`
           : html`<p class="muted small">${st.note ? `Not shown: ${st.note}.` : 'Nothing written yet.'}</p>`}
       </div>`)}
-    </details>
+    </details>`}
   </div>`;
 }
 
@@ -239,7 +239,7 @@ export function Deployment({ params, loc }) {
           () => api.patch(`/models/${model.id}/managed/provision-error`), 'Dismissed: the provisioner tries again on its next pass.')}>Dismiss</button>
       </div>`}
       ${lost.length > 0 && html`<div class="refused" role="alert">
-        <p><strong>${count('replica', lost.length)} lost:</strong> ${lost.length === 1 ? 'it' : 'they'} ended too often in a row and ${lost.length === 1 ? 'is' : 'are'} not replaced.
+        <p><strong>${count('replica', lost.length)} lost:</strong> ${lost.length === 1 ? 'it' : 'they'} ended too often in a row and ${lost.length === 1 ? 'is' : 'are'} not replaced.${' '}
           <${Link} href="/docs/replicas-and-failures#backoff-and-lost-replicas">Replicas and failures: lost replicas<//></p>
         <button type="button" aria-disabled=${busy === 'clear' ? 'true' : undefined} onClick=${() => act('clear',
           () => api.post(`/models/${model.id}/replicas/clear-lost`), 'Trying once more: the provisioner submits again on its next pass.')}>Try once more</button>

@@ -33,7 +33,7 @@ function Block({ b }) {
     case 'paragraph': return html`<p><${Runs} runs=${b.inlines} /></p>`;
     case 'list': {
       const items = (b.items || []).map((it, i) => html`<li key=${i}><${Runs} runs=${it} /></li>`);
-      return b.ordered ? html`<ol>${items}</ol>` : html`<ul>${items}</ul>`;
+      return b.ordered ? html`<ol start=${b.start || 1}>${items}</ol>` : html`<ul>${items}</ul>`;
     }
     case 'code': return html`<pre class="code"><code>${b.text}</code></pre>`;
     case 'table': return html`<div class="table-wrap"><table class="doc-table">
