@@ -34,7 +34,7 @@ help:
 	@echo "make deps       install build and test dependencies from Debian's packages"
 	@echo "make check      every test tier, again under ASan+UBSan, luacheck; ends with 'N passed, N failed'"
 	@echo "make engine-check   the engine tier alone: llama.cpp serving a tiny model as a Slurm job (26.05 harness), through the router"
-	@echo "make demo       the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
+	@echo "make demo [SLURM=22.05|24.11|26.05]   the main job: local Slurm cluster, obleth serve + provisioner, smoke-test model"
 	@echo "make cluster-up / cluster-down [SLURM=22.05|24.11|26.05]   the harness Slurm cluster (spec/cluster/)"
 	@echo "make bench      benchmarks under spec/bench/"
 	@echo "make fresh-check   'make demo' on a fresh minimal Debian 12 root (debootstrap + chroot), as a new user"
@@ -139,7 +139,7 @@ cluster-down:
 	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/cluster/down.sh
 
 demo: build/.deps-all-ok all
-	@scripts/demo.sh
+	@OBLETH_CLUSTER_RELEASE=$(SLURM) scripts/demo.sh
 
 bench: all
 	@spec/bench/run.sh
@@ -174,7 +174,7 @@ soak: all
 # issue 18 item 1: crash at any point (spec/chaos/run.lua; a 10-kill run is part of make check)
 CHAOS_KILLS ?= 100
 chaos: build/obleth build/obleth-provisioner
-	@spec/chaos/run.sh $(CHAOS_KILLS)
+	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/chaos/run.sh $(CHAOS_KILLS)
 
 clean:
 	rm -rf build/web build/web-screens build/obj build/asan build/fuzz build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

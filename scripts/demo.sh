@@ -17,8 +17,19 @@ export OBLETH_DEMO_STATE=$state
 # the admin token for your own calls (owner-only file, never printed)
 (umask 077; printf '%s\n' "$OBLETH_ADMIN_TOKEN" >"$state/admin-token")
 
+# The harness cluster's env file: Slurm 22.05's (build/cluster/env), or that of the release the
+# caller chose (OBLETH_CLUSTER_RELEASE) or whose env file it exported (OBLETH_CLUSTER_DIR), as
+# spec/cluster/up.sh picks it
+case "${OBLETH_CLUSTER_RELEASE:-}" in
+  '') case "${OBLETH_CLUSTER_DIR:-}" in
+      "$(pwd -P)"/build/cluster-*) cluster_env="$OBLETH_CLUSTER_DIR/env" ;;
+      *) cluster_env=build/cluster/env ;;
+    esac ;;
+  22.05) cluster_env=build/cluster/env ;;
+  *) cluster_env="build/cluster-$OBLETH_CLUSTER_RELEASE/env" ;;
+esac
 cluster_was_up=0
-if [ -f build/cluster/env ] && spec/cluster/node.sh status >/dev/null 2>&1; then cluster_was_up=1; fi
+if [ -f "$cluster_env" ] && spec/cluster/node.sh status >/dev/null 2>&1; then cluster_was_up=1; fi
 pids=()
 child=""
 # Run a step in the background, in its own process group, and wait for it: bash runs a trap only
@@ -54,7 +65,10 @@ trap 'exit 0' INT TERM
 
 echo "demo: starting the local Slurm cluster (spec/cluster/up.sh)"
 step bash -c "set -o pipefail; spec/cluster/up.sh | sed 's/^/  /'"
-set -a; . build/cluster/env; set +a
+set -a
+# shellcheck source=/dev/null
+. "$cluster_env"
+set +a
 
 if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then
   echo "demo: port $port is taken (an earlier demo still running? its log: $state/serve.log);" \

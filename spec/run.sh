@@ -4,11 +4,11 @@
 #   2. unit + host specs inside the obleth runtime (spec/unit, spec/host)
 #   3. the same again under the AddressSanitizer + UBSan build
 #   4. contract specs against the harness Slurm clusters of 22.05, 24.11 and 26.05 (spec/contract)
-#   5. integration specs against one harness Slurm cluster (spec/integration; NEWEST below)
+#   5. integration specs against the harness Slurm 26.05 cluster (spec/integration; NEWEST below)
 #   6. a short chaos run: the provisioner SIGKILLed at 10 points, obleth serve during writes
 #      (spec/chaos; make chaos does 100); each of its checks counts as one case
 #   7. the dashboard: node --test specs of web/src/lib and browser tests in headless
-#      Chromium against obleth serve + provisioner + the harness cluster (spec/web)
+#      Chromium against obleth serve + provisioner + the harness 26.05 cluster (spec/web)
 #   8. a short fuzz run of every parser (spec/fuzz, libFuzzer + ASan/UBSan)
 #   9. luacheck over lua/ and spec/
 #  (4b. the engine tier, right after the contract tier while the 26.05 cluster is up: the real
@@ -61,7 +61,7 @@ UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 # between releases: the contract tier does). Specs of the integration tier that meet a binding
 # defect on NEWEST run against OLDEST until it is fixed: INTEGRATION_ON_OLDEST.
 RELEASES=(22.05 24.11 26.05)
-NEWEST=22.05
+NEWEST=26.05
 OLDEST=22.05
 INTEGRATION_ON_OLDEST=()
 # the engine tier's release: its root has Debian sid's llama.cpp-tools and python3-gguf
@@ -113,8 +113,7 @@ else
   for r in "${RELEASES[@]}"; do
     echo "-- Slurm $r"
     if cluster_up "$r"; then
-      # tests tagged #awaits_slurm_api wait on issue 23's binding fixes (spec/contract/slurm_spec.lua)
-      with_cluster "$r" build/obleth lua $busted $out "$lpath" --exclude-tags=awaits_slurm_api spec/contract || tier_fail=1
+      with_cluster "$r" build/obleth lua $busted $out "$lpath" spec/contract || tier_fail=1
     else
       cat "build/cluster-root-$r.log" 2>/dev/null | tail -5
       missing_tier "the Slurm $r harness cluster did not start (build/cluster-up-$r.log)"

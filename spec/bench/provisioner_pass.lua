@@ -59,6 +59,13 @@ local function world(M, port)
         launch_command = "true", health = { path = "/health", interval = 10, timeout = 5, startup_grace = 600,
           failure_threshold = 3 } } }
   end
+  -- other users' jobs on the same cluster (FOREIGN=N, default 0): listed, never obleth's
+  for f = 1, tonumber(os.getenv("FOREIGN") or "") or 0 do
+    local j = {}
+    for k, v in pairs(template) do j[k] = v end
+    j.job_id, j.name, j.comment, j.nodes = 5000000 + f, "train-" .. f, "", "n0"
+    jobs[#jobs + 1] = j
+  end
   return { instance = INSTANCE, now = os.time(), models = models, restart = {}, clear_lost = {},
     settings = { enabled = true, url = ("http://127.0.0.1:%d"):format(port), user = "obleth", token = "x",
       defaults = { port_range = { 20000, 29999 } } } }, cjson.encode({ meta = recorded.meta, errors = {}, jobs = jobs })

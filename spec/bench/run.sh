@@ -4,6 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OBLETH_SHARED=${OBLETH_SHARED:-$(pwd)/../shared}
 for b in spec/bench/*.lua; do
+  if [ "$b" = spec/bench/provisioner_pass.lua ]; then
+    # 1,000, 5,000 and 10,000 replicas (models x 2); PASS_MODELS to choose
+    for m in ${PASS_MODELS:-500 2500 5000}; do
+      echo "== $b $m"
+      build/obleth lua "$b" "$m"
+    done
+    continue
+  fi
   echo "== $b"
   build/obleth lua "$b"
 done

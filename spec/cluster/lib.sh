@@ -452,6 +452,18 @@ prepare_root() {
   printf '%s\n' "${tarball##*/}" >"$STATE/root.from"
 }
 
+# The job users and the AllowGroups group on this machine as well as in the root: obleth serve runs
+# here and reads this machine's group database for its own AllowGroups check (GroupNotAllowed), as at
+# a site whose login node shares the cluster's users.
+ensure_host_job_users() {
+  local u
+  for u in "$TEST_USER" "$OTHER_USER"; do
+    id "$u" >/dev/null 2>&1 || useradd --system --create-home --home-dir "/home/$u" --shell /bin/bash \
+      --comment "obleth test cluster job user" "$u"
+  done
+  getent group obleth-staff >/dev/null || groupadd --system obleth-staff
+}
+
 # On this machine, for a rooted release: run the calling script inside the release's root, with the
 # same arguments and the harness's variables, and exit with its status. up.sh first makes and mounts
 # the root; down.sh unmounts it afterwards (and purges the state dir itself: never from inside).
@@ -464,6 +476,7 @@ enter_root() {
   case "$script" in
     up.sh)
       take_lock create
+      ensure_host_job_users
       prepare_root
       mount_root ;;
     down.sh)

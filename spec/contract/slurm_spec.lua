@@ -2,9 +2,6 @@
 -- 24.11, 26.05: spec/run.sh runs this tier once against each, with that cluster's env file exported).
 -- Where the releases really behave differently, RELEASES says how, and the spec checks each release
 -- for its own behaviour; what obleth makes of it is the same on all three.
--- Tests tagged #awaits_slurm_api pin behaviour a binding fix has yet to bring on that release (22.05:
--- expanded log paths, the field of a refused AllowGroups submit; 24.11: a rejected JWT's ping);
--- spec/run.sh leaves them out until the fix is on main: `busted spec/contract` runs them all.
 local slurm = require "obleth.slurm"
 local jwt = require "obleth.slurm.jwt"
 local loop = require "obleth.loop"
@@ -20,16 +17,12 @@ local OTHER = "obleth-other" -- the harness's second job user (spec/cluster/READ
 --   group_submit   a job to an AllowGroups partition the user is not in: "refused" at submit, or
 --                  "pending" (accepted, then never started)
 --   lists_hidden   GET .../partitions without ?flags=ALL lists Hidden and AllowGroups partitions
---   awaits         the #awaits_slurm_api tag for tests this release fails until the binding fixes land
 local RELEASES = {
   ["22.05"] = { api = "v0.0.38", group_submit = "refused", lists_hidden = true },
   ["24.11"] = { api = "v0.0.42", group_submit = "pending", lists_hidden = false },
   ["26.05"] = { api = "v0.0.45", group_submit = "pending", lists_hidden = false },
 }
 local R = RELEASES[RELEASE]
-local AWAITS = " #awaits_slurm_api"
--- the tag for a test that waits on the bindings on some releases only
-local function awaits_on(set) return set[RELEASE] and AWAITS or "" end
 
 local function connect(over)
   local o = { url = URL, user = USER, token = TOKEN, timeout = 30 }
@@ -217,8 +210,8 @@ describe("Slurm " .. RELEASE .. " contract:", function()
   end)
 
   -- 22.05 (v0.0.38) and 26.05 (v0.0.43 and later) answer the raw patterns; 26.05 adds stdout_expanded,
-  -- 22.05 nothing: obleth has yet to expand them itself there
-  it("job: stdout and stderr are the paths Slurm writes to (%j expanded)" .. awaits_on { ["22.05"] = true }, function()
+  -- 22.05 nothing: obleth expands them itself there (obleth.slurm.normalize.expand_path)
+  it("job: stdout and stderr are the paths Slurm writes to (%j expanded)", function()
     local id = assert(submit(desc({ stdout = "/tmp/obleth-contract-%j.out", stderr = "/tmp/obleth-contract-%x-%j.err" })))
     local j = assert(conn:job(id))
     assert.equal("/tmp/obleth-contract-" .. id .. ".out", j.stdout)
@@ -228,10 +221,9 @@ describe("Slurm " .. RELEASE .. " contract:", function()
     os.remove("/tmp/obleth-contract-obleth-contract-" .. id .. ".err")
   end)
 
-  -- 22.05's refusal (error 2003) is not yet read back onto the partition field
+  -- 22.05's refusal (error 2003) is read back onto the partition field
   it("submit to the AllowGroups partition staff: " .. RELEASE .. " " .. (R.group_submit == "refused"
-    and "refuses it at submit, on the partition field" or "accepts it and never starts it")
-    .. awaits_on { ["22.05"] = true }, function()
+    and "refuses it at submit, on the partition field" or "accepts it and never starts it"), function()
     local id, res = submit(desc({ partition = "staff" }))
     if R.group_submit == "refused" then
       assert.is_nil(id)
@@ -280,9 +272,9 @@ describe("Slurm " .. RELEASE .. " contract:", function()
   end)
 
   -- 24.11 and 26.05 answer ping with HTTP 200, responding: false; 24.11 answers /slurmdb/ with HTTP 502
-  -- "Unable to connect to database" for that token (and /slurm/vX/diag with 511), so asking slurmdbd
-  -- does not tell it from a stopped controller there
-  it("a JWT slurmctld rejects (signed with another key) is auth on every call" .. awaits_on { ["24.11"] = true }, function()
+  -- error 7000 "Failed to open slurmdbd connection, authentication error" for that token (and
+  -- /slurm/vX/diag with 511), which the transport reads as auth
+  it("a JWT slurmctld rejects (signed with another key) is auth on every call", function()
     local forged = jwt.mint({ key = "not the cluster's key", user = USER, lifespan = 600, now = os.time() })
     local c, err = connect({ token = forged })
     if c then

@@ -2,8 +2,10 @@
 -- the harness cluster, its rendered script run by bash in a Slurm job against the stand-in
 -- engines of spec/engines (vllm, sglang.launch_server, llama-server, ollama, ray, apptainer),
 -- which accept exactly their engine's flags and environment. The stand-ins come onto PATH the way
--- a site's engines do: Cluster defaults name a module (engines/standin, an Lmod modulefile under
--- spec/engines/modulefiles) and MODULEPATH; the job's script initialises Lmod itself.
+-- a site's engines do: where the cluster's nodes have Lmod (the 22.05 harness), Cluster defaults
+-- name a module (engines/standin, an Lmod modulefile under spec/engines/modulefiles) and MODULEPATH,
+-- and the job's script initialises Lmod itself; where they have none (the rooted 24.11 / 26.05
+-- harnesses), Cluster defaults' environment puts them first on PATH and PYTHONPATH.
 --
 -- A recipe that passes an unknown flag (the stand-in exits with the engine's error), leaves a
 -- process behind after its job ended, or never turns healthy fails its case. Cases: 1 GPU, several
@@ -139,14 +141,27 @@ describe("library recipes against the stand-in engines (spec/engines)", function
     write(dir .. "/models/gguf/single.gguf", "GGUF\3\0\0\0")
     -- the site's token file: the job user's alone
     write(dir .. "/hf-token", TOKEN .. "\n")
-    assert(os.execute(("chown obleth %s && chmod 600 %s"):format(shq(dir .. "/hf-token"), shq(dir .. "/hf-token"))))
+    -- (as the cluster's nodes know the job user: inside the root for a rooted release)
+    local code, out = harness.cli(("chown obleth %s && chmod 600 %s"):format(shq(dir .. "/hf-token"),
+      shq(dir .. "/hf-token")))
+    assert(code == 0, out)
     sh("chmod -R a+rX " .. shq(dir))
+    local env = { OBLETH_STANDIN_DIR = dir .. "/standin", OBLETH_STANDIN_LOAD_SECONDS = "1" }
+    local modules = {}
+    local nodes_root = os.getenv("OBLETH_CLUSTER_DIR") or ""
+    local lmod = io.open((io.open(nodes_root .. "/root/usr/bin/scontrol") and nodes_root .. "/root" or "")
+      .. "/usr/share/lmod/lmod/init/bash")
+    if lmod then
+      lmod:close()
+      modules, env.MODULEPATH = { "engines/standin" }, root .. "/spec/engines/modulefiles"
+    else
+      env.PATH = root .. "/spec/engines/bin:/usr/local/bin:/usr/bin:/bin"
+      env.PYTHONPATH = root .. "/spec/engines/py"
+    end
     ok("PUT", "/api/v1/settings/slurm", { enabled = true, url = harness.URL, user = harness.USER, token = harness.TOKEN,
       defaults = { partition = "gpu", account = "research", log_dir = cluster.logdir, port_range = { 27000, 27999 },
         model_cache_dir = dir .. "/cache", image_dir = dir .. "/images", hf_token = TOKEN,
-        hf_token_path = dir .. "/hf-token", modules = { "engines/standin" },
-        environment = { MODULEPATH = root .. "/spec/engines/modulefiles", OBLETH_STANDIN_DIR = dir .. "/standin",
-          OBLETH_STANDIN_LOAD_SECONDS = "1" } } })
+        hf_token_path = dir .. "/hf-token", modules = modules, environment = env } })
     key = ok("POST", "/api/v1/keys", { name = "engines spec" }).key
     prov = provisioner.start { base = srv.base, token = srv.token }
     for _, c in ipairs(CASES) do

@@ -82,7 +82,8 @@ describe("obleth repl against the live cluster and the Management API", function
     local scr = wait_for("ro", "writes      refused")
     assert.matches("slurmrestd%s+" .. harness.URL:gsub("%p", "%%%0") .. " %(the connection saved in obleth serve at "
       .. s.h.srv.base:gsub("%p", "%%%0") .. "%)", scr)
-    assert.matches("cluster%s+obleth%s+API v0%.0%.38%s+Slurm 22%.05%.8", scr)
+    assert.matches("cluster%s+obleth%s+API " .. harness.API_VERSION:gsub("%p", "%%%0") .. "%s+Slurm "
+      .. harness.RELEASE:gsub("%p", "%%%0") .. "%.%d+", scr)
     assert.matches("Slurm user%s+obleth%s+JWT expires", scr)
     assert.matches("Management API%s+" .. s.h.srv.base:gsub("%p", "%%%0"), scr)
     assert.is_nil(scr:find(harness.TOKEN, 1, true), "the JWT is on screen")

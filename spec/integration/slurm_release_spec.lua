@@ -20,10 +20,10 @@ local function connect(over)
 end
 
 local function desc(over)
+  -- logs to /dev/null: each harness cluster numbers its jobs from 1, and /tmp/slurm-N.out left by another
+  -- release's job (another uid inside its root) makes the job fail at start
   local d = { name = "obleth-release-spec", partition = "gpu", account = "research", time_limit = 5, nodes = 1,
     cpus_per_node = 1, memory_per_node = 100, script = "#!/bin/sh\nsleep 120\n", working_directory = "/tmp",
-    -- never /tmp/slurm-%j.out: /tmp is shared by every harness release and run, and a file left there by
-    -- another release's user (other uids) makes Slurm fail the job ("Could not open stdout file")
     stdout = "/dev/null", stderr = "/dev/null" }
   for k, v in pairs(over or {}) do d[k] = v end
   return d
@@ -140,15 +140,16 @@ describe("Slurm " .. RELEASE .. " on the harness, live", function()
     assert.is_false(by.gpu.hidden)
   end)
 
-  it("a job's log paths are the expanded ones (v0.0.43+ send stdout_expanded beside the pattern)", function()
-    local id = assert(conn:submit(desc({ stdout = "/tmp/%x-%j.out" })))
+  it("a job's log paths are the expanded ones (v0.0.43+ send stdout_expanded; older ones are expanded here)",
+    function()
+    local id = assert(conn:submit(desc({ stdout = "/tmp/%x-" .. RELEASE .. "-%j.out" })))
     mine[#mine + 1] = id
     local j = assert(conn:job(id))
-    if versions.number(conn:version()) >= 43 then
-      assert.equal(("/tmp/obleth-release-spec-%d.out"):format(id), j.stdout)
-      assert.equal("/tmp/%x-%j.out", j.stdout_pattern)
-    else
-      assert.is_string(j.stdout)
-    end
+    -- v0.0.43+ send the pattern and stdout_expanded; 24.11's v0.0.42 the expanded path; 22.05's v0.0.38
+    -- the pattern, which obleth expands itself
+    assert.equal(("/tmp/obleth-release-spec-%s-%d.out"):format(RELEASE, id), j.stdout)
+    if RELEASE ~= "24.11" then assert.equal("/tmp/%x-" .. RELEASE .. "-%j.out", j.stdout_pattern) end
+    conn:cancel(id)
+    os.remove(("/tmp/obleth-release-spec-%s-%d.out"):format(RELEASE, id))
   end)
 end)

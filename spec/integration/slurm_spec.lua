@@ -179,20 +179,24 @@ describe("obleth.slurm on the harness cluster", function()
       { "an account the partition does not allow", { partition = "debug", account = "teaching" },
         { AccountNotAllowed = true, PartitionConfig = true } },
       { "a QoS the partition denies", { partition = "debug", qos = "long" }, { QOSNotAllowed = true, PartitionConfig = true } },
+      -- 24.11 and 26.05 accept this one without a warning
       { "a time limit above the partition's MaxTime", { partition = "debug", time_limit = 60 },
-        { PartitionTimeLimit = true, PartitionConfig = true } },
+        { PartitionTimeLimit = true, PartitionConfig = true }, harness.RELEASE ~= "22.05" },
     }
     for _, c in ipairs(cases) do
-      it(c[1] .. " is a success with a warning, then pends with its reason", function()
+      it(c[1] .. " is a success" .. (c[4] and "" or " with a warning") .. ", then pends with its reason", function()
         local id, warnings = submit(desc(c[2]))
         assert.is_number(id)
-        assert.is_true(#warnings >= 1)
+        if not c[4] then assert.is_true(#warnings >= 1) end
+        -- a busy node may first show Resources; the scheduler's next look gives the lasting reason
+        local last
         local j = eventually(function()
           local x = conn:job(id)
-          return x and x.reason and x.reason ~= "None" and x
-        end)
+          last = x and x.reason
+          return x and c[3][x.reason] and x
+        end, 60)
+        assert.truthy(j, "unexpected reason " .. tostring(last))
         assert.equal("PENDING", j.state.base)
-        assert.is_true(c[3][j.reason] == true, "unexpected reason " .. tostring(j.reason))
         assert.is_true(slurm.never_starts(j.reason))
       end)
     end

@@ -355,7 +355,8 @@ describe("obleth.slurm.normalize", function()
         assert.equal(10, run.time_limit)
         assert.equal("localhost", run.batch_host)
         assert.equal(1796032261, run.end_time)
-        assert.equal("/tmp/slurmlab/run-%j.out", run.stdout)
+        assert.equal("/tmp/slurmlab/run-12.out", run.stdout) -- v0.0.38 sends the pattern: expanded here
+        assert.equal("/tmp/slurmlab/run-%j.out", run.stdout_pattern)
 
         local pend = jobs[13]
         assert.equal("PENDING", pend.state.base)

@@ -214,3 +214,22 @@ describe("an AllowGroups partition read from v0.0.45", function()
     assert.equal("GroupNotAllowed", errs[1].code)
   end)
 end)
+
+describe("log paths on versions that send only the pattern (v0.0.38-42)", function()
+  it("are expanded from the job's own values, and stay the pattern when one is not known", function()
+    local j = N.job_record({ job_id = 42, name = "llm", user_name = "alice", job_state = "RUNNING", nodes = "n[1-2]",
+      batch_host = "n1", standard_output = "/logs/%x-%j.out", standard_error = "/logs/%u/%N-%6j.err" }, "v0.0.38")
+    assert.equal("/logs/llm-42.out", j.stdout)
+    assert.equal("/logs/alice/n1-000042.err", j.stderr)
+    assert.equal("/logs/%x-%j.out", j.stdout_pattern)
+    local arr = N.job_record({ job_id = 43, name = "a", user_name = "alice", job_state = "PENDING",
+      standard_output = "/logs/%A_%a.out", standard_error = "/logs/%N.err" }, "v0.0.42")
+    assert.equal("/logs/%A_%a.out", arr.stdout) -- %a: an array index this job does not have
+    assert.equal("/logs/%N.err", arr.stderr) -- no node yet
+    assert.equal("/logs/100%.out", N.expand_path("/logs/100%%.out", {}))
+  end)
+
+  it("a refusal of an AllowGroups partition at submit (22.05: error 2003) is on the partition field", function()
+    assert.equal("partition", (submit.refusal_field(2003, "User's group not permitted to use this partition")))
+  end)
+end)

@@ -3,7 +3,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { newPage, axe, signIn, assertClean, clusterEnv, launchSmoke, until, liveJobs, startHarnessStack, stopHarnessStack } from './support.mjs';
+import path from 'node:path';
+import { ROOT, newPage, axe, signIn, assertClean, clusterEnv, launchSmoke, until, liveJobs, startHarnessStack, stopHarnessStack } from './support.mjs';
 
 const env = clusterEnv();
 const skip = !env && 'the harness cluster is not up (spec/cluster/up.sh)';
@@ -12,9 +13,12 @@ let b;
 before(async () => ({ stack, b } = await startHarnessStack({ interval: '1' })));
 after(() => stopHarnessStack(stack, b));
 
-// the harness's nodes as scontrol says them (independent of obleth): name -> {gpuType, total}
+// the harness's nodes as scontrol says them (independent of obleth): name -> {gpuType, total}; through
+// spec/cluster/slurm.sh, which runs scontrol inside the 24.11 / 26.05 root (this machine's 22.05
+// scontrol cannot talk to them)
 function scontrolNodes() {
-  const out = execFileSync('scontrol', ['-o', 'show', 'node'], { env: { ...process.env, ...env }, encoding: 'utf8' });
+  const out = execFileSync(path.join(ROOT, 'spec', 'cluster', 'slurm.sh'), ['scontrol', '-o', 'show', 'node'],
+    { env: { ...process.env, ...env }, encoding: 'utf8' });
   const nodes = {};
   for (const line of out.trim().split('\n')) {
     const name = /NodeName=(\S+)/.exec(line)[1];

@@ -51,7 +51,13 @@ test('field errors in the labels\' words, the YAML\'s problems in the header, a 
   await nameProv.getByText('empty: the recipe\'s smoke-test is used').waitFor();
   assert.equal(await page.getByLabel('API model name').getAttribute('placeholder'), 'smoke-test');
   await shot('emptied-name');
+  // wait for the preview of the new name itself: the status already said "Ready to review" for the
+  // emptied name, and a Review drawn from that preview prefills the id from it (smoke-test-2)
+  const named = page.waitForResponse((r) => r.url().includes('/api/v1/deployments/preview')
+    && (r.request().postData() || '').includes('"fix-smoke"'));
   await page.getByLabel('API model name').fill('fix-smoke');
+  await named;
+  await nameProv.getByText('empty: the recipe\'s smoke-test is used').waitFor({ state: 'detached' });
   await status.filter({ hasText: 'Ready to review' }).waitFor();
   await page.getByRole('button', { name: 'Review' }).click();
   const review = page.getByRole('region', { name: 'Review' }).or(page.locator('section[aria-labelledby="rv-h"]'));

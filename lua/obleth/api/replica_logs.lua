@@ -75,29 +75,9 @@ function M.lines(text, max, cut)
   return out, truncated
 end
 
---- Slurm's filename pattern (sbatch's "filename pattern") with this job's values: %j and %A the job
---- id, %x the job name, %u the user, %N the (first) node, %% a percent sign, each with an optional
---- zero-padding width (%4j); nil when it has another one or a value is not known (the file cannot be
---- named from here).
----@param pattern string|nil
----@param job {id: integer|nil, name: string|nil, user: string|nil, node: string|nil}
----@return string|nil
-function M.expand(pattern, job)
-  if type(pattern) ~= "string" or pattern == "" then return nil end
-  local values = { j = job.id, A = job.id, x = job.name, u = job.user, N = job.node }
-  local unknown = false
-  local out = pattern:gsub("%%(%d*)(.)", function(width, c)
-    if c == "%" then return "%" end
-    local v = values[c]
-    if v == nil then unknown = true return nil end
-    local s = tostring(v)
-    local w = tonumber(width)
-    if w and #s < w and c ~= "x" and c ~= "u" and c ~= "N" then s = ("0"):rep(w - #s) .. s end
-    return s
-  end)
-  if unknown then return nil end
-  return out
-end
+--- Slurm's filename pattern with this job's values (obleth.slurm.normalize.expand_path, the one
+--- reader of sbatch's filename patterns).
+M.expand = require("obleth.slurm.normalize").expand_path
 
 local function _why(message) return nil, { code = "log_unreadable", message = message } end
 

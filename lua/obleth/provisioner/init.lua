@@ -242,6 +242,32 @@ function M.check_all(due, limit)
   return results
 end
 
+--- Which raw records of Slurm's job listing a pass normalizes: those named with this installation's
+--- tag prefix (`obleth-<instance>-`), and any job a stored replica records (whatever its name now);
+--- a record whose name is not a plain string is kept too. Every other job of the cluster is never
+--- touched by the plan (docs/managed-spec.md, "Job tag"), so it costs a name comparison, not a
+--- normalization. nil (keep all) without a well-formed instance: the pass then stops with no_instance.
+---@param snap table the Management API snapshot
+---@return (fun(raw: table): boolean)|nil
+function M.own_jobs(snap)
+  if not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then return nil end
+  local prefix = "obleth-" .. snap.instance .. "-"
+  local n = #prefix
+  local recorded = {}
+  for _, m in ipairs(snap.models or {}) do
+    for _, r in ipairs(m.replicas or {}) do
+      if type(r.job_id) == "number" then recorded[r.job_id] = true end
+    end
+  end
+  local count = require("obleth.slurm.normalize").count
+  return function(j)
+    local name = j.name
+    if type(name) ~= "string" or name:sub(1, n) == prefix then return true end
+    local ok, id = pcall(count, j.job_id)
+    return ok and id ~= nil and recorded[id] == true
+  end
+end
+
 --- The rest of the live facts a pass decides from, besides the snapshot and
 --- the one job listing: for each recorded job the listing no longer shows,
 --- one accounting lookup (conn:job). Reads only. A job Slurm says it does not know is left out
@@ -340,7 +366,7 @@ function M:pass()
   local jobs, job_by_id
   if conn then
     local jerr
-    jobs, jerr = conn:jobs()
+    jobs, jerr = conn:jobs { keep = M.own_jobs(snap) }
     if not jobs then
       pass_error = "listing jobs: " .. tostring(jerr.message)
       slurm_down = jerr.code == "unreachable" or jerr.code == "timeout"

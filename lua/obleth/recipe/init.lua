@@ -14,13 +14,17 @@
 --     substitution where quoting would not hold: inside quotes, `${...}`,
 --     `$((...))`, backticks, comments, heredoc bodies, after a backslash, or
 --     as the argument of `eval` / `-c`;
---   * NUL bytes are refused everywhere; newlines stay literal inside quotes.
+--   * NUL bytes are refused everywhere; newlines stay literal inside quotes;
+--   * a string or path input's text may stand only where it is data: obleth.recipe.contexts is the
+--     allowlist (a data program's argument, an assignment's value, a variable used double-quoted),
+--     and validate refuses every other place, naming the line.
 --
 -- Pure functions except `load_text` / `load_file`, which need the host's
 -- obleth.yaml (and io for the file).
 --
 -- The parts: obleth.recipe.schema (what a recipe may contain), .templates
--- (references and where they may sit), .validate, .render, .resolve, .load.
+-- (references and where they may sit), .contexts (where an input's text may stand), .validate,
+-- .render, .resolve, .load.
 -- This module is their one public face.
 local M = {}
 

@@ -124,8 +124,14 @@ function Conn:ping()
 end
 
 --- Every job the controller knows, in one request (callers filter).
+---@param opts {keep: (fun(raw: table): boolean)|nil}|nil keep: only the raw records it keeps are
+---  normalized (obleth.slurm.normalize.jobs)
 ---@return table[]|nil jobs normalized (see obleth.slurm.normalize), table|nil err
-function Conn:jobs() return self:_get("/slurm/{v}/jobs", normalize.jobs, "jobs") end
+function Conn:jobs(opts)
+  local keep = opts and opts.keep
+  if not keep then return self:_get("/slurm/{v}/jobs", normalize.jobs, "jobs") end
+  return self:_get("/slurm/{v}/jobs", function(doc, version) return normalize.jobs(doc, version, keep) end, "jobs")
+end
 
 --- One job; when the controller has forgotten it (finished more than
 --- MinJobAge ago), its record from the accounting database.

@@ -305,8 +305,23 @@ end
 
 -- GPUs of a TRES / GRES string: total, the GPU model(s) as one stable string ("h100", or
 -- "h100,h200" for a job holding two models, sorted), and the count per model (nil when untyped).
+-- Parsed strings, kept: a listing of thousands of jobs repeats a few TRES strings and node lists, so
+-- each is parsed once (pure functions of the string; at most CACHE_MAX of each, then started afresh).
+-- Only read here: what is handed out of the module is a copy.
+local CACHE_MAX = 4096
+local _gres_cache, _gres_n = {}, 0
+local function _gres_parse(s)
+  if type(s) ~= "string" then return gres.parse(s) end
+  local g = _gres_cache[s]
+  if g then return g end
+  g = gres.parse(s)
+  if _gres_n >= CACHE_MAX then _gres_cache, _gres_n = {}, 0 end
+  _gres_cache[s], _gres_n = g, _gres_n + 1
+  return g
+end
+
 local function _gpu_request(tres)
-  local g = gres.parse(tres).gpu
+  local g = _gres_parse(tres).gpu
   if not g then return nil, nil, nil end
   local types = {}
   for t, n in pairs(g.by_type) do
@@ -321,10 +336,51 @@ end
 
 -- The names of a hostlist, taken from the answer's budget (`budget` nil: a fresh one).
 -- Over budget, or malformed: no names, and `truncated` when it was the budget.
+local _hosts_cache, _hosts_n = {}, 0
 local function _node_list(expr, budget)
-  local l, err = hostlist.expand(expr, budget or { left = hostlist.ANSWER_HOSTS })
-  if l then return tables.array(l) end
+  budget = budget or { left = hostlist.ANSWER_HOSTS }
+  local hit = type(expr) == "string" and _hosts_cache[expr]
+  if hit and #hit <= budget.left then
+    budget.left = budget.left - #hit
+    local copy = tables.array()
+    for i, n in ipairs(hit) do copy[i] = n end
+    return copy
+  end
+  local l, err = hostlist.expand(expr, budget)
+  if l then
+    if type(expr) == "string" and #l <= 64 then -- a short list: worth keeping
+      if _hosts_n >= CACHE_MAX then _hosts_cache, _hosts_n = {}, 0 end
+      local keep = {}
+      for i, n in ipairs(l) do keep[i] = n end
+      _hosts_cache[expr], _hosts_n = keep, _hosts_n + 1
+    end
+    return tables.array(l)
+  end
   return tables.array(), err and err:find("too large", 1, true) ~= nil or nil
+end
+
+--- Slurm's filename pattern (sbatch's "filename pattern") with this job's values: %j and %A the job
+--- id, %x the job name, %u the user, %N the (first) node, %% a percent sign, each with an optional
+--- zero-padding width (%4j); nil when it has another one or a value is not known (the file cannot be
+--- named from here).
+---@param pattern string|nil
+---@param job {id: integer|nil, name: string|nil, user: string|nil, node: string|nil}
+---@return string|nil
+function M.expand_path(pattern, job)
+  if type(pattern) ~= "string" or pattern == "" then return nil end
+  local values = { j = job.id, A = job.id, x = job.name, u = job.user, N = job.node }
+  local unknown = false
+  local out = pattern:gsub("%%(%d*)(.)", function(width, c)
+    if c == "%" then return "%" end
+    local v = values[c]
+    if v == nil then unknown = true return nil end
+    local s = tostring(v)
+    local w = tonumber(width)
+    if w and #s < w and c ~= "x" and c ~= "u" and c ~= "N" then s = ("0"):rep(w - #s) .. s end
+    return s
+  end)
+  if unknown then return nil end
+  return out
 end
 
 local function _job_common(out, budget)
@@ -382,6 +438,13 @@ local function _job_common(out, budget)
     end
   end
   out.node_list, out.node_list_truncated = _node_list(out.nodes, budget)
+  -- log paths: v0.0.43+ send the expanded path beside the pattern; older versions only the pattern,
+  -- expanded here when every value it names is known (else it stays the pattern)
+  if out.stdout_pattern or out.stderr_pattern then
+    local vals = { id = out.id, name = out.name, user = out.user, node = out.batch_host or out.node_list[1] }
+    if out.stdout == out.stdout_pattern then out.stdout = M.expand_path(out.stdout_pattern, vals) or out.stdout end
+    if out.stderr == out.stderr_pattern then out.stderr = M.expand_path(out.stderr_pattern, vals) or out.stderr end
+  end
   out.estimated = out.state.base == "PENDING" or nil
   if out.state.base == "PENDING" then out.exit_code = nil end
   return out
@@ -400,7 +463,9 @@ end
 --   untyped) (for a job with gres_detail, the GPUs each node was given win), cpus,
 --   sockets_per_node, tasks, node_count, gres_detail (per node), memory_per_node (MiB),
 --   memory_per_cpu (MiB), batch_host, working_directory, stdout, stderr (the paths: v0.0.43+'s
---   stdout_expanded / stderr_expanded when sent), stdout_pattern, stderr_pattern (as submitted, %j unexpanded)}
+--   stdout_expanded / stderr_expanded when sent, else standard_output expanded here from the job's id,
+--   name, user and node when it is a pattern), stdout_pattern, stderr_pattern (standard_output /
+--   standard_error as sent: the pattern on v0.0.38-39 and v0.0.43+, already expanded on v0.0.40-42)}
 ---@param j table
 ---@param version string
 ---@param budget {left: integer}|nil hostlist names left for the whole answer (`jobs` shares
@@ -462,11 +527,16 @@ end
 --- All jobs of a `GET /slurm/vX/jobs` response.
 ---@param doc table
 ---@param version string
+---@param keep (fun(raw: table): boolean)|nil when given, only the records it keeps (it sees Slurm's raw
+---  record) are normalized and returned: the provisioner keeps its own jobs, so a cluster's thousands
+---  of other jobs cost a name comparison each
 ---@return table[] jobs in the shape of `job_record`
-function M.jobs(doc, version)
+function M.jobs(doc, version, keep)
   local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
-  for _, j in ipairs(_list(doc, "jobs")) do out[#out + 1] = M.job_record(j, version, budget) end
+  for _, j in ipairs(_list(doc, "jobs")) do
+    if not keep or keep(j) then out[#out + 1] = M.job_record(j, version, budget) end
+  end
   return out
 end
 

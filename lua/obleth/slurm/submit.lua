@@ -237,6 +237,8 @@ function M.refusal_field(slurm_code, message, desc)
   if slurm_code == 2045 or msg:find("invalid account", 1, true) then return "account" end
   if slurm_code == 2066 or msg:find("invalid qos", 1, true) then return "qos" end
   if slurm_code == 2000 or msg:find("invalid partition", 1, true) then return "partition" end
+  -- ESLURM_JOB_MISSING_REQUIRED_PARTITION_GROUP: 22.05 refuses an AllowGroups partition at submit
+  if slurm_code == 2003 or msg:find("group not permitted", 1, true) then return "partition" end
   if msg:find("time limit", 1, true) then return "time_limit" end
   if msg:find("invalid feature", 1, true) or msg:find("invalid constraint", 1, true) then
     return "constraint"
