@@ -6,6 +6,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
+import fs from 'node:fs';
+import os from 'node:os';
 import { startHarnessStack, stopHarnessStack, newPage, axe, signIn, assertClean, clusterEnv, saveHarnessSettings } from './support.mjs';
 
 const env = clusterEnv();
@@ -15,8 +17,13 @@ before(async () => { ({ stack, b } = await startHarnessStack({ provisioner: fals
 after(async () => { await stopHarnessStack(stack, b); });
 
 test('a Save on the Slurm sheet keeps the key-file JWT source set through the API; user_groups and EnforcePartLimits are edited there',
-  { skip: !env && 'the harness cluster is not up (spec/cluster/up.sh)' }, async () => {
-    const key = path.join(env.OBLETH_CLUSTER_DIR, 'etc', 'jwt_hs256.key');
+  { skip: !env && 'the harness cluster is not up (spec/cluster/up.sh)' }, async (t) => {
+    // obleth reads its own copy of the site's key, owned by its service user (this test's) and mode 0600:
+    // token_key_file refuses slurmctld's copy, which the slurm user owns
+    const key = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'obleth-key-')), 'jwt_hs256.key');
+    fs.copyFileSync(path.join(env.OBLETH_CLUSTER_DIR, 'etc', 'jwt_hs256.key'), key);
+    fs.chmodSync(key, 0o600);
+    t.after(() => fs.rmSync(path.dirname(key), { recursive: true, force: true }));
     // a script sets the JWT to renew from the site's key (the saved static token stays saved)
     const before = await saveHarnessSettings(stack);
     const put = await stack.api('PUT', '/api/v1/settings/slurm', { ...before, token_source: 'key_file', token_key_file: key,
