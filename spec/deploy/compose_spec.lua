@@ -41,7 +41,9 @@ describe("deploy/docker with docker-compose", function()
     fh:close()
     local env = { COMPOSE_PROJECT_NAME = project, OBLETH_LISTEN = "127.0.0.1:" .. port, OBLETH_ADMIN_BASE_URL = base,
       OBLETH_ADMIN_TOKEN_SECRET = secret_dir .. "/admin-token", OBLETH_PASS_INTERVAL = "1",
-      OBLETH_IMAGE = "obleth:check" }
+      OBLETH_IMAGE = "obleth:check",
+      -- a container's nofile may not pass the daemon's hard limit (20000 on some CI sandboxes)
+      OBLETH_NOFILE = tostring(math.min(65536, tonumber(select(2, util.sh("ulimit -Hn")):match("%d+")) or 65536)) }
     local a = {}
     for k, v in pairs(env) do a[#a + 1] = k .. "=" .. util.shq(v) end
     return util.sh(("cd %s && env -u COMPOSE_PROFILES %s docker-compose --env-file %s %s"):format(
