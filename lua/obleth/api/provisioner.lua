@@ -19,8 +19,28 @@ local function _proof(ctx)
   return crypto.sha256_hex(t)
 end
 
+--- The largest ?ends= a snapshot answers (ends per slot).
+M.MAX_ENDS = 1000
+
+-- ?ends=N: each slot's last N ends (the provisioner asks for its lost policy's window), or false for
+-- the store's default; nil, {message, field} for a bad query.
+local function _ends(ctx)
+  for k in pairs(ctx.query) do
+    if k ~= "ends" then return nil, { message = ("unknown query parameter %q (ends)"):format(k), field = k } end
+  end
+  local v = ctx.query.ends
+  if v == nil then return false end
+  local n = math.tointeger(tonumber(v))
+  if not n or n < 1 or n > M.MAX_ENDS then
+    return nil, { message = ("ends: must be a whole number from 1 to %d"):format(M.MAX_ENDS), field = "ends" }
+  end
+  return n
+end
+
 local function snapshot(ctx)
   local app = ctx.app
+  local ends, eerr = _ends(ctx)
+  if ends == nil then return errors.invalid(eerr) end
   local s = app:slurm_settings()
   local store = app.store
   local doc = store:snapshot_head(math.floor(app.now()))
@@ -40,7 +60,7 @@ local function snapshot(ctx)
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
   return parts.answer(ctx, { head = doc, key = "models", src = store:snapshot_models(),
-    make = function(m) return store:snapshot_model(m) end, headers = { ["Cache-Control"] = "no-store, private" } })
+    make = function(m) return store:snapshot_model(m, ends or nil) end, headers = { ["Cache-Control"] = "no-store, private" } })
 end
 
 -- The lease as answers show it (no ttl or renewal bookkeeping).
@@ -171,8 +191,9 @@ local function bearer_only(handler)
 end
 
 M.routes = {
-  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true,
-    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
+  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true, query = { "ends" },
+    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); "
+      .. "?ends=N: each slot's last N job ends (default 10)" },
   { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },

@@ -27,7 +27,7 @@ M.REQUIRED = {
   partition_fit = { "fit", "partition", "constraint" },
   validate = { "check", "accounts_for" },
   rollover = { "plan" },
-  lost = { "check", "backoff" },
+  lost = { "check", "backoff", "window", "counts" },
   failures = { "classify" },
 }
 M.NAMES = { "learned", "suggestions", "partition_fit", "validate", "rollover", "lost", "failures" }

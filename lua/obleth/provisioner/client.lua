@@ -44,7 +44,12 @@ function Client:_call(method, path, body)
 end
 
 --- Everything one pass needs (settings with the JWT, specs, replicas).
-function Client:snapshot() return self:_call("GET", "/api/v1/provisioner/snapshot") end
+---@param opts {ends: integer|nil}|nil ends: each slot's last job ends to include (the lost policy's
+---  window, obleth.policy.lost.window); nil: the server's default (10)
+function Client:snapshot(opts)
+  local ends = opts and math.tointeger(opts.ends)
+  return self:_call("GET", "/api/v1/provisioner/snapshot" .. (ends and ("?ends=" .. ends) or ""))
+end
 
 --- Report one pass (report.lease_generation: the lease held; 409 code "lease_lost" when stale).
 function Client:report(report) return self:_call("POST", "/api/v1/provisioner/report", report) end
