@@ -343,7 +343,8 @@ local head = { "deployment", "GPU-h", "vs fixed", "waited", "P50 wait", "P99 wai
 local rows, base = {}, nil
 for _, d in ipairs(deployments) do
   local r = run(reqs, d)
-  assert(r.left == 0 and r.requests == #reqs, ("every request is served by the end of the day (%d left, %d of %d)"):format(r.left, r.requests, #reqs))
+  assert(r.left == 0 and r.requests == #reqs,
+    ("every request is served by the end of the day (%d left, %d of %d)"):format(r.left, r.requests, #reqs))
   base = base or r.gpu_hours
   rows[#rows + 1] = { d.name, ("%.1f"):format(r.gpu_hours), ("%+.0f %%"):format((r.gpu_hours / base - 1) * 100),
     ("%d (%.2f %%)"):format(r.waited, r.waited / r.requests * 100), ("%.1f s"):format(r.p50),
