@@ -18,6 +18,7 @@ local json = require "obleth.util.json"
 local balancer = require "obleth.router.balancer"
 local unavailable = require "obleth.router.unavailable"
 local metrics = require "obleth.router.metrics"
+local load_window = require "obleth.router.load"
 -- the host's scanner reads "model" and "stream" without decoding the body (a long chat
 -- costs cjson.decode hundreds of µs); plain lua5.4 (unit specs) falls back to cjson
 local has_jsonscan, jsonscan = pcall(require, "obleth.jsonscan")
@@ -193,7 +194,9 @@ Router.__index = Router
 
 --- Make a router.
 ---@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil,
----  transport: "proxy"|"client"|nil}
+---  transport: "proxy"|"client"|nil, load: table|nil}
+---  load: the per-model load window (obleth.router.load; default a new one on the app's clock) the
+---  snapshot hands to the provisioner: requests in flight, held and finished per model
 ---  app is the obleth.api application (store, log, clock, now, draining, inflight, slurm_settings).
 ---  transport: "proxy" (default) passes requests to http:// endpoints with res:proxy (host/http_proxy.c)
 ---  and to others (https://) with the HTTP client; "client" sends every request with the HTTP client.
@@ -224,6 +227,7 @@ function M.new(opts)
     buffer_limit = M.BUFFER_LIMIT, via = self.via }
   local http = self.http
   self.balancer = balancer.new(opts.balancer)
+  self.load = opts.load or load_window.new { now = self.now }
   self:invalidate()
   self.m_requests = reg:counter("obleth_router_requests_total",
     "Client requests to /v1/ by model and HTTP status (499: the client went away first)", { "model", "status" })
@@ -571,8 +575,11 @@ function Router:_forward(req, res, model, stream)
   local labels = self:_labels(name)
   local inflight = self._inflight
   inflight[name] = (inflight[name] or 0) + 1
+  self.load:begin(name)
+  local t0 = self.clock()
   local ok, status, detail = pcall(self._attempts, self, req, res, model, stream, labels)
   inflight[name] = inflight[name] - 1
+  self.load:finish(name, self.clock() - t0)
   if not ok then error(status, 0) end
   return status, detail
 end
