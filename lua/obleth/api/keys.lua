@@ -19,27 +19,76 @@ function M.generate()
   return { key = key, prefix = key:sub(1, M.SHOWN), hash = require("obleth.crypto").sha256_hex(key) }
 end
 
+--- Bounds of a key's limits (docs/router.md "Limits and usage").
+M.LIMITS = {
+  requests_per_minute = { min = 1, max = 100000,
+    description = "at most this many requests in any 60 s (429 with Retry-After beyond); null: no limit" },
+  max_concurrent = { min = 1, max = 10000,
+    description = "at most this many requests answered at once (429 beyond); null: no limit" },
+}
+
+-- The keys' usage the router counted and has not written yet goes to the store first.
+local function _flush(app)
+  if app.router then app.router:flush_usage() end
+end
+
 local function list(ctx)
+  _flush(ctx.app)
   return 200, { keys = ctx.app.store:list_api_keys() }
+end
+
+local function usage(ctx)
+  local id = params.int_param(ctx, "id")
+  if not id then return errors.not_found("API key", ctx.params.id) end
+  _flush(ctx.app)
+  local key = ctx.app.store:get_api_key(id)
+  if not key then return errors.not_found("API key", ctx.params.id) end
+  local u = key.usage
+  return 200, { id = key.id, name = key.name, owner = key.owner, prefix = key.prefix, requests = u.requests,
+    limited = u.limited, prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens,
+    total_tokens = u.prompt_tokens + u.completion_tokens, updated_at = u.updated_at }
 end
 
 local function create(ctx)
   local b = ctx.json
   if b == nil then b = {} end
   if type(b) ~= "table" then return errors.fail(400, "invalid", "the body must be a JSON object") end
+  local null = require("cjson").null
   for k in pairs(b) do
-    if k ~= "name" then return errors.fail(400, "invalid", "unknown field: " .. tostring(k), tostring(k)) end
+    if k ~= "name" and k ~= "owner" and not M.LIMITS[k] then
+      return errors.fail(400, "invalid", "unknown field: " .. tostring(k), tostring(k))
+    end
   end
-  local name = b.name
-  if name == nil or name == require("cjson").null then name = "" end
-  if type(name) ~= "string" or #name > 128 or name:find("[%c]") then
-    return errors.fail(400, "invalid", "name: must be a string of at most 128 characters without control characters",
-      "name")
+  local text = {}
+  for _, f in ipairs({ "name", "owner" }) do
+    local v = b[f]
+    if v == nil or v == null then v = nil
+    elseif type(v) ~= "string" or #v > 128 or v:find("[%c]") then
+      return errors.fail(400, "invalid", f .. ": must be a string of at most 128 characters without control "
+        .. "characters", f)
+    end
+    text[f] = v
   end
+  local lim = {}
+  for f, bound in pairs(M.LIMITS) do
+    local v = b[f]
+    if v ~= nil and v ~= null then
+      local n = type(v) == "number" and math.tointeger(v) or nil
+      if not n or n < bound.min or n > bound.max then
+        return errors.fail(400, "invalid", ("%s: must be a whole number from %d to %d, or null (no limit)"):format(
+          f, bound.min, bound.max), f)
+      end
+      lim[f] = n
+    end
+  end
+  -- the key's owner: who it is charged to, by default who made it
+  local owner = text.owner or ctx.actor or "admin"
   local g = M.generate()
-  local key, err = ctx.app.store:create_api_key { name = name, prefix = g.prefix, hash = g.hash }
+  local key, err = ctx.app.store:create_api_key { name = text.name or "", prefix = g.prefix, hash = g.hash,
+    owner = owner, requests_per_minute = lim.requests_per_minute, max_concurrent = lim.max_concurrent }
   if not key then return errors.store(err) end
-  ctx.app.log.info("api_key_created", { id = key.id, name = name, prefix = g.prefix })
+  ctx.app.log.info("api_key_created", { id = key.id, name = key.name, prefix = g.prefix, owner = owner,
+    requests_per_minute = lim.requests_per_minute, max_concurrent = lim.max_concurrent })
   key.key = g.key
   return 201, key, { Location = "/api/v1/keys/" .. key.id }
 end
@@ -81,7 +130,14 @@ end
 
 M.schemas = {
   ApiKeyInput = { type = "object", additionalProperties = false, properties = {
-    name = { type = "string", maxLength = 128, description = "a label for the key (who or what uses it)" } } },
+    name = { type = "string", maxLength = 128, description = "a label for the key (who or what uses it)" },
+    owner = { type = "string", maxLength = 128,
+      description = "who the key's usage is charged to (default: who made it)" },
+    requests_per_minute = { type = { "integer", "null" }, minimum = M.LIMITS.requests_per_minute.min,
+      maximum = M.LIMITS.requests_per_minute.max, description = M.LIMITS.requests_per_minute.description },
+    max_concurrent = { type = { "integer", "null" }, minimum = M.LIMITS.max_concurrent.min,
+      maximum = M.LIMITS.max_concurrent.max, description = M.LIMITS.max_concurrent.description },
+  } },
   RouterSettings = { type = "object", additionalProperties = false, required = { "keyless" }, properties = {
     keyless = { type = "boolean", description = "true: /v1/ needs no client key (obleth behind the site's own gateway)" },
   } },
@@ -89,9 +145,14 @@ M.schemas = {
 
 M.routes = {
   { "GET", "/api/v1/keys", list, tag = "router",
-    summary = "Client API keys for /v1/ (id, name, prefix, created_at, revoked_at; never the key)" },
+    summary = "Client API keys for /v1/ (id, name, prefix, owner, limits, usage, created_at, revoked_at; "
+      .. "never the key)" },
+  { "GET", "/api/v1/keys/{id}/usage", usage, tag = "router",
+    summary = "A client key's usage for chargeback: requests answered, requests a limit refused, and the "
+      .. "prompt / completion tokens the engines reported (counted since the key was made)" },
   { "POST", "/api/v1/keys", create, body = "ApiKeyInput", tag = "router", changes = { "keys" },
-    summary = "Create a client API key; the answer's `key` is shown this once (only its hash is stored)" },
+    summary = "Create a client API key, with optional limits (requests_per_minute, max_concurrent); the "
+      .. "answer's `key` is shown this once (only its hash is stored)" },
   { "DELETE", "/api/v1/keys/{id}", revoke, tag = "router", changes = { "keys" },
     summary = "Revoke a client API key (it stops working at once; listed with revoked_at)" },
   { "GET", "/api/v1/settings/router", get_settings, tag = "router",
