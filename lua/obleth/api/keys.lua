@@ -3,6 +3,8 @@
 -- the store keeps only its SHA-256.
 local errors = require "obleth.api.errors"
 local params = require "obleth.api.params"
+local schema = require "obleth.schema"
+local keys_schema = require "obleth.schema.keys"
 
 local M = {}
 
@@ -18,14 +20,6 @@ function M.generate()
   local key = M.PREFIX .. require("obleth.sys").random_hex(M.RANDOM_BYTES)
   return { key = key, prefix = key:sub(1, M.SHOWN), hash = require("obleth.crypto").sha256_hex(key) }
 end
-
---- Bounds of a key's limits (docs/router.md "Limits and usage").
-M.LIMITS = {
-  requests_per_minute = { min = 1, max = 100000,
-    description = "at most this many requests in any 60 s (429 with Retry-After beyond); null: no limit" },
-  max_concurrent = { min = 1, max = 10000,
-    description = "at most this many requests answered at once (429 beyond); null: no limit" },
-}
 
 -- The keys' usage the router counted and has not written yet goes to the store first.
 local function _flush(app)
@@ -49,46 +43,26 @@ local function usage(ctx)
     total_tokens = u.prompt_tokens + u.completion_tokens, updated_at = u.updated_at }
 end
 
+local CHECKS = { formats = {
+  label = function(v, field)
+    if v:find("%c") then
+      return nil, { code = "invalid", field = field, message = field .. ": must have no control characters" }
+    end
+    return v
+  end,
+} }
+
 local function create(ctx)
-  local b = ctx.json
-  if b == nil then b = {} end
-  if type(b) ~= "table" then return errors.fail(400, "invalid", "the body must be a JSON object") end
-  local null = require("cjson").null
-  for k in pairs(b) do
-    if k ~= "name" and k ~= "owner" and not M.LIMITS[k] then
-      return errors.fail(400, "invalid", "unknown field: " .. tostring(k), tostring(k))
-    end
-  end
-  local text = {}
-  for _, f in ipairs({ "name", "owner" }) do
-    local v = b[f]
-    if v == nil or v == null then v = nil
-    elseif type(v) ~= "string" or #v > 128 or v:find("[%c]") then
-      return errors.fail(400, "invalid", f .. ": must be a string of at most 128 characters without control "
-        .. "characters", f)
-    end
-    text[f] = v
-  end
-  local lim = {}
-  for f, bound in pairs(M.LIMITS) do
-    local v = b[f]
-    if v ~= nil and v ~= null then
-      local n = type(v) == "number" and math.tointeger(v) or nil
-      if not n or n < bound.min or n > bound.max then
-        return errors.fail(400, "invalid", ("%s: must be a whole number from %d to %d, or null (no limit)"):format(
-          f, bound.min, bound.max), f)
-      end
-      lim[f] = n
-    end
-  end
+  local b, verr = schema.validate(keys_schema.input, ctx.json == nil and {} or ctx.json, nil, CHECKS)
+  if not b then return errors.fail(400, "invalid", verr.message, verr.field) end
   -- the key's owner: who it is charged to, by default who made it
-  local owner = text.owner or ctx.actor or "admin"
+  local owner = b.owner or ctx.actor or "admin"
   local g = M.generate()
-  local key, err = ctx.app.store:create_api_key { name = text.name or "", prefix = g.prefix, hash = g.hash,
-    owner = owner, requests_per_minute = lim.requests_per_minute, max_concurrent = lim.max_concurrent }
+  local key, err = ctx.app.store:create_api_key { name = b.name or "", prefix = g.prefix, hash = g.hash,
+    owner = owner, requests_per_minute = b.requests_per_minute, max_concurrent = b.max_concurrent }
   if not key then return errors.store(err) end
   ctx.app.log.info("api_key_created", { id = key.id, name = key.name, prefix = g.prefix, owner = owner,
-    requests_per_minute = lim.requests_per_minute, max_concurrent = lim.max_concurrent })
+    requests_per_minute = b.requests_per_minute, max_concurrent = b.max_concurrent })
   key.key = g.key
   return 201, key, { Location = "/api/v1/keys/" .. key.id }
 end
@@ -129,15 +103,7 @@ local function put_settings(ctx)
 end
 
 M.schemas = {
-  ApiKeyInput = { type = "object", additionalProperties = false, properties = {
-    name = { type = "string", maxLength = 128, description = "a label for the key (who or what uses it)" },
-    owner = { type = "string", maxLength = 128,
-      description = "who the key's usage is charged to (default: who made it)" },
-    requests_per_minute = { type = { "integer", "null" }, minimum = M.LIMITS.requests_per_minute.min,
-      maximum = M.LIMITS.requests_per_minute.max, description = M.LIMITS.requests_per_minute.description },
-    max_concurrent = { type = { "integer", "null" }, minimum = M.LIMITS.max_concurrent.min,
-      maximum = M.LIMITS.max_concurrent.max, description = M.LIMITS.max_concurrent.description },
-  } },
+  ApiKeyInput = schema.openapi(keys_schema.input),
   RouterSettings = { type = "object", additionalProperties = false, required = { "keyless" }, properties = {
     keyless = { type = "boolean", description = "true: /v1/ needs no client key (obleth behind the site's own gateway)" },
   } },
