@@ -34,9 +34,12 @@ describe("obleth.router.load", function()
     assert.equal(2, #v.samples)
     assert.same({ at = 1000, span = 10, inflight = 5, queued = 0, arrivals = 5, finished = 4 }, v.samples[1])
     assert.same({ at = 1010, span = 10, inflight = 2, queued = 0, arrivals = 1, finished = 0 }, v.samples[2])
-    -- rate over the last 60 s: 6 arrivals / 60; latency: 4 requests of 4 s
+    -- rate over the last 60 s: 6 arrivals / 60; latency: 4 requests of 4 s; no tokens reported
     assert.equal(0.1, v.rate)
     assert.equal(4, v.latency)
+    assert.is_nil(v.tokens_per_s)
+    w:finish("m", 1, 600)
+    assert.equal(10, w:view("m").tokens_per_s, "600 completion tokens over 60 s")
   end)
 
   it("held requests count as queued, and move to in flight when a replica takes them", function()

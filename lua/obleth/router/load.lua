@@ -107,13 +107,17 @@ end
 --- A request to the model finished (answered, failed or abandoned).
 ---@param name string
 ---@param seconds number|nil how long it took
-function Load:finish(name, seconds)
+---@param tokens integer|nil the completion tokens of its answer, when the engine reported them
+function Load:finish(name, seconds, tokens)
   local m = self:_model(name)
   m.inflight = math.max(0, m.inflight - 1)
   m.finished = m.finished + 1
   local b = self:_bucket(m, self.now())
   b.finished = b.finished + 1
   b.seconds = b.seconds + (seconds or 0)
+  if math.type(tokens) == "integer" or (type(tokens) == "number" and tokens >= 0) then
+    b.tokens = (b.tokens or 0) + tokens
+  end
   _peak(m, b)
 end
 
@@ -122,9 +126,11 @@ end
 ---@param since number|nil epoch seconds: only buckets ending after it (default: the whole window)
 ---@param no_samples boolean|nil leave the buckets out (a model that is not autoscaled: the counts only)
 ---@return {inflight: integer, queued: integer, finished: integer, rate: number, latency: number|nil,
+---  tokens_per_s: number|nil,
 ---  last_request_at: number|nil, observed_since: number, samples: table[]}
 ---  rate: arrivals per second over the last RATE_WINDOW s; latency: mean seconds of the requests
----  finished in it (nil when none); observed_since: when this window began (serve's start, or
+---  finished in it (nil when none); tokens_per_s: completion tokens per second over it (nil when no
+---  engine reported any); observed_since: when this window began (serve's start, or
 ---  `span` ago); finished: since serve started
 function Load:view(name, since, no_samples)
   local t = self.now()
@@ -133,7 +139,7 @@ function Load:view(name, since, no_samples)
   if not m then
     return { inflight = 0, queued = 0, finished = 0, rate = 0, observed_since = observed, samples = json.array() }
   end
-  local samples, arrivals, fin, secs = json.array(), 0, 0, 0
+  local samples, arrivals, fin, secs, tokens = json.array(), 0, 0, 0, nil
   local from = math.max(since or -math.huge, t - self.span)
   local carry
   for _, b in ipairs(m.buckets) do
@@ -146,6 +152,7 @@ function Load:view(name, since, no_samples)
     end
     if b.at + b.span > t - M.RATE_WINDOW then
       arrivals, fin, secs = arrivals + b.arrivals, fin + b.finished, secs + b.seconds
+      if b.tokens then tokens = (tokens or 0) + b.tokens end
     end
   end
   if carry and not no_samples and (carry.level_inflight or 0) + (carry.level_queued or 0) > 0 then
@@ -154,6 +161,7 @@ function Load:view(name, since, no_samples)
   end
   return { inflight = m.inflight, queued = m.queued, finished = m.finished,
     rate = arrivals / M.RATE_WINDOW, latency = fin > 0 and secs / fin or nil,
+    tokens_per_s = tokens and tokens / M.RATE_WINDOW or nil,
     last_request_at = m.last_request_at, observed_since = observed, samples = samples }
 end
 
