@@ -223,7 +223,7 @@ M.SETTINGS_DEFAULTS = {
 }
 
 local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at", "token_renewed_at",
-  "token_warning", "updated_at" })
+  "token_warning", "thresholds", "updated_at" })
 local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "verify", "ca_file", "api_version",
   "timeout", "defaults", "token_source", "token_key_file", "token_command", "token_lifespan" })
 
