@@ -303,16 +303,17 @@ function M.lookup_jobs(conn, snap, jobs)
   return job_by_id
 end
 
---- The lost and rollover rules a pass applies: the policy set's current
+--- The lost, rollover and scale rules a pass applies: the policy set's current
 --- versions (reloaded first: edits in the override directory apply on the
 --- next pass; a broken edit keeps the previous version), or the built-in
 --- ones without a set.
 ---@param policy table|nil an obleth.policy set
 ---@return function|nil lost, function|nil rollover (nil: plan's built-in rule)
----@return integer window ends per slot the lost rule reads (the snapshot is asked for that many)
 ---@return string|nil err "policy (previous version kept): NAME: message; ..." when a file failed
+---@return function|nil scale the scale policy's decide (nil: plan's built-in rule)
+---@return integer window ends per slot the lost rule reads (the snapshot is asked for that many)
 function M.rules(policy)
-  if not policy then return nil, nil, require("obleth.policy.lost").window(), nil end
+  if not policy then return nil, nil, nil, nil, require("obleth.policy.lost").window() end
   policy.reload()
   local perr
   local perrs = policy.errors()
@@ -325,7 +326,7 @@ function M.rules(policy)
     perr = "policy (previous version kept): " .. table.concat(msgs, "; ")
   end
   local lost = policy.get("lost")
-  return lost.check, policy.get("rollover").plan, lost.window(), perr
+  return lost.check, policy.get("rollover").plan, perr, policy.get("scale").decide, lost.window()
 end
 
 --- One pass. Returns the report it sent (or would have sent), or nil, err. err.code "lease_held"
@@ -346,7 +347,7 @@ function M:pass()
   -- the lost rule decides how many of each slot's ends it reads: the snapshot carries that many
   -- (a broken policy edit keeps the previous version and is reported as pass.policy_error, not as
   -- a failed pass)
-  local lost_rule, rollover_rule, window = M.rules(self.policy)
+  local lost_rule, rollover_rule, _, scale_rule, window = M.rules(self.policy)
   local snap, err = self.api:snapshot { ends = window }
   if not snap then return nil, err end
   local settings = snap.settings or {}
@@ -416,7 +417,7 @@ function M:pass()
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,
-      lost = lost_rule, rollover = rollover_rule, drain_seconds = self.drain_seconds }
+      lost = lost_rule, rollover = rollover_rule, scale = scale_rule, drain_seconds = self.drain_seconds }
 
     -- fencing: the replicas about to be submitted are recorded first, under the lease; a stale
     -- lease is refused there, and a lease this process may have lost (it was paused) stops it here

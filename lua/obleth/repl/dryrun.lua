@@ -31,6 +31,9 @@ local function _cancel_facts(why, row, mm)
   elseif why == "restart asked" then return "a restart was asked through the API"
   elseif why == "slot lost" then return "the slot is lost (waits for Try once more)"
   elseif why == "walltime rollover" then return "the successor is healthy; the old job is drained first"
+  elseif why == "scaled down" then
+    return ("slot %s is above the scale policy's desired %s; it leaves the endpoints and its job goes after the "
+      .. "drain"):format(tostring(row and row.slot), tostring(mm and mm.scaling and mm.scaling.desired))
   end
   return why
 end
@@ -53,14 +56,16 @@ end
 
 --- Run the decision step of a pass on live facts.
 ---@param facts {now: number, snapshot: table, jobs: table[], job_by_id: table|nil,
----  lost: table|nil, rollover: table|nil, drain_seconds: number|nil}
+---  lost: table|nil, rollover: table|nil, scale: table|nil, drain_seconds: number|nil}
 ---  snapshot: GET /api/v1/provisioner/snapshot; jobs: the cluster's job listing; job_by_id: accounting
----  lookups of recorded jobs the listing no longer shows; lost / rollover: the policy modules
----  (their `check` / `plan` are the rules applied; nil = built-in)
+---  lookups of recorded jobs the listing no longer shows; lost / rollover / scale: the policy modules
+---  (their `check` / `plan` / `decide` are the rules applied; nil = built-in). scale decides for
+---  each model whose spec has `autoscale`, on the snapshot's `load` of that model
 ---@return table run {now, replicas = row[], actions = action[], submits, cancels, state}
 ---  row {model, slot, job_id, node, now (state in the store, or "untracked"), next (state after the pass),
 ---  port}; action {model, slot, job_id, action = "submit"|"cancel"|"start successor"|"mark lost"|
----  "wait ...", rule, facts}; submits / cancels: how many would be sent
+---  "wait ...", rule, facts}; submits / cancels: how many would be sent; scaling {model, desired,
+---  current, change, reason} per autoscaled model
 function M.run(facts)
   local n = 0
   local lost, rollover = facts.lost, facts.rollover
@@ -69,7 +74,7 @@ function M.run(facts)
     nonce = function() n = n + 1; return ("(new %d)"):format(n) end,
     rand = function(lo) return lo end,
     lost = lost and lost.check or nil, rollover = rollover and rollover.plan or nil,
-    drain_seconds = facts.drain_seconds,
+    scale = facts.scale and facts.scale.decide or nil, drain_seconds = facts.drain_seconds,
   }
   local k = _k(lost or require("obleth.policy.lost"))
   local before = {}
@@ -99,6 +104,18 @@ function M.run(facts)
     end
     act(mm or { name = "(unknown model)" }, c.row or { job_id = c.job_id }, ("cancel job %s"):format(tostring(c.job_id)),
       c.why, _cancel_facts(c.why, c.row, mm))
+  end
+  -- the scale policy's decisions, as the pass made them (obleth.provisioner.plan, one owner)
+  run.scaling = {}
+  for _, mm in ipairs(state.models) do
+    local d = mm.scaling
+    if d then
+      run.scaling[#run.scaling + 1] = { model = mm.name, desired = d.desired, current = d.current,
+        change = d.change, reason = d.reason, decision = d }
+      if d.change ~= "none" and d.change ~= "hold" then
+        act(mm, nil, ("scale %s %d → %d"):format(d.change, d.current, d.desired), "scale", d.reason)
+      end
+    end
   end
   for _, mm in ipairs(state.models) do
     for _, d in ipairs(mm.decisions or {}) do
@@ -162,6 +179,14 @@ function M.render(run)
   out[#out + 1] = #arows > 0 and fmt.table({ "WOULD", "MODEL", "SLOT", "RULE", "FACTS" }, arows)
     or "nothing to do"
   out[#out + 1] = ("%d submit(s), %d cancel(s) would be sent"):format(run.submits, run.cancels)
+  if run.scaling and #run.scaling > 0 then
+    local srows = {}
+    for _, x in ipairs(run.scaling) do
+      srows[#srows + 1] = { x.model, x.current, x.desired, x.change, x.reason }
+    end
+    out[#out + 1] = ""
+    out[#out + 1] = fmt.table({ "AUTOSCALED", "CURRENT", "DESIRED", "CHANGE", "WHY" }, srows)
+  end
   return table.concat(out, "\n")
 end
 
