@@ -123,6 +123,17 @@ describe("policy.scale", function()
       assert.equal("hold", d.change)
     end)
 
+    it("a sparse window (buckets only where there was load) counts from observed_since", function()
+      -- no bucket in the last 300 s, but the window began 1000 s ago: nothing in flight → 1 replica
+      local d = decide({ inflight = 0, last_request_at = NOW - 100, observed_since = NOW - 1000,
+        samples = { { at = NOW - 900, span = 10, inflight = 9 } } }, replicas("healthy", "healthy", "healthy"))
+      assert.equal(1, d.desired)
+      -- begun 200 s ago (obleth serve restarted): too short to scale down
+      d = decide({ inflight = 0, last_request_at = NOW - 100, observed_since = NOW - 200, samples = {} },
+        replicas("healthy", "healthy", "healthy"))
+      assert.equal("hold", d.change)
+    end)
+
     it("keeps one replica while a request came within idle_to_zero_after", function()
       -- idle 600 s < 1200 s: down to 1, not 0
       local d = decide({ inflight = 0, last_request_at = NOW - 600, samples = flat(900, 0) },

@@ -89,7 +89,8 @@ local function new(defaults)
   ---  replicas: the model's replica rows {slot, state, job_id, pending_reason, slurm = {reason,
   ---  start_time, estimated}} (obleth.provisioner.plan's rows); load: {inflight, queued, rate (req/s),
   ---  latency (s), tokens_per_s, last_request_at, observed_since, samples}; observed_since is when the
-  ---  window began (counts as the last request when there has been none)
+  ---  window began (counts as the last request when there has been none; the window reaches back to
+  ---  it, a time without a sample had no load: obleth.router.load keeps buckets with load only)
   ---@param opts table|nil settings over DEFAULTS
   ---@return {desired: integer, current: integer, serving: integer, change: "up"|"down"|"wake"|"to_zero"|
   ---  "hold"|"none", reason: string, wake: table|nil, evidence: table}
@@ -119,6 +120,8 @@ local function new(defaults)
     local demand = M.demand(load)
     local need = M.need(demand, load, s)
     local peak, covered = M.peak(load.samples, now - s.scale_down_after)
+    -- a window with buckets only where there was load reaches back to where it was begun
+    if load.observed_since and load.observed_since <= now - s.scale_down_after then covered = true end
     peak = math.max(peak, demand)
     local down_need = math.ceil(peak / (s.target_inflight * s.down_utilization))
     if s.target_tokens_per_s and load.tokens_per_s then
