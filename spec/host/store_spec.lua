@@ -64,6 +64,24 @@ describe("obleth.store.open on PostgreSQL", function()
   end)
 end)
 
+describe("obleth.store backends", function()
+  it("have the same migrations, one for one (a new one is written in both dialects)", function()
+    local sqlite_m = require("obleth.store.sqlite").migrations
+    local pg_m = require("obleth.store.pg").migrations
+    assert.equal(#sqlite_m, #pg_m)
+    for v = 1, #sqlite_m do
+      -- the same tables in the same order
+      local function tables(script)
+        local t = {}
+        for name in script:gmatch("CREATE TABLE (%w[%w_]*)") do t[#t + 1] = name end
+        for name in script:gmatch("ALTER TABLE (%w[%w_]*) ADD COLUMN (%w[%w_]*)") do t[#t + 1] = name end
+        return t
+      end
+      assert.same(tables(sqlite_m[v]), tables(pg_m[v]), "migration " .. v)
+    end
+  end)
+end)
+
 describe("obleth.store.open", function()
   it("of a PostgreSQL server it cannot reach is nil and {code = 'storage', message} without the password", function()
     local store, err = store_mod.open("postgresql://obleth:s3cret@127.0.0.1:1/obleth", { connect_timeout = 5 })
