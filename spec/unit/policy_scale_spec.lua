@@ -225,3 +225,17 @@ describe("policy.scale", function()
     assert.equal(300, s.scale_down_after)
   end)
 end)
+
+describe("policy.scale on decoded rows", function()
+  it("takes JSON nulls (light userdata) in a replica row as nothing", function()
+    local null = require("cjson").null
+    local d = scale.decide({ now = 1000, autoscale = { min_replicas = 0, max_replicas = 2, target_inflight = 4,
+      scale_down_after = 300, idle_to_zero_after = 1200 },
+      replicas = { { slot = 1, state = "submitted", job_id = null, pending_reason = null, slurm = null },
+        { slot = 2, state = "submitted", job_id = 9, slurm = { reason = null, start_time = null } } },
+      load = { queued = 1, last_request_at = 1000 } })
+    assert.equal(2, d.current)
+    assert.is_nil(d.wake.job_id, "no estimated start either way: the lower slot first")
+    assert.is_nil(d.evidence.starting[2].estimated_start)
+  end)
+end)

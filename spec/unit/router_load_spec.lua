@@ -42,18 +42,19 @@ describe("obleth.router.load", function()
     assert.equal(10, w:view("m").tokens_per_s, "600 completion tokens over 60 s")
   end)
 
-  it("held requests count as queued, and move to in flight when a replica takes them", function()
+  it("held requests count as queued, and as in flight once a replica takes them", function()
     local now = clock(2000)
     local w = load.new { now = now }
     w:hold("m"); w:hold("m")
     local v = w:view("m")
     assert.equal(2, v.queued)
     assert.equal(2, v.samples[1].queued)
-    w:release("m", true)
-    w:release("m", false)  -- the other one was answered 503
+    w:release("m"); w:begin("m", true)  -- a replica took one
+    w:release("m")                       -- the other one was answered 503
     v = w:view("m")
     assert.equal(0, v.queued)
     assert.equal(1, v.inflight)
+    assert.equal(2, v.samples[1].arrivals, "a held request is one arrival, whatever happens to it")
   end)
 
   it("drops buckets older than the span, and says how far back the window reaches", function()

@@ -80,6 +80,9 @@ local function new(defaults)
     return peak, covered
   end
 
+  -- a value as data: JSON null (a light userdata in decoded rows) and nil are both nothing
+  local function val(v) if type(v) == "userdata" then return nil end return v end
+
   -- replica states that hold or wait for a job (a replica on its way out does not count)
   local LIVE = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true }
   local SERVING = { healthy = true }
@@ -108,14 +111,18 @@ local function new(defaults)
         if SERVING[r.state] then
           serving = serving + 1
         else
-          local sl = r.slurm or {}
-          starting[#starting + 1] = { slot = r.slot, job_id = r.job_id, state = r.state,
-            reason = sl.reason or r.pending_reason, estimated_start = sl.start_time }
+          local sl = type(r.slurm) == "table" and r.slurm or {}
+          local start = val(sl.start_time)
+          starting[#starting + 1] = { slot = r.slot, job_id = val(r.job_id), state = r.state,
+            reason = val(sl.reason) or val(r.pending_reason),
+            estimated_start = type(start) == "number" and start or nil }
         end
       end
     end
     table.sort(starting, function(a, b)
-      return (a.estimated_start or math.huge) < (b.estimated_start or math.huge)
+      local x, y = a.estimated_start or math.huge, b.estimated_start or math.huge
+      if x ~= y then return x < y end
+      return (tonumber(a.slot) or 0) < (tonumber(b.slot) or 0)
     end)
     local demand = M.demand(load)
     local need = M.need(demand, load, s)

@@ -303,7 +303,8 @@ function M.reconcile(input)
         -- endpoints at once, their jobs go after drain_seconds), as a walltime rollover does
         local current = {}
         for _, row in ipairs(live) do
-          if SCALE_LIVE[row.state] and not row.successor_of then current[#current + 1] = row end
+          local succ = row.successor_of -- JSON null (light userdata) is none
+          if SCALE_LIVE[row.state] and (succ == nil or type(succ) == "userdata") then current[#current + 1] = row end
         end
         local d = scale_rule({ now = now, autoscale = spec.autoscale, replicas = current, load = mm.load or {} })
         mm.scaling = d

@@ -10,7 +10,8 @@
 --   local w = load.new{now = loop.now}
 --   w:begin("m")            -- a request to model m arrived and goes to a replica
 --   w:finish("m", 2.5)      -- it finished after 2.5 s
---   w:hold("m") / w:release("m")   -- a request waiting in the router (no replica yet)
+--   w:hold("m") / w:release("m")   -- a request waiting in the router (no replica yet);
+--                           -- w:begin("m", true) when it then goes to a replica
 --   w:view("m", since)      -- {inflight, queued, finished, rate, latency, last_request_at,
 --                           --  observed_since, samples = {{at, span, inflight, queued, arrivals, finished}}}
 -- No I/O; the clock is given.
@@ -69,13 +70,16 @@ end
 
 --- A request to the model arrived and goes to a replica.
 ---@param name string the model's name
-function Load:begin(name)
+---@param held boolean|nil it was held (counted as it arrived, by `hold`)
+function Load:begin(name, held)
   local t = self.now()
   local m = self:_model(name)
   m.inflight = m.inflight + 1
-  m.last_request_at = t
   local b = self:_bucket(m, t)
-  b.arrivals = b.arrivals + 1
+  if not held then
+    m.last_request_at = t
+    b.arrivals = b.arrivals + 1
+  end
   _peak(m, b)
 end
 
@@ -91,17 +95,12 @@ function Load:hold(name)
   _peak(m, b)
 end
 
---- A held request stops waiting (it goes to a replica: call `begin` too, without counting it twice,
---- or it is answered 503).
+--- A held request stops waiting: it goes to a replica (then `begin(name, true)`, which does not
+--- count it as a new arrival) or it is answered 503.
 ---@param name string
----@param to_replica boolean|nil true when it now goes to a replica (it moves from queued to in flight)
-function Load:release(name, to_replica)
+function Load:release(name)
   local m = self:_model(name)
   m.queued = math.max(0, m.queued - 1)
-  if to_replica then
-    m.inflight = m.inflight + 1
-    _peak(m, self:_bucket(m, self.now()))
-  end
 end
 
 --- A request to the model finished (answered, failed or abandoned).
