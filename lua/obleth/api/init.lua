@@ -15,6 +15,7 @@
 -- requests a shutdown waits for); `parts = true`: a large answer the handler sends through ctx.res in
 -- parts (obleth.api.parts), counted like any other.
 local json = require "obleth.util.json"
+local cjson = require "cjson"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
 
@@ -159,10 +160,13 @@ function M.new(opts)
     store = opts.store, log = log, routes = M.load_routes(opts.modules), inflight = 0, draining = false,
     cache = {}, _token = opts.admin_token, _router_opts = opts.router, now = now,
     clock = opts.clock or function() return require("obleth.loop").monotonic() end,
-    sessions = require("obleth.web.sessions").new { now = now },
+    -- a store shared by several instances (PostgreSQL) keeps the sessions: valid on every one
+    sessions = require("obleth.web.sessions").new { now = now, store = opts.store and opts.store.shared and opts.store },
     events = require("obleth.web.events").new { max = opts.max_streams },
     web = require("obleth.web").new { dir = opts.web_dir or require("obleth.web").default_dir() },
     public_origin = public_origin,
+    -- this instance, among several sharing the store: its own change notices are not news to it
+    instance_tag = require("obleth.sys").random_hex(8),
   }, App)
   app:register_secrets()
   return app
@@ -323,7 +327,39 @@ function App:_publish(route, ctx, rbody)
     for _, t in ipairs(route.changes) do list[#list + 1] = { t, mid } end
   end
   for _, c in ipairs(list) do self.events:publish(c[1], c[2]) end
+  if #list > 0 and self.store.shared then self:_share(list) end
   return #list > 0
+end
+
+-- The changes, for the other instances sharing the store (follow_changes), in a task of their own:
+-- the reply does not wait for them.
+function App:_share(list)
+  local changes = {}
+  for i, c in ipairs(list) do changes[i] = { c[1], c[2] or cjson.null } end
+  local payload = cjson.encode({ from = self.instance_tag, changes = changes })
+  require("obleth.loop").spawn(function()
+    local ok, err = self.store:notify_changes(payload)
+    if not ok then self.log.warn("changes_not_shared", { error = err and err.message }) end
+  end)
+end
+
+--- Follow the changes other instances sharing the store make: their dashboard notices reach this
+--- one's event streams, and this one's router reads afresh. A no-op on a store nobody shares.
+--- Returns a handle with close(), or nil.
+function App:follow_changes()
+  return self.store:listen_changes(function(payload)
+    local doc = payload and select(2, pcall(cjson.decode, payload))
+    if payload and (type(doc) ~= "table" or doc.from == self.instance_tag) then return end
+    if doc then
+      for _, c in ipairs(type(doc.changes) == "table" and doc.changes or {}) do
+        local mid = math.tointeger(c[2])
+        if require("obleth.web.events").TOPICS[c[1]] then self.events:publish(c[1], mid) end
+      end
+    else -- the database connection came back: anything may have changed meanwhile
+      for topic in pairs(require("obleth.web.events").TOPICS) do self.events:publish(topic) end
+    end
+    if self.router then self.router:invalidate() end
+  end)
 end
 
 function App:_dispatch(req, res, found)

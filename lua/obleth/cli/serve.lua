@@ -180,6 +180,9 @@ function M.main(argv)
 
   local stopping = false
   local handles = {}
+  -- several obleth serve on one PostgreSQL: the changes each makes reach the others' browsers
+  local follow = app:follow_changes()
+  if follow then handles[#handles + 1] = { cancel = follow.close } end
   -- the client keys' usage the router counted goes to the store every few seconds, and at the end
   local router = app.router
   handles[#handles + 1] = loop.every(require("obleth.router").USAGE_FLUSH, function() router:flush_usage() end)
