@@ -4,7 +4,7 @@
 --- --db PATH (env OBLETH_DB, default ./obleth.db or $STATE_DIRECTORY/obleth.db),
 --- the admin token from OBLETH_ADMIN_TOKEN (or a file named by OBLETH_ADMIN_TOKEN_FILE).
 --- Exit status: 0 after SIGTERM/SIGINT, 1 when the database or the port fails, 2 for bad usage.
-local args = require "obleth.cli.args"
+local args = require "obleth.util.args"
 
 local M = {}
 

@@ -7,7 +7,7 @@
 -- the first bad field. Unknown fields are refused by name.
 local cjson = require "cjson"
 local timefmt = require "obleth.util.timefmt"
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 local recipe_schema = require "obleth.recipe.schema"
 
 local M = {}
