@@ -174,6 +174,21 @@ local MIGRATIONS = {
   [8] = [[
     ALTER TABLE provisioner_lease ADD COLUMN token_hash TEXT;
   ]],
+  -- 9: a client key's owner (who made it) and limits (NULL: none), and its usage for
+  -- chargeback, added to by the router (docs/router.md "Limits and usage")
+  [9] = [[
+    ALTER TABLE api_keys ADD COLUMN owner TEXT;
+    ALTER TABLE api_keys ADD COLUMN requests_per_minute INTEGER;
+    ALTER TABLE api_keys ADD COLUMN max_concurrent INTEGER;
+    CREATE TABLE api_key_usage (
+      key_id INTEGER PRIMARY KEY REFERENCES api_keys(id) ON DELETE CASCADE,
+      requests INTEGER NOT NULL DEFAULT 0,
+      limited INTEGER NOT NULL DEFAULT 0,
+      prompt_tokens INTEGER NOT NULL DEFAULT 0,
+      completion_tokens INTEGER NOT NULL DEFAULT 0,
+      updated_at INTEGER NOT NULL
+    );
+  ]],
 }
 
 M.migrations = MIGRATIONS
