@@ -1,8 +1,8 @@
 -- What the in-process router specs share: smoke engines on real ports, a port
 -- nothing listens on, and requests to the router with a client key.
 --   local rig = require("spec.support.router_rig").new()
---   local store, ctx, srv = rig:start{admin_token = "...", router = {...}, clock = fn?}
---     obleth serve (obleth.serve; ctx its context) over a SQLite store in memory on a real port, with a
+--   local store, process, srv = rig:start{admin_token = "...", router = {...}, clock = fn?}
+--     obleth serve (obleth.serve: .context, .router, .api) over a SQLite store in memory on a real port, with a
 --     client key (rig.key)
 --   local e, url, srv = rig:engine("label", {model = "m", ...})  -- obleth.testing options
 --   rig.dead_url()
@@ -61,7 +61,7 @@ function Rig:start(opts)
   assert(store:create_api_key { name = "spec", prefix = g.prefix, hash = g.hash })
   self.key = g.key
   self.store, self.srv = store, srv
-  return store, process.context, srv
+  return store, process, srv
 end
 
 --- Close the engines, and what start made.

@@ -8,7 +8,7 @@
 -- Prometheus registry, obleth.util.prometheus), public_origin ("scheme://host[:port]" or nil),
 -- cache (per-process memo tables of the API's handlers, by name), _token (the admin token).
 -- Methods: slurm_settings(), slurm_connect(over), slurm_tokens(), register_secrets(s),
--- secure_cookie(req), drain().
+-- secure_cookie(req), flush_key_usage(), drain().
 local json = require "obleth.util.json"
 
 local M = {}
@@ -128,6 +128,14 @@ function Context:secure_cookie(req)
   if self.public_origin and self.public_origin:sub(1, 6) == "https:" then return true end
   local p = (req.headers or {})["x-forwarded-proto"]
   return type(p) == "string" and p:lower():match("^%s*https") ~= nil
+end
+
+--- Write the client keys' usage the router counted and has not written yet (obleth.serve hands the
+--- router's writer to the context; without one there is nothing to write).
+---@return boolean|nil ok, table|nil err
+function Context:flush_key_usage()
+  if self._flush_key_usage then return self._flush_key_usage() end
+  return true
 end
 
 --- Start shutting down: new requests get 503 shutting_down; event streams end.

@@ -45,6 +45,8 @@ function M.new(opts)
     web = web.new { dir = opts.web_dir or web.default_dir() },
   }, Serve)
   self.routes = self.api.routes
+  local rt = self.router
+  ctx._flush_key_usage = function() return rt:flush_usage() end
   require("obleth.serve.metrics").register(ctx, opts.http or ropts.http)
   return self
 end
