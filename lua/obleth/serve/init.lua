@@ -38,6 +38,9 @@ function M.new(opts)
   local ctx = context.new(opts)
   local ropts = { context = ctx, admin_token = opts.admin_token }
   for k, v in pairs(opts.router or {}) do ropts[k] = v end
+  -- the per-model load window: the router counts into it, the provisioner's snapshot reads it
+  ropts.load = ropts.load or require("obleth.router.load").new { now = ctx.now }
+  ctx.load = ropts.load
   local self = setmetatable({
     context = ctx,
     api = api.new(ctx, { modules = opts.modules }),
