@@ -7,7 +7,8 @@
 -- waits for), sessions (obleth.api.sessions), events (obleth.api.changes), metrics (the process's
 -- Prometheus registry, obleth.util.prometheus), load (the per-model load window the router counts
 -- into and the provisioner's snapshot reads, obleth.router.load; set by obleth.serve),
--- public_origin ("scheme://host[:port]" or nil), cache (per-process memo tables of the API's handlers, by name), _token (the admin token).
+-- public_origin ("scheme://host[:port]" or nil), cache (per-process memo tables of the API's
+-- handlers, by name), _token (the admin token).
 -- Methods: slurm_settings(), slurm_connect(over), slurm_tokens(), register_secrets(s),
 -- secure_cookie(req), flush_key_usage(), drain().
 local json = require "obleth.util.json"
