@@ -272,7 +272,7 @@ function M.new(opts)
   local scaled -- one read per scrape, shared by the two gauges
   reg:gauge("obleth_model_desired_replicas", "Replicas a managed model wants: its replicas, or for an autoscaled "
     .. "model the scale policy's count from its load (docs/autoscaling.md)", { "model" }, function(set)
-      scaled = require("obleth.router.scaling").rows(store, self.load, require("obleth.policy").get("scale"),
+      scaled = require("obleth.deployment.scaling").rows(store, self.load, require("obleth.policy").get("scale"),
         self.now())
       for _, r in ipairs(scaled) do set({ r.model }, r.desired) end
     end)
