@@ -59,7 +59,7 @@ describe("two obleth serve on one PostgreSQL", function()
   end)
 
   it("counts wrong tokens from an address on both: the throttle holds on the other", function()
-    local sessions = require "obleth.web.sessions"
+    local sessions = require "obleth.api.sessions"
     for i = 1, sessions.FAILURES do
       local srv = i % 2 == 0 and a or b
       assert.equal(401, (srv:request("POST", "/api/v1/session", { token = "wrong-token-" .. i },

@@ -1,7 +1,7 @@
 --- obleth.store.sessions — the dashboard's sign-in sessions and wrong-token counts, kept in the
 -- store when it is shared by several obleth serve (PostgreSQL): a session made through one instance
 -- is valid on every other, and the throttle counts wrong tokens from an address on all of them.
--- (On SQLite, one instance keeps them in memory: obleth.web.sessions.) Only the SHA-256 of a
+-- (On SQLite, one instance keeps them in memory: obleth.api.sessions.) Only the SHA-256 of a
 -- session id is stored. Methods of the store object (obleth.store.base).
 local base = require "obleth.store.base"
 
