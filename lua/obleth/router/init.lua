@@ -713,6 +713,8 @@ function Router:_hold(model)
   if not loop.in_task() then return nil end
   local name = model.name
   self.load:hold(name)
+  -- the provisioner's pass now, not at the end of its interval
+  require("obleth.router.wakeups").of(self.app):wake(name)
   local deadline = self.clock() + self.wake_wait
   local found
   while not self.app.draining and self.clock() < deadline do
