@@ -52,7 +52,7 @@ local function snapshot(ctx)
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
-  local window = app.router and app.router.load
+  local window = app.load
   return parts.answer(ctx, { head = doc, key = "models", src = store:snapshot_models(),
     make = function(m)
       local md = store:snapshot_model(m)
