@@ -123,7 +123,8 @@ local function wait(ctx)
   if ctx.query.timeout ~= nil and not (timeout and timeout >= 0) then
     return errors.fail(400, "invalid", "timeout: seconds, 0 or more", "timeout")
   end
-  local wk = require("obleth.router.wakeups").of(ctx.app)
+  local wk = ctx.app.wakeups
+  if not wk then return errors.fail(404, "not_found", "no wake-ups in this process") end
   local seq, woken = wk:wait(since, math.min(timeout or 30, M.WAIT_MAX))
   return 200, { seq = seq, woken = woken, why = woken and wk.why or require("cjson").null }
 end

@@ -685,7 +685,7 @@ function Router:_hold(model)
   local name = model.name
   self.load:hold(name)
   -- the provisioner's pass now, not at the end of its interval
-  require("obleth.router.wakeups").of(self.app):wake(name)
+  if self.ctx.wakeups then self.ctx.wakeups:wake(name) end
   local deadline = self.clock() + self.wake_wait
   local found
   while not self.ctx.draining and self.clock() < deadline do

@@ -2,7 +2,7 @@
 -- autoscaled model with no replica (wake on demand, docs/autoscaling.md). A counter and the waiters of
 -- GET /api/v1/provisioner/wait: a wake bumps the counter and wakes every waiter; a waiter that names
 -- the counter it last saw returns at once when a wake came since, so none is lost between two waits.
--- One per obleth serve (kept on the application).
+-- One per obleth serve: obleth.serve makes it, as the context's `wakeups`.
 local M = {}
 
 local W = {}
@@ -12,14 +12,6 @@ W.__index = W
 ---@return table
 function M.new()
   return setmetatable({ seq = 0, waiters = {}, why = nil }, W)
-end
-
---- The application's set (made on first use).
----@param app table the obleth.api application
----@return table
-function M.of(app)
-  if not app._wakeups then app._wakeups = M.new() end
-  return app._wakeups
 end
 
 --- Ask for a pass now.
