@@ -19,11 +19,40 @@ local function _proof(ctx)
   return crypto.sha256_hex(t)
 end
 
+-- This process's part of a snapshot version: a version another obleth serve (or this one before a
+-- restart) answered is never taken as a base for a delta.
+local BOOT = sys.random_hex(4)
+
+--- The snapshot version an answer carries: "<boot>.<lease generation>.<counter>" (docs/managed-spec.md,
+--- "Snapshot versions").
+---@return string
+function M.snapshot_version(boot, generation, counter)
+  return ("%s.%d.%d"):format(boot, generation, counter)
+end
+
+-- The counter a `since` version names when a delta can be made from it: this process's, the current
+-- lease generation's, not ahead of the store. Otherwise nil (the full snapshot is sent).
+function M.delta_base(since, boot, generation, counter)
+  if type(since) ~= "string" then return nil end
+  local b, g, n = since:match("^(%x+)%.(%d+)%.(%d+)$")
+  if b ~= boot or tonumber(g) ~= generation then return nil end
+  n = math.tointeger(tonumber(n))
+  if not n or n > counter then return nil end
+  return n
+end
+
 local function snapshot(ctx)
   local app = ctx.app
   local s = app:slurm_settings()
   local store = app.store
+  -- the version first: a write made while the models are read is sent again by the next delta
+  local counter = store:snapshot_version()
+  local lease = store:lease()
+  local generation = lease and lease.generation or 0
+  local base = M.delta_base(ctx.query and ctx.query.since, BOOT, generation, counter)
   local doc = store:snapshot_head(math.floor(app.now()))
+  doc.version = M.snapshot_version(BOOT, generation, counter)
+  doc.delta = base ~= nil
   doc.settings = {
     enabled = s.enabled, url = s.url, socket = s.socket, user = s.user, token = s.token, verify = s.verify,
     ca_file = s.ca_file, api_version = s.api_version, timeout = s.timeout, defaults = s.defaults,
@@ -39,7 +68,15 @@ local function snapshot(ctx)
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
-  return parts.answer(ctx, { head = doc, key = "models", src = store:snapshot_models(),
+  local src = store:snapshot_models(base)
+  if base then
+    -- the changed models no longer listed: the provisioner forgets them
+    local listed, removed = {}, require("obleth.util.json").array()
+    for _, m in ipairs(src) do listed[m.id] = true end
+    for _, id in ipairs(store:snapshot_changed(base)) do if not listed[id] then removed[#removed + 1] = id end end
+    doc.removed = removed
+  end
+  return parts.answer(ctx, { head = doc, key = "models", src = src,
     make = function(m) return store:snapshot_model(m) end, headers = { ["Cache-Control"] = "no-store, private" } })
 end
 
@@ -171,8 +208,9 @@ local function bearer_only(handler)
 end
 
 M.routes = {
-  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true,
-    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
+  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true, query = { "since" },
+    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); with "
+      .. "?since=<version>, only the models changed since that version when it can (delta: true)" },
   { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },

@@ -176,6 +176,98 @@ M.migrations = {
   [8] = [[
     ALTER TABLE provisioner_lease ADD COLUMN token_hash TEXT;
   ]],
+  -- 9: the versioned provisioner snapshot (docs/managed-spec.md, "Snapshot versions"): one counter
+  -- bumped by every write to what a model's snapshot entry is made of (the model, its spec, replicas,
+  -- endpoints, job outcomes, launches), and per model the counter's value at its last such write.
+  -- model_versions keeps a deleted model's row (no foreign key), so a delta can say it was removed.
+  -- Triggers, so that no write path can forget it (PostgreSQL: the same with a trigger function).
+  [9] = [[
+    CREATE TABLE sync_version (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      version INTEGER NOT NULL
+    );
+    INSERT INTO sync_version (id, version) VALUES (1, 0);
+    CREATE TABLE model_versions (
+      model_id INTEGER PRIMARY KEY,
+      version INTEGER NOT NULL
+    );
+    CREATE INDEX model_versions_version ON model_versions(version);
+    CREATE TRIGGER sync_models_update AFTER UPDATE ON models BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_models_delete AFTER DELETE ON models BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_managed_specs_insert AFTER INSERT ON managed_specs BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_managed_specs_update AFTER UPDATE ON managed_specs BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_managed_specs_delete AFTER DELETE ON managed_specs BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_replicas_insert AFTER INSERT ON replicas BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_replicas_update AFTER UPDATE ON replicas BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_replicas_delete AFTER DELETE ON replicas BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_endpoints_insert AFTER INSERT ON endpoints BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_endpoints_update AFTER UPDATE ON endpoints BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_endpoints_delete AFTER DELETE ON endpoints BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_job_outcomes_insert AFTER INSERT ON job_outcomes BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_job_outcomes_update AFTER UPDATE ON job_outcomes BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_job_outcomes_delete AFTER DELETE ON job_outcomes BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_launches_insert AFTER INSERT ON launches WHEN NEW.model_id IS NOT NULL BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+  ]],
 }
 
 local Store = {}
@@ -827,12 +919,36 @@ end
 
 --- The models a provisioner snapshot lists, in id order: every model with a managed spec, and every
 --- model with live replicas whose spec was deleted (docs/managed-spec.md).
+--- With `since` (a snapshot version, Store:snapshot_version()), only those changed after it.
+---@param since integer|nil
 ---@return table[] model rows
-function Store:snapshot_models()
-  return self:_q([[SELECT m.* FROM models m WHERE
-      EXISTS (SELECT 1 FROM managed_specs s WHERE s.model_id = m.id)
-      OR EXISTS (SELECT 1 FROM replicas r WHERE r.model_id = m.id AND r.state IN ]] .. LIVE_SQL .. [[)
-      ORDER BY m.id]])
+function Store:snapshot_models(since)
+  local sql = [[SELECT m.* FROM models m WHERE
+      (EXISTS (SELECT 1 FROM managed_specs s WHERE s.model_id = m.id)
+      OR EXISTS (SELECT 1 FROM replicas r WHERE r.model_id = m.id AND r.state IN ]] .. LIVE_SQL .. [[))]]
+  if since then
+    return self:_q(sql .. [[ AND m.id IN (SELECT model_id FROM model_versions WHERE version > ?) ORDER BY m.id]], since)
+  end
+  return self:_q(sql .. " ORDER BY m.id")
+end
+
+--- The snapshot version: a counter every write to a model's snapshot entry bumps (migration 9).
+--- Read it before the entries, so a write made while they are read is sent again next time.
+---@return integer
+function Store:snapshot_version()
+  return self:_one("SELECT version FROM sync_version WHERE id = 1").version
+end
+
+--- The ids of the models whose snapshot entry changed after version `since`, listed or not (a
+--- deleted model, one whose spec was deleted and whose last replica ended), in id order.
+---@param since integer
+---@return integer[]
+function Store:snapshot_changed(since)
+  local out = {}
+  for _, r in ipairs(self:_q("SELECT model_id FROM model_versions WHERE version > ? ORDER BY model_id", since)) do
+    out[#out + 1] = r.model_id
+  end
+  return out
 end
 
 --- One model's entry in the provisioner snapshot: {id, name, status, spec, replicas, recent_ends, endpoints}.
