@@ -78,10 +78,15 @@ int luaopen_obleth_log(lua_State *L);
 int luaopen_obleth_yaml(lua_State *L);
 int luaopen_obleth_sys(lua_State *L);
 int luaopen_obleth_sqlite(lua_State *L);
+int luaopen_obleth_pg(lua_State *L);
 int luaopen_obleth_slurm_rest(lua_State *L);
 int luaopen_obleth_readline(lua_State *L);
 int luaopen_obleth_crypto(lua_State *L);
 int luaopen_obleth_jsonscan(lua_State *L);
+/* The prompt_tokens and completion_tokens (-1: missing) of the last "usage" object in
+   s[0..n) (an OpenAI answer or the end of one); 1 when one was found, else 0. Reads
+   only s; allocates nothing. */
+int obleth_usage_scan(const char *s, size_t n, long long *prompt, long long *completion);
 int luaopen_obleth_proc(lua_State *L);
 
 void obleth_open_modules(lua_State *L);

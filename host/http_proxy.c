@@ -13,11 +13,16 @@
  *     timeout = 3600,         -- seconds the whole exchange may take
  *     buffer_limit = 1048576, -- bytes of a non-streamed answer held back to be
  *                             -- sent with a Content-Length; more is passed through
+ *     usage = false,          -- keep the answer's last USAGE_TAIL bytes and read the
+ *                             -- engine's "usage" from them (prompt, completion below)
  *   }
  *
  * It must be called from the handler's task, before anything was sent
  * through res. It returns when the exchange is over:
- *   status, nil, nil, ttfb        the answer went through (status is the endpoint's)
+ *   status, nil, nil, ttfb[, prompt_tokens, completion_tokens]
+ *                                  the answer went through (status is the endpoint's);
+ *                                  with usage = true, the token counts of the last
+ *                                  "usage" object in the answer's end (nil when none)
  *   nil, {code, message}          nothing reached the client; code is
  *       "unreachable"      the connection was refused or could not be made
  *       "connect_timeout"  no connection within connect_timeout
@@ -76,6 +81,7 @@
 #define POOL_IDLE_SECS 300.0    /* an endpoint unused this long is forgotten */
 #define MAX_NAMED 16            /* header names a Connection header may list */
 #define CLIENT_BACKLOG (4 << 20) /* bytes queued to a slow client before reading pauses */
+#define USAGE_TAIL 4096         /* bytes of an answer's end kept to read its "usage" from */
 
 /* res:proxy's options (see the top of this file). */
 typedef struct {
@@ -86,6 +92,7 @@ typedef struct {
     double connect_timeout, timeout; /* seconds */
     size_t buffer_limit;             /* bytes */
     const char *via;    /* NULL, or this proxy's Via entry ("1.1 obleth-..."), sent after the client's */
+    int usage;          /* keep the answer's end and read its token usage */
 } proxy_opts;
 
 /* How an exchange ended: status 0 when nothing reached the client (code says why:
@@ -97,6 +104,7 @@ typedef struct {
     const char *code;
     const char *message;
     double ttfb;
+    long long prompt, completion; /* from the answer's "usage"; -1: none */
 } proxy_result;
 
 typedef struct endpoint {
@@ -131,6 +139,8 @@ struct proxy_op {
     struct evbuffer_cb_entry *incb; /* notes bytes arriving from the endpoint */
     struct evbuffer *held;          /* a non-streamed answer, held back */
     char *target;
+    char *tail;                     /* the answer's last bytes (usage = true), in the op's block */
+    size_t tail_n;
     double t0, ttfb, connect_timeout, timeout;
     size_t buffer_limit;
     int status;
@@ -414,8 +424,25 @@ static void client_written_cb(struct evhttp_connection *evcon, void *arg) {
     }
 }
 
+/* Keep the last USAGE_TAIL bytes of the answer so far, buf's bytes being the newest. */
+static void tail_note(struct proxy_op *op, struct evbuffer *buf) {
+    size_t len = evbuffer_get_length(buf);
+    if (!op->tail || len == 0) return;
+    if (len >= USAGE_TAIL) {
+        struct evbuffer_ptr at;
+        if (evbuffer_ptr_set(buf, &at, len - USAGE_TAIL, EVBUFFER_PTR_SET) != 0) return;
+        op->tail_n = evbuffer_copyout_from(buf, &at, op->tail, USAGE_TAIL) == USAGE_TAIL ? USAGE_TAIL : 0;
+        return;
+    }
+    size_t keep = op->tail_n + len > USAGE_TAIL ? USAGE_TAIL - len : op->tail_n;
+    memmove(op->tail, op->tail + op->tail_n - keep, keep);
+    ev_ssize_t got = evbuffer_copyout(buf, op->tail + keep, len);
+    op->tail_n = keep + (got > 0 ? (size_t)got : 0);
+}
+
 /* Pass what is in buf on to the client (it has had the answer's start). */
 static void pass_on(struct proxy_op *op, struct evbuffer *buf) {
+    tail_note(op, buf);
     struct evhttp_request *client = op->res ? op->res->req : NULL;
     if (!client || op->head) { /* nobody to send it to, or an answer to HEAD has no body */
         evbuffer_drain(buf, evbuffer_get_length(buf));
@@ -489,6 +516,7 @@ static void up_done_cb(struct evhttp_request *up, void *arg) {
             op->mode = 1;
         }
         struct evhttp_request *client = op->res ? op->res->req : NULL;
+        if (op->mode == 1) tail_note(op, op->held);
         if (client && op->mode == 1) {
             copy_answer_headers(up, client);
             if (op->head) {
@@ -638,6 +666,13 @@ static void proxy_done(response *r, const proxy_result *res) {
         if (res->message) lua_pushstring(co, res->message);
         else lua_pushnil(co);
         lua_pushnumber(co, res->ttfb);
+        if (res->prompt >= 0 || res->completion >= 0) {
+            if (res->prompt >= 0) lua_pushinteger(co, (lua_Integer)res->prompt);
+            else lua_pushnil(co);
+            if (res->completion >= 0) lua_pushinteger(co, (lua_Integer)res->completion);
+            else lua_pushnil(co);
+            nret = 6;
+        }
     }
     obleth_wait_resume(&r->w, nret);
 }
@@ -660,13 +695,15 @@ static void done_ev_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     r->proxy = NULL;
-    proxy_result res = {0, NULL, NULL, op->ttfb};
+    proxy_result res = {0, NULL, NULL, op->ttfb, -1, -1};
     if (op->client_gone) {
         r->state = 2; /* nobody is left to answer */
         res.status = 499;
         res.code = "client_gone";
     } else if (op->complete) {
         res.status = op->status;
+        if (op->tail && !obleth_usage_scan(op->tail, op->tail_n, &res.prompt, &res.completion))
+            res.prompt = res.completion = -1;
     } else {
         if (op->connect_timed_out) {
             res.code = "connect_timeout";
@@ -823,7 +860,8 @@ static struct proxy_op *proxy_start(response *r, const proxy_opts *o, const char
     if (!uri || *uri != '/') uri = "/";
     size_t evsz = (event_get_struct_event_size() + 15) & ~(size_t)15, tlen = strlen(uri) + 1;
     size_t head = (sizeof(struct proxy_op) + 15) & ~(size_t)15;
-    struct proxy_op *op = calloc(1, head + 3 * evsz + tlen);
+    size_t tailsz = o->usage ? USAGE_TAIL : 0;
+    struct proxy_op *op = calloc(1, head + 3 * evsz + tlen + tailsz);
     if (!op) {
         *why = "out of memory";
         return NULL;
@@ -834,6 +872,7 @@ static struct proxy_op *proxy_start(response *r, const proxy_opts *o, const char
     op->slow = (struct event *)(mem + 2 * evsz);
     op->target = mem + 3 * evsz;
     memcpy(op->target, uri, tlen);
+    if (tailsz) op->tail = op->target + tlen;
     event_assign(op->done_ev, obleth_base(), -1, 0, done_ev_cb, op);
     evtimer_assign(op->timer, obleth_base(), timer_cb, op);
     evtimer_assign(op->slow, obleth_base(), slow_cb, op);
@@ -894,7 +933,9 @@ int obleth_res_proxy(lua_State *L) {
     }
     lua_getfield(L, 2, "stream");
     o.stream = lua_toboolean(L, -1);
-    lua_pop(L, 1); /* host's, target's and via's strings stay anchored on the stack until the call returns */
+    lua_getfield(L, 2, "usage");
+    o.usage = lua_toboolean(L, -1);
+    lua_pop(L, 2); /* host's, target's and via's strings stay anchored on the stack until the call returns */
     o.connect_timeout = opt_number(L, 2, "connect_timeout", 5, 0.001, 1e6, "proxy");
     o.timeout = opt_number(L, 2, "timeout", 3600, 0.001, 1e7, "proxy");
     o.buffer_limit = (size_t)opt_number(L, 2, "buffer_limit", 1048576, 0, 1 << 30, "proxy");

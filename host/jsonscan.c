@@ -14,6 +14,12 @@
  *        level is not an object: the message names the byte offset (1-based).
  *   ok, message, kind, key = jsonscan.check(text)
  *     -> true when text is one JSON value (any top level), else nil, message, kind, key.
+ *   prompt, completion = jsonscan.usage(text)
+ *     -> the "prompt_tokens" and "completion_tokens" of the last "usage" object in text
+ *        (integers; nil for one that is missing), or nothing when text holds no usage
+ *        object. text may be any part of an answer: the end of a chat completion or of
+ *        an event stream (the router keeps the last bytes it passed on). Not a check of
+ *        the JSON: see obleth_usage_scan.
  *   kind: "syntax", "utf8" (a string that is not valid UTF-8) or "duplicate_key" (an
  *   object, at any depth, names a member twice; key is that name, printable: control
  *   characters, quotes and backslashes escaped, at most 64 bytes). Messages never
@@ -653,11 +659,80 @@ static int l_check(lua_State *L) {
     return push_error(L, &s);
 }
 
+/* Skip spaces, tabs and line ends from p; returns where the next byte is. */
+static const char *usage_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* The integer after `: ` at p (a JSON number without fraction), or -1. */
+static long long usage_int(const char *p, const char *end) {
+    p = usage_ws(p, end);
+    if (p >= end || *p != ':') return -1;
+    p = usage_ws(p + 1, end);
+    if (p >= end || *p < '0' || *p > '9') return -1;
+    long long v = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (v > (1LL << 53)) return -1;
+        v = v * 10 + (*p++ - '0');
+    }
+    return v;
+}
+
+int obleth_usage_scan(const char *s, size_t n, long long *prompt, long long *completion) {
+    static const char key[] = "\"usage\"";
+    const size_t klen = sizeof key - 1;
+    const char *end = s + n;
+    for (size_t i = n >= klen ? n - klen + 1 : 0; i-- > 0;) {
+        if (memcmp(s + i, key, klen) != 0 || (i > 0 && s[i - 1] == '\\')) continue;
+        const char *p = usage_ws(s + i + klen, end);
+        if (p >= end || *p != ':') continue;
+        p = usage_ws(p + 1, end);
+        if (p >= end || *p != '{') continue; /* "usage": null, in the chunks before the last */
+        *prompt = *completion = -1;
+        int depth = 0;
+        for (; p < end; p++) {
+            if (*p == '"') {
+                const char *q = p + 1;
+                while (q < end && *q != '"') q += *q == '\\' ? 2 : 1;
+                if (q >= end) break;
+                if (depth == 1) {
+                    size_t len = (size_t)(q - p - 1);
+                    if (len == 13 && memcmp(p + 1, "prompt_tokens", 13) == 0) *prompt = usage_int(q + 1, end);
+                    else if (len == 17 && memcmp(p + 1, "completion_tokens", 17) == 0)
+                        *completion = usage_int(q + 1, end);
+                }
+                p = q;
+            } else if (*p == '{' || *p == '[') {
+                depth++;
+            } else if (*p == '}' || *p == ']') {
+                if (--depth == 0) break;
+            }
+        }
+        return *prompt >= 0 || *completion >= 0;
+    }
+    return 0;
+}
+
+static int l_usage(lua_State *L) {
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    long long p, c;
+    if (!obleth_usage_scan(s, n, &p, &c)) return 0;
+    if (p >= 0) lua_pushinteger(L, (lua_Integer)p);
+    else lua_pushnil(L);
+    if (c >= 0) lua_pushinteger(L, (lua_Integer)c);
+    else lua_pushnil(L);
+    return 2;
+}
+
 int luaopen_obleth_jsonscan(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_fields);
     lua_setfield(L, -2, "fields");
     lua_pushcfunction(L, l_check);
     lua_setfield(L, -2, "check");
+    lua_pushcfunction(L, l_usage);
+    lua_setfield(L, -2, "usage");
     return 1;
 }

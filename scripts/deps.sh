@@ -13,7 +13,7 @@
 set -euo pipefail
 
 build_pkgs=(build-essential pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev lua-cjson libyaml-dev
-  libevent-dev libsqlite3-dev libreadline-dev libsystemd-dev libssl-dev ca-certificates)
+  libevent-dev libsqlite3-dev libpq-dev libreadline-dev libsystemd-dev libssl-dev ca-certificates)
 # slurm-wlm-jwt-plugin: auth/jwt for slurmctld, slurmdbd and slurmrestd (AuthAltTypes=auth/jwt). It is only
 # a Recommends of the Slurm packages, so installs without recommends (ours, and many images') miss it.
 cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-plugins
@@ -22,8 +22,10 @@ cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-
 # lmod: the engine specs put the stand-in engines (spec/engines) on PATH through a real module system,
 # initialised by the job script the way a site's batch jobs do (spec/integration/engines_spec.lua);
 # iproute2: ss, which the job script's port check uses
+# postgresql-15: the store specs run on PostgreSQL too, a server each run starts from Debian's binaries
+# (spec/support/pg.sh: initdb into a temp dir, pg_ctl; the package's own cluster is not used)
 test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc
-  lmod iproute2)
+  lmod iproute2 postgresql-15)
 
 # make deploy-check (Docker Compose end to end, its own dockerd) and make helm-check (Helm from npm, unzipped)
 deploy_pkgs=(docker.io docker-compose unzip)
@@ -67,6 +69,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     chmod 755 "$policy"
     trap 'rm -f "$policy"' EXIT
   fi
+  # postgresql-15 would create (and start, on 5432) a "main" cluster: the specs start their own
+  conf=/etc/postgresql-common/createcluster.conf
+  if [[ " ${missing[*]} " == *" postgresql-15 "* ]] && ! grep -qs '^create_main_cluster' "$conf"; then
+    mkdir -p "$(dirname "$conf")"
+    echo "create_main_cluster = false # obleth scripts/deps.sh: the specs start their own" >>"$conf"
+  fi
   # The package lists may be stale or absent on a fresh machine: update once, only when needed.
   if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
     apt-get update -q >/dev/null || { say "apt-get update failed"; exit 1; }
@@ -95,7 +103,7 @@ if [ "$group" = build ] || [ "$group" = all ]; then
   need_cmd cc build-essential
   need_cmd pkg-config pkg-config
   need_cmd lua5.4 lua5.4
-  for pc in lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto; do
+  for pc in lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto libpq; do
     pkg-config --exists "$pc" 2>/dev/null || problems+=("pkg-config cannot find $pc (see scripts/deps.sh build)")
   done
   lua5.4 -e 'require "cjson"' 2>/dev/null || problems+=("Lua 5.4 cannot load cjson (Debian package lua-cjson)")
@@ -135,6 +143,7 @@ if [ "$group" = all ]; then
   need_file /usr/bin/chromium chromium
   need_cmd clang clang
   need_cmd bc bc
+  need_file /usr/lib/postgresql/15/bin/initdb postgresql-15
   [ -n "$(find /usr/lib/llvm-14/lib/clang -name 'libclang_rt.fuzzer-*.a' -print -quit 2>/dev/null)" ] ||
     problems+=("clang's libFuzzer runtime is missing (Debian package libclang-rt-14-dev)")
 fi

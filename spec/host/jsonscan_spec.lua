@@ -222,3 +222,22 @@ describe("obleth.jsonscan: duplicate keys and UTF-8", function()
     assert.is_nil(jsonscan.check(""))
   end)
 end)
+
+describe("obleth.jsonscan.usage", function()
+  it("reads the tokens of the last usage object of an event stream's end, past the null ones", function()
+    local tail = 'ent":"x"}}],"usage":null}\n\ndata: {"choices":[],"usage":{"prompt_tokens":3,'
+      .. '"completion_tokens":16,"total_tokens":19,"prompt_tokens_details":{"cached_tokens":1}}}\n\ndata: [DONE]\n\n'
+    assert.same({ 3, 16 }, { jsonscan.usage(tail) })
+  end)
+
+  it("reads a chat completion's usage whatever the spacing, and nil for a count it lacks", function()
+    assert.same({ 12, 7 }, { jsonscan.usage('{"id":"c","usage" : { "completion_tokens" : 7 ,\n "prompt_tokens":12}}') })
+    assert.same({ nil, 7 }, { jsonscan.usage('{"usage":{"completion_tokens":7}}') })
+  end)
+
+  it("gives nothing for an answer without usage, nor for \"usage\" inside a string", function()
+    assert.equal(0, select("#", jsonscan.usage('{"choices":[]}')))
+    assert.equal(0, select("#", jsonscan.usage('{"content":"say \\"usage\\": {\\"prompt_tokens\\": 9}"}')))
+    assert.equal(0, select("#", jsonscan.usage("")))
+  end)
+end)

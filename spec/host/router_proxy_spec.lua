@@ -461,7 +461,8 @@ describe("the router's request line (obleth serve)", function()
     it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
     return
   end
-  it("names method, model, milliseconds, path, status and upstream, and never the client key", function()
+  it("names the client key's id, method, model, milliseconds, path, status and upstream, and never the client key",
+    function()
     local http = require "obleth.http"
     local server = require "spec.support.server"
     local eng = require("obleth.testing").new { model = "lm", replica = "lm-1" }
@@ -480,10 +481,11 @@ describe("the router's request line (obleth serve)", function()
     es:close()
     local lines = {}
     for line in err:gmatch("[^\n]+") do
-      if line:find("event=http_request method=POST model=lm", 1, true) then lines[#lines + 1] = line end
+      if line:find("method=POST model=lm", 1, true) then lines[#lines + 1] = line end
     end
     assert.equal(2, #lines, err)
-    local pat = "^ts=%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ level=info event=http_request method=POST model=lm "
+    local pat = "^ts=%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ level=info event=http_request key="
+      .. ("%d"):format(made.id) .. " method=POST model=lm "
       .. "ms=%d+%.%d+ path=/v1/chat/completions status=200 upstream=http://127%.0%.0%.1:%d+$"
     for _, line in ipairs(lines) do assert.matches(pat, line) end
     assert.is_nil(err:find(made.key, 1, true)) -- no client key in the log

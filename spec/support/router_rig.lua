@@ -1,7 +1,7 @@
 -- What the in-process router specs share: smoke engines on real ports, a port
 -- nothing listens on, and requests to the router with a client key.
 --   local rig = require("spec.support.router_rig").new()
---   local store, app, srv = rig:start{admin_token = "...", router = {...}}
+--   local store, app, srv = rig:start{admin_token = "...", router = {...}, clock = fn?}
 --     obleth serve's application over a SQLite store in memory on a real port, with a
 --     client key (rig.key)
 --   local e, url, srv = rig:engine("label", {model = "m", ...})  -- obleth.testing options
@@ -53,7 +53,8 @@ end
 
 function Rig:start(opts)
   local store = assert(require("obleth.store").open(":memory:"))
-  local app = require("obleth.api").new { store = store, admin_token = opts.admin_token, router = opts.router }
+  local app = require("obleth.api").new { store = store, admin_token = opts.admin_token, router = opts.router,
+    clock = opts.clock }
   local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
   self.base = "http://127.0.0.1:" .. srv:port()
   local g = require("obleth.api.keys").generate()

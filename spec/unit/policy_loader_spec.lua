@@ -76,6 +76,27 @@ describe("obleth.policy loader", function()
     assert.equal(20, set.get("lost").backoff(2), "functions not overridden stay")
   end)
 
+  it("a scale.lua override changes the decision on the next reload (late-bound need)", function()
+    -- 6 requests on 1 replica at target_inflight 4: built-in need = ceil(6 / 4) = 2
+    local f = { now = 1000, autoscale = { min_replicas = 1, max_replicas = 8, target_inflight = 4,
+      scale_down_after = 300, idle_to_zero_after = 1800 }, replicas = { { slot = 1, state = "healthy" } },
+      load = { inflight = 6, last_request_at = 1000, samples = {} } }
+    local set = policy.new({ dir = dir, stat = stat })
+    assert.equal(2, set.get("scale").decide(f).desired)
+    -- an operator who wants a spare replica on top of the need: decide calls M.need, so it follows
+    put(dir .. "/scale.lua", [[
+      return { need = function(demand, load, s) return builtin.need(demand, load, s) + 1 end }]])
+    set.reload()
+    assert.equal(3, set.get("scale").decide(f).desired)
+    -- DEFAULTS a spec leaves out: down_utilization 0.5 → 6 / (4 × 0.5) = 3 held on the way down
+    put(dir .. "/scale.lua", "return {DEFAULTS = {down_utilization = 0.5}}")
+    set.reload()
+    f.replicas = { { slot = 1, state = "healthy" }, { slot = 2, state = "healthy" }, { slot = 3, state = "healthy" } }
+    f.load.samples = { { at = 600, span = 10, inflight = 6 } }
+    assert.equal(3, set.get("scale").decide(f).desired)
+    assert.equal(2, require("obleth.policy.scale").decide(f).desired, "the built-in: ceil(6 / 3.2) = 2")
+  end)
+
   it("overriding partition_takes_account changes check and accounts_for", function()
     -- an operator rule: the partition debug also takes account teaching, whatever AllowAccounts says
     put(dir .. "/validate.lua", [[

@@ -105,6 +105,29 @@ describe("repl dry run", function()
     assert.equal(2, run.submits)
   end)
 
+  it("shows the scale policy's decision for an autoscaled model, under the policy given", function()
+    local f = facts()
+    -- alpha: 1 healthy + 1 starting, 13 requests in flight at target_inflight 4 → ceil(13 / 4) = 4
+    f.snapshot.models[1].spec.autoscale = { min_replicas = 0, max_replicas = 6, target_inflight = 4,
+      scale_down_after = 300, idle_to_zero_after = 1200 }
+    f.snapshot.models[1].load = { inflight = 13, last_request_at = NOW, samples = {} }
+    local run = dryrun.run(f)
+    assert.equal(1, #run.scaling)
+    assert.same({ "alpha", 2, 4, "up" }, { run.scaling[1].model, run.scaling[1].current, run.scaling[1].desired,
+      run.scaling[1].change })
+    local a = action(run, "alpha", nil)
+    assert.equal("scale up 2 → 4", a.action)
+    assert.equal("scale", a.rule)
+    assert.matches("demand 13 > 2 replica%(s%) × target_inflight 4", a.facts)
+    assert.matches("AUTOSCALED%s+CURRENT%s+DESIRED", dryrun.render(run))
+    -- under a policy whose target is 8 (what policy.try passes for an edited file): ceil(13 / 8) = 2
+    f.scale = require("obleth.policy.scale").new({ target_inflight = 8 })
+    f.snapshot.models[1].spec.autoscale.target_inflight = nil
+    run = dryrun.run(f)
+    assert.equal(2, run.scaling[1].desired)
+    assert.equal("none", run.scaling[1].change)
+  end)
+
   it("sends nothing: the snapshot it was given is unchanged", function()
     local f = facts()
     dryrun.run(f)

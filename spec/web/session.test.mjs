@@ -27,6 +27,7 @@ test('client keys: a new key is shown once with a copy button, revoked keys stop
   await axe(page, 'Client keys');
 
   await page.getByLabel('Name').fill('chat frontend');
+  await page.getByLabel('Requests a minute').fill('5');
   await page.keyboard.press('Enter');
   const shown = page.getByLabel('New client key');
   await shown.waitFor();
@@ -45,6 +46,11 @@ test('client keys: a new key is shown once with a copy button, revoked keys stop
   const row = page.getByRole('row', { name: /chat frontend/ });
   await row.waitFor();
   assert.match(await row.innerText(), new RegExp(key.slice(0, 12)));
+  // its limit, its owner (who made it: the admin token) and the request it made
+  await row.getByText('5 a minute').waitFor();
+  await row.getByText('1 request').waitFor();
+  await row.getByText('admin').waitFor();
+  await shot('limits-and-usage');
   assert.ok(!(await page.content()).includes(key), 'the key is in the page after a reload');
 
   await pressWithKeyboard(page, 'Revoke key chat frontend');

@@ -3,6 +3,8 @@
 -- the store keeps only its SHA-256.
 local errors = require "obleth.api.errors"
 local params = require "obleth.api.params"
+local schema = require "obleth.schema"
+local keys_schema = require "obleth.schema.keys"
 
 local M = {}
 
@@ -19,27 +21,48 @@ function M.generate()
   return { key = key, prefix = key:sub(1, M.SHOWN), hash = require("obleth.crypto").sha256_hex(key) }
 end
 
+-- The keys' usage the router counted and has not written yet goes to the store first.
+local function _flush(app)
+  if app.router then app.router:flush_usage() end
+end
+
 local function list(ctx)
+  _flush(ctx.app)
   return 200, { keys = ctx.app.store:list_api_keys() }
 end
 
+local function usage(ctx)
+  local id = params.int_param(ctx, "id")
+  if not id then return errors.not_found("API key", ctx.params.id) end
+  _flush(ctx.app)
+  local key = ctx.app.store:get_api_key(id)
+  if not key then return errors.not_found("API key", ctx.params.id) end
+  local u = key.usage
+  return 200, { id = key.id, name = key.name, owner = key.owner, prefix = key.prefix, requests = u.requests,
+    limited = u.limited, prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens,
+    total_tokens = u.prompt_tokens + u.completion_tokens, updated_at = u.updated_at }
+end
+
+local CHECKS = { formats = {
+  label = function(v, field)
+    if v:find("%c") then
+      return nil, { code = "invalid", field = field, message = field .. ": must have no control characters" }
+    end
+    return v
+  end,
+} }
+
 local function create(ctx)
-  local b = ctx.json
-  if b == nil then b = {} end
-  if type(b) ~= "table" then return errors.fail(400, "invalid", "the body must be a JSON object") end
-  for k in pairs(b) do
-    if k ~= "name" then return errors.fail(400, "invalid", "unknown field: " .. tostring(k), tostring(k)) end
-  end
-  local name = b.name
-  if name == nil or name == require("cjson").null then name = "" end
-  if type(name) ~= "string" or #name > 128 or name:find("[%c]") then
-    return errors.fail(400, "invalid", "name: must be a string of at most 128 characters without control characters",
-      "name")
-  end
+  local b, verr = schema.validate(keys_schema.input, ctx.json == nil and {} or ctx.json, nil, CHECKS)
+  if not b then return errors.fail(400, "invalid", verr.message, verr.field) end
+  -- the key's owner: who it is charged to, by default who made it
+  local owner = b.owner or ctx.actor or "admin"
   local g = M.generate()
-  local key, err = ctx.app.store:create_api_key { name = name, prefix = g.prefix, hash = g.hash }
+  local key, err = ctx.app.store:create_api_key { name = b.name or "", prefix = g.prefix, hash = g.hash,
+    owner = owner, requests_per_minute = b.requests_per_minute, max_concurrent = b.max_concurrent }
   if not key then return errors.store(err) end
-  ctx.app.log.info("api_key_created", { id = key.id, name = name, prefix = g.prefix })
+  ctx.app.log.info("api_key_created", { id = key.id, name = key.name, prefix = g.prefix, owner = owner,
+    requests_per_minute = b.requests_per_minute, max_concurrent = b.max_concurrent })
   key.key = g.key
   return 201, key, { Location = "/api/v1/keys/" .. key.id }
 end
@@ -80,8 +103,7 @@ local function put_settings(ctx)
 end
 
 M.schemas = {
-  ApiKeyInput = { type = "object", additionalProperties = false, properties = {
-    name = { type = "string", maxLength = 128, description = "a label for the key (who or what uses it)" } } },
+  ApiKeyInput = schema.openapi(keys_schema.input),
   RouterSettings = { type = "object", additionalProperties = false, required = { "keyless" }, properties = {
     keyless = { type = "boolean", description = "true: /v1/ needs no client key (obleth behind the site's own gateway)" },
   } },
@@ -89,9 +111,14 @@ M.schemas = {
 
 M.routes = {
   { "GET", "/api/v1/keys", list, tag = "router",
-    summary = "Client API keys for /v1/ (id, name, prefix, created_at, revoked_at; never the key)" },
+    summary = "Client API keys for /v1/ (id, name, prefix, owner, limits, usage, created_at, revoked_at; "
+      .. "never the key)" },
+  { "GET", "/api/v1/keys/{id}/usage", usage, tag = "router",
+    summary = "A client key's usage for chargeback: requests answered, requests a limit refused, and the "
+      .. "prompt / completion tokens the engines reported (counted since the key was made)" },
   { "POST", "/api/v1/keys", create, body = "ApiKeyInput", tag = "router", changes = { "keys" },
-    summary = "Create a client API key; the answer's `key` is shown this once (only its hash is stored)" },
+    summary = "Create a client API key, with optional limits (requests_per_minute, max_concurrent); the "
+      .. "answer's `key` is shown this once (only its hash is stored)" },
   { "DELETE", "/api/v1/keys/{id}", revoke, tag = "router", changes = { "keys" },
     summary = "Revoke a client API key (it stops working at once; listed with revoked_at)" },
   { "GET", "/api/v1/settings/router", get_settings, tag = "router",

@@ -1,6 +1,8 @@
 --- GET /api/v1/openapi.json: an OpenAPI 3 document generated from the route
 -- table (so it names exactly the registered routes), with the main schemas.
 local json = require "obleth.util.json"
+local wire = require "obleth.schema"
+local managed = require "obleth.schema.managed"
 
 local M = {}
 
@@ -21,25 +23,7 @@ M.schemas = {
     managed = { type = "boolean" }, created_at = { type = "integer" }, updated_at = { type = "integer" } } },
   EndpointInput = { type = "object", required = { "url" }, additionalProperties = false,
     properties = { url = { type = "string", format = "uri" } } },
-  ManagedSpec = { type = "object", additionalProperties = false,
-    description = "docs/managed-spec.md; exactly one of script_body / launch_command",
-    properties = {
-      enabled = { type = "boolean", default = true }, replicas = int(0, 64),
-      partition = nullable({ type = "string", pattern = "^[A-Za-z0-9_.-]{1,64}$" }),
-      account = nullable(str()), qos = nullable(str()),
-      time_limit = { oneOf = { int(1, 525600),
-        { type = "string", description = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS" } } },
-      nodes = int(1, 64), gpus_per_node = int(0, 64), gpu_type = nullable(str()), cpus_per_node = int(1, 1024),
-      memory_per_node = int(0, 16777216), constraint = nullable(str()), exclude = nullable(str()),
-      script_body = nullable(str()), launch_command = nullable(str()), image = nullable(str()),
-      preamble = arr(str()), environment = { type = "object", additionalProperties = str() },
-      stdout = nullable(str()), stderr = nullable(str()),
-      health = { type = "object", additionalProperties = false, properties = {
-        path = str(), interval = int(1, 3600), timeout = int(1, 600), startup_grace = int(0, 604800),
-        failure_threshold = int(1, 100) } },
-      recipe_id = nullable(str()), inputs = { type = "object" }, rollover_margin = nullable(int(0, 10080)),
-      generation = { type = "integer", readOnly = true }, provision_error = nullable({ type = "object", readOnly = true }),
-    } },
+  ManagedSpec = wire.openapi(managed.spec),
   SlurmConnection = { type = "object", properties = {
     url = nullable(str()), socket = nullable(str()), user = nullable(str()),
     token = nullable({ type = "string", description = "the JWT; \"********\" (the mask) keeps the stored one" }),
@@ -51,6 +35,9 @@ M.schemas = {
     timeout = { type = "number" } } },
   SlurmSettings = { allOf = { { ["$ref"] = "#/components/schemas/SlurmConnection" }, { type = "object", properties = {
     enabled = { type = "boolean" },
+    thresholds = { type = "object", readOnly = true, description = "seconds (obleth.schema.thresholds): a "
+      .. "provisioner not checked in for longer is taken for stopped; a static JWT closer to its expiry is warned about",
+      properties = { provisioner_stale = { type = "integer" }, token_warn_before = { type = "integer" } } },
     defaults = { type = "object", properties = {
       model_cache_dir = nullable(str()), image_dir = nullable(str()), log_dir = nullable(str()),
       hf_token_path = nullable({ type = "string", description = "a file on the cluster only the job user can read, "

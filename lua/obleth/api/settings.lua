@@ -34,8 +34,18 @@ function M.public(app)
       user_groups = d.user_groups and json.array(d.user_groups) or NULL, enforce_part_limits = n(d.enforce_part_limits),
     },
     provisioner = prov,
+    thresholds = M.thresholds(),
     updated_at = n(s.updated_at),
   }
+end
+
+--- The numbers the Slurm card words by, from their one owner (obleth.schema.thresholds): seconds
+--- without a check-in after which the provisioner is taken for stopped, and seconds before a static
+--- JWT's expiry from which it is warned about.
+---@return {provisioner_stale: integer, token_warn_before: integer}
+function M.thresholds()
+  local t = require "obleth.schema.thresholds"
+  return { provisioner_stale = t.provisioner_stale, token_warn_before = t.token_warn_before }
 end
 
 --- The Slurm JWT's state as operators see it: {source, expires_at, renewed_at, warning}. A static

@@ -173,6 +173,9 @@ function M.main(argv)
 
   local stopping = false
   local handles = {}
+  -- the client keys' usage the router counted goes to the store every few seconds, and at the end
+  local router = app.router
+  handles[#handles + 1] = loop.every(require("obleth.router").USAGE_FLUSH, function() router:flush_usage() end)
   for _, sig in ipairs({ "TERM", "INT" }) do
     handles[#handles + 1] = loop.on_signal(sig, function(name)
       if stopping then return end
@@ -195,6 +198,7 @@ function M.main(argv)
   local code = loop.run()
   for _, h in ipairs(handles) do h:cancel() end
   srv:close()
+  router:flush_usage()
   store:close()
   log.info("serve_stopped", { exit = code })
   return code

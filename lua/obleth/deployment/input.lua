@@ -5,14 +5,15 @@
 -- cjson.null). Each returns the normalized value, or nil and
 -- err = {code = "invalid", field = "health.interval", message = "..."} naming
 -- the first bad field. Unknown fields are refused by name.
-local cjson = require "cjson"
-local timefmt = require "obleth.util.timefmt"
 local hostlist = require "obleth.slurm.hostlist"
 local recipe_schema = require "obleth.recipe.schema"
+local schema = require "obleth.schema"
+local check = require "obleth.schema.check"
+local managed_schema = require "obleth.schema.managed"
 
 local M = {}
 
-local NULL = cjson.null
+local NULL = check.NULL
 
 --- What GET shows instead of a stored secret; a PUT that sends it back keeps the secret.
 M.MASK = "********"
@@ -24,114 +25,17 @@ M.REPLICA_STATES = { pending = true, submitted = true, starting = true, healthy 
   ending = true, ended = true, lost = true }
 M.LIVE_STATES = { "pending", "submitted", "starting", "healthy", "unhealthy", "ending" }
 
-local function _err(field, fmt, ...)
-  return nil, { code = "invalid", field = field, message = field .. ": " .. fmt:format(...) }
-end
+local _err, _null, _is_object, _is_array = check.err, check.null, check.is_object, check.is_array
+local _int, _num, _bool, _str, _ostr, _unknown, _set = check.int, check.num, check.bool, check.str, check.ostr,
+  check.unknown, check.set
 
-local function _null(v) return v == nil or v == NULL end
-
-local function _tname(v)
-  if v == NULL then return "null" end
-  local t = type(v)
-  if t == "number" then return "a number" end
-  if t == "string" then return "a string" end
-  if t == "boolean" then return "a boolean" end
-  if t == "table" then return "an object or array" end
-  return t
-end
-
-local function _is_object(v)
-  if type(v) ~= "table" then return false end
-  local mt = getmetatable(v) -- a JSON array, even empty, is not an object (obleth.util.json marks them)
-  if mt and mt.__name == "obleth.json.array" then return false end
-  for k in pairs(v) do if type(k) ~= "string" then return false end end
-  return true
-end
-
-local function _is_array(v)
-  if type(v) ~= "table" then return false end
-  local n = 0
-  for k in pairs(v) do
-    if math.type(k) ~= "integer" or k < 1 then return false end
-    n = n + 1
-  end
-  return n == #v
-end
-
---- An integer (JSON numbers arrive as floats) in [lo, hi].
-local function _int(v, field, lo, hi)
-  local n = type(v) == "number" and math.tointeger(v)
-  if not n and type(v) == "number" and v == v and v == math.floor(v) then -- whole, but past 2^63
-    return _err(field, "must be from %d to %d, got %.14g", lo, hi, v)
-  elseif not n and type(v) == "number" then
-    return _err(field, "must be a whole number, got %.14g", v)
-  end
-  if not n then return _err(field, "must be a whole number, got %s", _tname(v)) end
-  if n < lo or n > hi then return _err(field, "must be from %d to %d, got %d", lo, hi, n) end
-  return n
-end
-
-local function _num(v, field, lo, hi)
-  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
-    return _err(field, "must be a number, got %s", _tname(v))
-  end
-  if v < lo or v > hi then return _err(field, "must be from %s to %s", lo, hi) end
-  return v
-end
-
-local function _bool(v, field)
-  if type(v) ~= "boolean" then return _err(field, "must be true or false, got %s", _tname(v)) end
-  return v
-end
-
---- A string of at most max bytes, without NUL (and without line breaks unless multiline);
---- pattern (Lua) checks the whole string.
-local function _str(v, field, opts)
-  if type(v) ~= "string" then return _err(field, "must be a string, got %s", _tname(v)) end
-  local max = opts.max or 4096
-  if #v > max then return _err(field, "is longer than %d bytes", max) end
-  if v:find("%z") then return _err(field, "must not contain NUL bytes") end
-  if not opts.multiline and v:find("[\r\n]") then return _err(field, "must be one line") end
-  if opts.nonempty and v:match("^%s*$") then return _err(field, "must not be empty") end
-  if opts.pattern and not v:match(opts.pattern) then
-    if opts.secret then return _err(field, "is not valid: %s", opts.rule or "bad characters") end
-    return _err(field, "%q is not valid: %s", v:sub(1, 80), opts.rule or "bad characters")
-  end
-  return v
-end
-
---- A nullable string: null and "" (blank) give nil.
-local function _ostr(v, field, opts)
-  if _null(v) or (type(v) == "string" and v:match("^%s*$")) then return nil end
-  return _str(v, field, opts)
-end
-
-local function _unknown(input, known, prefix)
-  local bad = {}
-  for k in pairs(input) do
-    if type(k) ~= "string" or not known[k] then bad[#bad + 1] = tostring(k) end
-  end
-  if #bad > 0 then
-    table.sort(bad)
-    local f = (prefix or "") .. bad[1]
-    return nil, { code = "invalid", field = f,
-      message = ("unknown field%s: %s"):format(#bad > 1 and "s" or "", (prefix or "") .. table.concat(bad, ", ")) }
-  end
-  return true
-end
-
-local function _set(list)
-  local s = {}
-  for _, k in ipairs(list) do s[k] = true end
-  return s
-end
 
 -- Run step(value, field) over an input field when present (and not null when nullable),
 -- storing the result into out[key]. Returns true or nil, err.
-local function _field(input, out, key, check, field)
+local function _field(input, out, key, fn, field)
   local v = input[key]
   if v == nil then return true end
-  local r, err = check(v, field or key)
+  local r, err = fn(v, field or key)
   if err then return nil, err end
   out[key] = r
   return true
@@ -203,127 +107,32 @@ end
 -- managed spec
 ---------------------------------------------------------------------------
 
-M.HEALTH_DEFAULTS = { path = "/health", interval = 10, timeout = 5, startup_grace = 600, failure_threshold = 3 }
-
-M.SPEC_FIELDS = { "enabled", "replicas", "partition", "account", "qos", "time_limit", "nodes", "gpus_per_node",
-  "gpu_type", "cpus_per_node", "memory_per_node", "constraint", "exclude", "script_body", "launch_command",
-  "image", "preamble", "environment", "stdout", "stderr", "health", "recipe_id", "inputs", "rollover_margin" }
+--- The health check's defaults and the spec's fields, read from the schema (obleth.schema.managed).
+M.HEALTH_DEFAULTS = schema.defaults(managed_schema.health)
+M.SPEC_FIELDS = {}
+for i, f in ipairs(managed_schema.spec.fields) do M.SPEC_FIELDS[i] = f[1] end
 --- Read-only fields a client may send back unchanged from a GET; they are ignored.
-M.SPEC_READ_ONLY = { "generation", "provision_error", "model_id", "model_name", "launch_id", "created_at",
-  "updated_at" }
-
-local SPEC_KNOWN = _set(M.SPEC_FIELDS)
-for _, k in ipairs(M.SPEC_READ_ONLY) do SPEC_KNOWN[k] = true end
-
-local function _health(v, field)
-  local out = {}
-  for k, d in pairs(M.HEALTH_DEFAULTS) do out[k] = d end
-  if _null(v) then return out end
-  if not _is_object(v) then
-    return _err(field, "must be an object {path, interval, timeout, startup_grace, failure_threshold}")
-  end
-  local ok, err = _unknown(v, _set({ "path", "interval", "timeout", "startup_grace", "failure_threshold" }), field .. ".")
-  if not ok then return nil, err end
-  local steps = {
-    { "path", function(x, f)
-      return _str(x, f, { max = 1024, pattern = "^/[%w%-._~/%%!$&'()*+,;=:@?]*$",
-        rule = "an absolute URL path starting with '/'" })
-    end },
-    { "interval", function(x, f) return _int(x, f, 1, 3600) end },
-    { "timeout", function(x, f) return _int(x, f, 1, 600) end },
-    { "startup_grace", function(x, f) return _int(x, f, 0, 604800) end },
-    { "failure_threshold", function(x, f) return _int(x, f, 1, 100) end },
-  }
-  for _, s in ipairs(steps) do
-    if not _null(v[s[1]]) then
-      local r, e = s[2](v[s[1]], field .. "." .. s[1])
-      if e then return nil, e end
-      out[s[1]] = r
-    end
-  end
-  if out.timeout > out.interval then
-    return _err(field .. ".timeout", "must not be longer than health.interval (%d s)", out.interval)
-  end
-  return out
-end
-
-local function _time_limit(v, field)
-  if type(v) == "number" then return _int(v, field, 1, 525600) end
-  if type(v) ~= "string" then return _err(field, "must be minutes or a Slurm time (e.g. 1:00:00), got %s", _tname(v)) end
-  local m, e = timefmt.parse_minutes(v)
-  if not m then return nil, { code = "invalid", field = field, message = field .. ": " .. e } end
-  if m > 525600 then return _err(field, "must be at most 525600 minutes (a year)") end
-  return m
-end
+M.SPEC_READ_ONLY = managed_schema.spec.read_only
 
 local function _hostlist(v, field)
-  local s, err = _ostr(v, field, { max = 4096, pattern = "^[A-Za-z0-9_.,%[%]%-]+$",
-    rule = "a hostlist such as n[1-2],gpu7" })
-  if err or not s then return s, err end
-  local ok, e = hostlist.expand(s)
+  local ok, e = hostlist.expand(v)
   if not ok then return _err(field, "%s", e) end
-  return s
+  return v
 end
+
+--- The spec's checks that are not data (named by the schema's `format`).
+local FORMATS = { hostlist = _hostlist, log_path = _log_path }
 
 --- Validate a managed spec from a PUT body and fill in the defaults.
 ---@param input table decoded JSON object
 ---@return table|nil spec (every field of M.SPEC_FIELDS; nil for null ones), table|nil err
 function M.managed_spec(input)
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
-  local ok, err = _unknown(input, SPEC_KNOWN)
-  if not ok then return nil, err end
-  local out = {
-    enabled = true, replicas = 1, time_limit = 60, nodes = 1, gpus_per_node = 0, cpus_per_node = 1,
-    memory_per_node = 0, preamble = {}, environment = {}, inputs = {},
-  }
-  local checks = {
-    { "enabled", _bool },
-    { "replicas", function(v, f) return _int(v, f, 0, 64) end },
-    { "partition", _slurm_name },
-    { "account", _slurm_name },
-    { "qos", _slurm_name },
-    { "time_limit", _time_limit },
-    { "nodes", function(v, f) return _int(v, f, 1, 64) end },
-    { "gpus_per_node", function(v, f) return _int(v, f, 0, 64) end },
-    { "gpu_type", _slurm_name },
-    { "cpus_per_node", function(v, f) return _int(v, f, 0, 1024) end }, -- 0: the whole node
-    { "memory_per_node", function(v, f) return _int(v, f, 0, 16777216) end },
-    { "constraint", function(v, f)
-      return _ostr(v, f, { max = 1024, pattern = "^[A-Za-z0-9_&|,()!*:%-]+$",
-        rule = "feature names joined with & | , ( ) ! * :" })
-    end },
-    { "exclude", _hostlist },
-    { "script_body", function(v, f) return _ostr(v, f, { max = 1048576, multiline = true }) end },
-    { "launch_command", function(v, f) return _ostr(v, f, { max = 65536, multiline = true }) end },
-    { "image", _path },
-    { "preamble", function(v, f) return _lines(v, f, 256) end },
-    { "environment", _env },
-    { "stdout", _log_path },
-    { "stderr", _log_path },
-    { "health", _health },
-    { "recipe_id", function(v, f)
-      return _ostr(v, f, { max = 128, pattern = "^[A-Za-z0-9._%-]+$", rule = "letters, digits, '.', '_', '-'" })
-    end },
-    { "inputs", function(v, f)
-      if _null(v) then return {} end
-      if not _is_object(v) then return _err(f, "must be an object") end
-      return v
-    end },
-    { "rollover_margin", function(v, f)
-      if _null(v) then return nil end
-      return _int(v, f, 0, 10080)
-    end },
-  }
-  for _, c in ipairs(checks) do
-    local key = c[1]
-    local v = input[key]
-    if v ~= nil then
-      local r, e = c[2](v, key)
-      if e then return nil, e end
-      out[key] = r
-    end
+  local out, err = schema.validate(managed_schema.spec, input, nil, { formats = FORMATS })
+  if not out then return nil, err end
+  -- the rules between fields
+  if out.health.timeout > out.health.interval then
+    return _err("health.timeout", "must not be longer than health.interval (%d s)", out.health.interval)
   end
-  if out.health == nil then out.health = _health(nil, "health") end
   if out.script_body and out.launch_command then
     return nil, { code = "invalid", field = "script_body",
       message = "give exactly one of script_body or launch_command, not both" }
@@ -399,7 +208,7 @@ M.SETTINGS_DEFAULTS = {
 }
 
 local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at", "token_renewed_at",
-  "token_warning", "updated_at" })
+  "token_warning", "thresholds", "updated_at" })
 local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "verify", "ca_file", "api_version",
   "timeout", "defaults", "token_source", "token_key_file", "token_command", "token_lifespan" })
 

@@ -29,8 +29,9 @@ M.REQUIRED = {
   rollover = { "plan" },
   lost = { "check", "backoff" },
   failures = { "classify" },
+  scale = { "decide" },
 }
-M.NAMES = { "learned", "suggestions", "partition_fit", "validate", "rollover", "lost", "failures" }
+M.NAMES = { "learned", "suggestions", "partition_fit", "validate", "rollover", "lost", "failures", "scale" }
 
 local function _stat_fn()
   local ok, sys = pcall(require, "obleth.sys")

@@ -1,6 +1,8 @@
 --- obleth.recipe.schema — what a recipe may contain (engines, input types, the keys a template
 -- may name, the managed-spec defaults) and the small value helpers every part of obleth.recipe uses.
 
+local wire = require "obleth.schema"
+local managed = require "obleth.schema.managed"
 
 local M = {}
 
@@ -72,10 +74,12 @@ M.TOP_SETTINGS = { replicas = true, rollover_margin = true, stdout = true, stder
 M.FILTERS = { first_shard = true, in_image_dir = true }
 
 --- Managed-spec health defaults (docs/managed-spec.md).
-M.HEALTH_DEFAULTS = { path = "/health", interval = 10, timeout = 5, startup_grace = 600, failure_threshold = 3 }
+M.HEALTH_DEFAULTS = wire.defaults(managed.health)
 --- Managed-spec defaults for settings neither the recipe nor the cluster gives.
-M.SPEC_DEFAULTS = { time_limit = 60, nodes = 1, gpus_per_node = 0, cpus_per_node = 1, memory_per_node = 0,
-  replicas = 1 }
+M.SPEC_DEFAULTS = {}
+for _, k in ipairs({ "time_limit", "nodes", "gpus_per_node", "cpus_per_node", "memory_per_node", "replicas" }) do
+  M.SPEC_DEFAULTS[k] = wire.defaults(wire.field(managed.spec, k))
+end
 
 local TOP_KEYS = {
   id = true, name = true, engine = true, description = true, inputs = true, resources = true,

@@ -9,6 +9,8 @@ local shell = require "obleth.job.shell"
 local timefmt = require "obleth.util.timefmt"
 local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
+local wire = require "obleth.schema"
+local managed = require "obleth.schema.managed"
 local templates = require "obleth.recipe.templates"
 -- the names this part's code shares with the other parts of obleth.recipe
 local M = tables.merged(schema, templates)
@@ -205,18 +207,24 @@ M.TIME_MAX = "max"
 --- Minutes a `max` time limit stands for until a partition with a finite MaxTime is known.
 M.TIME_MAX_FALLBACK = 1440
 
+-- the bounds of a setting are the managed spec's (obleth.schema.managed): a recipe never resolves to a
+-- spec its PUT would refuse
+local function _bounds(path)
+  local f = wire.field(managed.spec, path)
+  return { kind = "integer", min = f.min, max = f.max }
+end
 local RES_RULES = {
   partition = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 64 },
   gpu_type = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 64 },
   constraint = { kind = "string", pattern = "^[A-Za-z0-9_&|,()!*:-]+$", maxlen = 1024 },
   exclude = { kind = "string", pattern = "^[A-Za-z0-9_.,%[%]-]+$", maxlen = 4096 },
-  nodes = { kind = "integer", min = 1, max = 64 },
-  gpus_per_node = { kind = "integer", min = 0, max = 64 },
-  cpus_per_node = { kind = "integer", min = 0, max = 1024 }, -- 0: the whole node
-  memory_per_node = { kind = "integer", min = 0, max = 16777216 },
+  nodes = _bounds("nodes"),
+  gpus_per_node = _bounds("gpus_per_node"),
+  cpus_per_node = _bounds("cpus_per_node"), -- 0: the whole node
+  memory_per_node = _bounds("memory_per_node"),
   time_limit = { kind = "time" },
-  replicas = { kind = "integer", min = 0, max = 64 },
-  rollover_margin = { kind = "integer", min = 0, max = 525600 },
+  replicas = _bounds("replicas"),
+  rollover_margin = _bounds("rollover_margin"),
   account = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 256 },
   qos = { kind = "string", pattern = "^[A-Za-z0-9_.-]+$", maxlen = 256 },
   stdout = { kind = "text", maxlen = 4096 },
@@ -225,12 +233,16 @@ local RES_RULES = {
 -- RES_RULES holds the rule of every setting: schema.RESOURCE_KEYS go under resources:, schema.TOP_SETTINGS
 -- at the top level
 local RESOURCE_KEYS, TOP_SETTINGS = schema.RESOURCE_KEYS, schema.TOP_SETTINGS
+local function _seconds(name)
+  local f = wire.field(managed.health, name)
+  return { kind = "seconds", min = f.min, max = f.max }
+end
 local HEALTH_RULES = {
   path = { kind = "path" },
-  interval = { kind = "seconds" },
-  timeout = { kind = "seconds" },
-  startup_grace = { kind = "seconds", zero = true },
-  failure_threshold = { kind = "integer", min = 1, max = 1000 },
+  interval = _seconds("interval"),
+  timeout = _seconds("timeout"),
+  startup_grace = _seconds("startup_grace"),
+  failure_threshold = _bounds("health.failure_threshold"),
 }
 
 --- Check one setting value against its rule; returns the coerced value or nil, message.
@@ -262,8 +274,8 @@ local function _check_rule(rule, v, field)
     return m
   elseif rule.kind == "seconds" then
     if type(v) == "string" then v = tonumber(v) or v end
-    if type(v) ~= "number" or v ~= v or v < 0 or (v == 0 and not rule.zero) or v > 86400 * 7 then
-      return nil, field .. " must be a number of seconds" .. (rule.zero and " (0 or more)" or " above 0")
+    if type(v) ~= "number" or v ~= v or v < rule.min or v > rule.max then
+      return nil, ("%s must be a number of seconds from %d to %d"):format(field, rule.min, rule.max)
     end
     return _int(v)
   elseif rule.kind == "path" then

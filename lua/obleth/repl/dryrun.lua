@@ -53,14 +53,16 @@ end
 
 --- Run the decision step of a pass on live facts.
 ---@param facts {now: number, snapshot: table, jobs: table[], job_by_id: table|nil,
----  lost: table|nil, rollover: table|nil, drain_seconds: number|nil}
+---  lost: table|nil, rollover: table|nil, scale: table|nil, drain_seconds: number|nil}
 ---  snapshot: GET /api/v1/provisioner/snapshot; jobs: the cluster's job listing; job_by_id: accounting
----  lookups of recorded jobs the listing no longer shows; lost / rollover: the policy modules
----  (their `check` / `plan` are the rules applied; nil = built-in)
+---  lookups of recorded jobs the listing no longer shows; lost / rollover / scale: the policy modules
+---  (their `check` / `plan` / `decide` are the rules applied; nil = built-in). scale decides for
+---  each model whose spec has `autoscale`, on the snapshot's `load` of that model
 ---@return table run {now, replicas = row[], actions = action[], submits, cancels, state}
 ---  row {model, slot, job_id, node, now (state in the store, or "untracked"), next (state after the pass),
 ---  port}; action {model, slot, job_id, action = "submit"|"cancel"|"start successor"|"mark lost"|
----  "wait ...", rule, facts}; submits / cancels: how many would be sent
+---  "wait ...", rule, facts}; submits / cancels: how many would be sent; scaling {model, desired,
+---  current, change, reason} per autoscaled model
 function M.run(facts)
   local n = 0
   local lost, rollover = facts.lost, facts.rollover
@@ -99,6 +101,19 @@ function M.run(facts)
     end
     act(mm or { name = "(unknown model)" }, c.row or { job_id = c.job_id }, ("cancel job %s"):format(tostring(c.job_id)),
       c.why, _cancel_facts(c.why, c.row, mm))
+  end
+  run.scaling = {}
+  local scale = facts.scale or require("obleth.policy.scale")
+  for _, m in ipairs(facts.snapshot.models or {}) do
+    if m.spec and m.spec.autoscale then
+      local d = scale.decide({ now = facts.now, autoscale = m.spec.autoscale, replicas = m.replicas,
+        load = m.load or {} })
+      run.scaling[#run.scaling + 1] = { model = m.name, desired = d.desired, current = d.current,
+        change = d.change, reason = d.reason, decision = d }
+      if d.change ~= "none" and d.change ~= "hold" then
+        act(m, nil, ("scale %s %d → %d"):format(d.change, d.current, d.desired), "scale", d.reason)
+      end
+    end
   end
   for _, mm in ipairs(state.models) do
     for _, d in ipairs(mm.decisions or {}) do
@@ -162,6 +177,14 @@ function M.render(run)
   out[#out + 1] = #arows > 0 and fmt.table({ "WOULD", "MODEL", "SLOT", "RULE", "FACTS" }, arows)
     or "nothing to do"
   out[#out + 1] = ("%d submit(s), %d cancel(s) would be sent"):format(run.submits, run.cancels)
+  if run.scaling and #run.scaling > 0 then
+    local srows = {}
+    for _, x in ipairs(run.scaling) do
+      srows[#srows + 1] = { x.model, x.current, x.desired, x.change, x.reason }
+    end
+    out[#out + 1] = ""
+    out[#out + 1] = fmt.table({ "AUTOSCALED", "CURRENT", "DESIRED", "CHANGE", "WHY" }, srows)
+  end
   return table.concat(out, "\n")
 end
 

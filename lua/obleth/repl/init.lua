@@ -219,6 +219,7 @@ function M.handles(ctx)
     local _, _, perr = require("obleth.provisioner").rules(ctx.policy)
     local run = require("obleth.repl.dryrun").run { now = f.now, snapshot = f.snapshot, jobs = f.jobs,
       job_by_id = f.job_by_id, lost = ctx.policy.get("lost"), rollover = ctx.policy.get("rollover"),
+      scale = ctx.policy.get("scale"),
       drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or "") }
     run.policy_error = perr
     run.state = nil

@@ -95,7 +95,7 @@ function M.new(set, live)
   end
 
   --- The module in use for a policy (overrides from the policy directory applied).
-  ---@param name string "learned"|"suggestions"|"partition_fit"|"validate"|"rollover"|"lost"
+  ---@param name string "learned"|"suggestions"|"partition_fit"|"validate"|"rollover"|"lost"|"failures"|"scale"
   ---@return table
   function P.get(name) set.reload() return set.get(name) end
 
@@ -171,9 +171,9 @@ function M.new(set, live)
     local function new_get(n) if n == name then return mod end return set.get(n) end
     local f = need(live.pass())
     local old = dryrun.run { now = f.now, snapshot = f.snapshot, jobs = f.jobs, job_by_id = f.job_by_id,
-      lost = set.get("lost"), rollover = set.get("rollover") }
+      lost = set.get("lost"), rollover = set.get("rollover"), scale = set.get("scale") }
     local new = dryrun.run { now = f.now, snapshot = f.snapshot, jobs = f.jobs, job_by_id = f.job_by_id,
-      lost = new_get("lost"), rollover = new_get("rollover") }
+      lost = new_get("lost"), rollover = new_get("rollover"), scale = new_get("scale") }
     local a, b = dryrun.by_slot(old), dryrun.by_slot(new)
     local keys, seen = {}, {}
     for _, t in ipairs({ a, b }) do

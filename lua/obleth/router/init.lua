@@ -18,6 +18,7 @@ local json = require "obleth.util.json"
 local balancer = require "obleth.router.balancer"
 local unavailable = require "obleth.router.unavailable"
 local metrics = require "obleth.router.metrics"
+local limits = require "obleth.router.limits"
 -- the host's scanner reads "model" and "stream" without decoding the body (a long chat
 -- costs cjson.decode hundreds of µs); plain lua5.4 (unit specs) falls back to cjson
 local has_jsonscan, jsonscan = pcall(require, "obleth.jsonscan")
@@ -193,10 +194,11 @@ Router.__index = Router
 
 --- Make a router.
 ---@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil,
----  transport: "proxy"|"client"|nil}
+---  transport: "proxy"|"client"|nil, limit_window: number|nil}
 ---  app is the obleth.api application (store, log, clock, now, draining, inflight, slurm_settings).
 ---  transport: "proxy" (default) passes requests to http:// endpoints with res:proxy (host/http_proxy.c)
 ---  and to others (https://) with the HTTP client; "client" sends every request with the HTTP client.
+---  limit_window: seconds of a key's requests_per_minute window (default 60; specs shorten it).
 function M.new(opts)
   local app = opts.app
   if type(app) ~= "table" or not app.store then error("router.new: app with a store is required", 2) end
@@ -215,6 +217,7 @@ function M.new(opts)
     connect_timeout = opts.connect_timeout or M.CONNECT_TIMEOUT, timeout = opts.timeout or M.TIMEOUT,
     registry = reg, use_proxy = transport == "proxy",
     _label_sets = {}, _status_sets = {}, _nstatus_sets = 0, _inflight = {},
+    limiter = limits.new { window = opts.limit_window }, _usage = {}, _key_labels = {},
   }, Router)
   -- this router's name in the Via header it adds (RFC 9110 7.6.3): a request that comes back
   -- carrying it went round a loop (an endpoint that points at obleth itself)
@@ -237,6 +240,12 @@ function M.new(opts)
     end)
   self.m_retries = reg:counter("obleth_router_upstream_retries_total",
     "Requests retried on another replica after a failed connection", { "model" })
+  self.m_key_requests = reg:counter("obleth_router_key_requests_total",
+    "Client requests by client key id, and whether a limit refused them (result: admitted, limited)",
+    { "key", "result" })
+  self.m_key_tokens = reg:counter("obleth_router_key_tokens_total",
+    "Tokens of the answers to a client key, from the engine's usage (kind: prompt, completion)",
+    { "key", "kind" })
   local store = self.store
   local rows -- one store read per scrape, shared by the two per-model gauges
   reg:gauge("obleth_model_healthy_replicas", "Healthy replicas per model", { "model" }, function(set)
@@ -327,7 +336,8 @@ function Router:metrics_text()
   return self.registry:render()
 end
 
--- Is the request allowed? true | nil, {code = "missing_api_key"|"invalid_api_key", message}
+-- Is the request allowed? key | nil, {code = "missing_api_key"|"invalid_api_key", message}
+-- key: {id, requests_per_minute, max_concurrent} of the client key, or true (keyless)
 function Router:_authorize(req)
   local st = self._settings
   if st == nil then
@@ -345,10 +355,12 @@ function Router:_authorize(req)
     return nil, { code = "invalid_api_key",
       message = "The admin token is not a client API key; create one with POST /api/v1/keys." }
   end
-  if self._keys[tok] then return true end
-  if self.store:api_key_id(self.sha256(tok)) then
-    self._keys[tok] = true -- only valid keys are kept (a revocation is a write: it clears them)
-    return true
+  local key = self._keys[tok]
+  if key then return key end
+  key = self.store:api_key_limits(self.sha256(tok))
+  if key then
+    self._keys[tok] = key -- only valid keys are kept (a revocation is a write: it clears them)
+    return key
   end
   return nil, { code = "invalid_api_key", message = "Incorrect API key provided (unknown or revoked)." }
 end
@@ -400,8 +412,18 @@ local function _headers_out(h)
   return out
 end
 
+--- Bytes of an answer's end read for its usage (as res:proxy's USAGE_TAIL).
+M.USAGE_TAIL = 4096
+
+-- The prompt and completion tokens of the last "usage" object in an answer's end, or nil.
+local function _usage_of(tail)
+  if not has_jsonscan or not tail then return nil end
+  return jsonscan.usage(tail)
+end
+
 -- Pass an answer through chunk by chunk (first, the chunks already read).
--- Returns the status to record, and why it ended early ("client_gone" | "upstream_broke", err).
+-- Returns the status to record, and why it ended early ("client_gone" | "upstream_broke", err),
+-- and the answer's last bytes (tail; at least M.USAGE_TAIL when it is that long).
 local function _pipe(res, resp, first)
   if not res:start(resp.status, _headers_out(resp.headers)) then
     resp:close()
@@ -413,9 +435,11 @@ local function _pipe(res, resp, first)
       return 499, "client_gone"
     end
   end
+  local tail = first and first[#first] or ""
   while true do
     local chunk, err = resp:read()
     if chunk then
+      tail = #tail + #chunk > 2 * M.USAGE_TAIL and (tail .. chunk):sub(-M.USAGE_TAIL) or tail .. chunk
       if not res:write(chunk) then
         resp:close() -- the client went away: cancel the upstream request
         return 499, "client_gone"
@@ -423,7 +447,7 @@ local function _pipe(res, resp, first)
     else
       res:finish()
       if err then return resp.status, "upstream_broke", err end
-      return resp.status
+      return resp.status, nil, nil, tail
     end
   end
 end
@@ -448,8 +472,9 @@ local function _deliver(res, resp, stream)
       -- the answer broke before anything reached the client
       return nil, { code = "upstream_broke", message = err and err.message }
     else
-      res:send(resp.status, _headers_out(resp.headers), table.concat(parts))
-      return resp.status
+      local body = table.concat(parts)
+      res:send(resp.status, _headers_out(resp.headers), body)
+      return resp.status, nil, nil, body:sub(-M.USAGE_TAIL)
     end
   end
 end
@@ -458,7 +483,7 @@ end
 local RETRYABLE = { unreachable = true, closed = true, connect_timeout = true }
 
 -- One attempt through the HTTP client (an endpoint res:proxy does not take: https).
--- Returns like res:proxy: status, why, message, ttfb | nil, {code, message}.
+-- Returns like res:proxy: status, why, message, ttfb[, prompt_tokens, completion_tokens] | nil, {code, message}.
 function Router:_through_client(req, res, url, stream)
   local headers = {}
   -- and the headers the client's Connection header names (RFC 9110 7.6.1)
@@ -484,7 +509,7 @@ function Router:_through_client(req, res, url, stream)
     return nil, { code = code, message = err.message }
   end
   local ttfb = self.clock() - t0
-  local ok, st, why, perr = pcall(_deliver, res, resp, stream)
+  local ok, st, why, perr, tail = pcall(_deliver, res, resp, stream)
   if not ok then
     resp:close()
     error(st, 0)
@@ -492,7 +517,7 @@ function Router:_through_client(req, res, url, stream)
   if not st then return nil, why end
   if why == "client_gone" then return 499, why, nil, ttfb end
   if why then return st, why, perr and perr.message, ttfb end
-  return st, nil, nil, ttfb
+  return st, nil, nil, ttfb, _usage_of(tail)
 end
 
 -- The label values {model} of a model's series, made once per model name.
@@ -505,7 +530,8 @@ function Router:_labels(name)
   return l
 end
 
--- The attempts of one request (at most two endpoints). Returns status, endpoint.
+-- The attempts of one request (at most two endpoints). Returns status, endpoint[, prompt_tokens,
+-- completion_tokens] (the engine's usage, for a request of a client key).
 function Router:_attempts(req, res, model, stream, labels)
   local bal, name = self.balancer, model.name
   local tried, last_code, last_url
@@ -516,13 +542,14 @@ function Router:_attempts(req, res, model, stream, labels)
     if attempt > 1 then self.m_retries:inc(labels) end
     bal:acquire(url)
     local parts = self.use_proxy and _http_parts(url)
-    local pok, st, why, msg, ttfb -- status, why, message, ttfb | nil, {code, message}
+    local pok, st, why, msg, ttfb, prompt, completion -- status, why, message, ttfb, usage | nil, {code, message}
     if parts then
       popts.host, popts.port, popts.stream = parts.host, parts.port, stream
+      popts.usage = req.key_id ~= nil
       popts.target = parts.prefix ~= "" and parts.prefix .. req.target or nil
-      pok, st, why, msg, ttfb = pcall(res.proxy, res, popts)
+      pok, st, why, msg, ttfb, prompt, completion = pcall(res.proxy, res, popts)
     else
-      pok, st, why, msg, ttfb = pcall(self._through_client, self, req, res, url, stream)
+      pok, st, why, msg, ttfb, prompt, completion = pcall(self._through_client, self, req, res, url, stream)
     end
     bal:release(url)
     if not pok then error(st, 0) end
@@ -532,7 +559,7 @@ function Router:_attempts(req, res, model, stream, labels)
       if why == "upstream_broke" then
         self.log.warn("router_upstream_broke", { model = name, endpoint = url, error = msg })
       end
-      return st, url
+      return st, url, prompt, completion
     end
     last_code, last_url = why, url
     if why == "upstream_broke" then
@@ -565,16 +592,17 @@ function Router:_attempts(req, res, model, stream, labels)
 end
 
 -- Send the request to one of the model's endpoints (retrying once elsewhere when
--- the connection fails before any answer), counted in flight. Returns status, endpoint.
+-- the connection fails before any answer), counted in flight. Returns status, endpoint[, prompt_tokens,
+-- completion_tokens].
 function Router:_forward(req, res, model, stream)
   local name = model.name
   local labels = self:_labels(name)
   local inflight = self._inflight
   inflight[name] = (inflight[name] or 0) + 1
-  local ok, status, detail = pcall(self._attempts, self, req, res, model, stream, labels)
+  local ok, status, detail, prompt, completion = pcall(self._attempts, self, req, res, model, stream, labels)
   inflight[name] = inflight[name] - 1
   if not ok then error(status, 0) end
-  return status, detail
+  return status, detail, prompt, completion
 end
 
 function Router:_route(req, res)
@@ -596,20 +624,29 @@ function Router:_route(req, res)
       .. "server): an endpoint points at obleth itself.", "server_error", nil, "loop_detected")
   end
   self:_fresh()
-  local allowed, aerr = self:_authorize(req)
-  if not allowed then
+  local key, aerr = self:_authorize(req)
+  if not key then
     return _fail(res, 401, aerr.message, "invalid_request_error", nil, aerr.code,
       { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
+  end
+  if key ~= true then
+    req.key_id = key.id
+    local ok, retry, which, limit = self.limiter:admit(key.id, key, self.clock())
+    if not ok then
+      req.key_limited = true
+      return self:_limited(res, retry, which, limit)
+    end
+    req.key_admitted = (key.requests_per_minute or key.max_concurrent) and true or nil
   end
   if path == "/v1/models" and (method == "GET" or method == "HEAD") then return self:_list_models(res) end
   if path:sub(1, 11) == "/v1/models/" and (method == "GET" or method == "HEAD") then
     local name = path:sub(12):gsub("%%(%x%x)", function(x) return string.char(tonumber(x, 16)) end)
     return self:_get_model(res, name)
   end
-  local name, stream, bad, key = _model_of(req)
+  local name, stream, bad, dup = _model_of(req)
   if bad == "duplicate_key" then
-    return _fail(res, 400, ('The JSON body of your request names the key "%s" twice in one object.'):format(key),
-      "invalid_request_error", key, "duplicate_key")
+    return _fail(res, 400, ('The JSON body of your request names the key "%s" twice in one object.'):format(dup),
+      "invalid_request_error", dup, "duplicate_key")
   elseif bad then
     return _fail(res, 400, "We could not parse the JSON body of your request.", "invalid_request_error", nil,
       "bad_json")
@@ -625,6 +662,89 @@ function Router:_route(req, res)
   req.model = model.name
   if #model.endpoints == 0 then return self:_unavailable(res, model) end
   return self:_forward(req, res, model, stream == true)
+end
+
+-- 429 in the OpenAI shape, with Retry-After (whole seconds until the window lets one more in).
+function Router._limited(_, res, retry, which, limit)
+  local msg, code
+  if which == "requests_per_minute" then
+    msg = ("Rate limit reached for this API key: %d requests per minute. Please try again in %d s."):format(
+      limit, retry)
+    code = "rate_limit_exceeded"
+  else
+    msg = ("Concurrency limit reached for this API key: %d requests at once. Please try again when one "
+      .. "has been answered."):format(limit)
+    code = "concurrency_limit_exceeded"
+  end
+  local h = { ["Retry-After"] = tostring(retry) }
+  if which == "requests_per_minute" then
+    h["x-ratelimit-limit-requests"] = tostring(limit)
+    h["x-ratelimit-remaining-requests"] = "0"
+    h["x-ratelimit-reset-requests"] = retry .. "s"
+  end
+  return _fail(res, 429, msg, "requests", nil, code, h)
+end
+
+--- Seconds between writes of the keys' usage to the store (obleth serve's timer; a read of
+--- GET /api/v1/keys/{id}/usage writes first).
+M.USAGE_FLUSH = 5
+
+-- Count one request of a client key: the one hook where a request's books are kept
+-- after it was answered (usage, when the engine sent it).
+function Router:_count_key(req, usage_prompt, usage_completion)
+  local id = req.key_id
+  if not id then return end
+  local labels = self._key_labels[id]
+  if not labels then
+    local k = tostring(id)
+    labels = { admitted = { k, "admitted" }, limited = { k, "limited" }, prompt = { k, "prompt" },
+      completion = { k, "completion" } }
+    self._key_labels[id] = labels
+  end
+  local u = self._usage[id]
+  if not u then
+    u = { requests = 0, limited = 0, prompt_tokens = 0, completion_tokens = 0 }
+    self._usage[id] = u
+  end
+  if req.key_limited then
+    u.limited = u.limited + 1
+    self.m_key_requests:inc(labels.limited)
+    return
+  end
+  u.requests = u.requests + 1
+  self.m_key_requests:inc(labels.admitted)
+  if usage_prompt then
+    u.prompt_tokens = u.prompt_tokens + usage_prompt
+    self.m_key_tokens:inc(labels.prompt, usage_prompt)
+  end
+  if usage_completion then
+    u.completion_tokens = u.completion_tokens + usage_completion
+    self.m_key_tokens:inc(labels.completion, usage_completion)
+  end
+end
+
+--- Write the keys' usage counted since the last flush to the store (added to what it holds).
+--- On a store failure the counts are kept for the next flush.
+---@return boolean|nil ok, table|nil err
+function Router:flush_usage()
+  self.limiter:prune(self.clock())
+  if not next(self._usage) then return true end
+  local pending = self._usage
+  self._usage = {}
+  local ok, err = self.store:add_api_key_usage(pending)
+  if not ok then
+    for id, d in pairs(pending) do -- keep them: added to what came in meanwhile
+      local u = self._usage[id]
+      if u then
+        for k, v in pairs(d) do u[k] = u[k] + v end
+      else
+        self._usage[id] = d
+      end
+    end
+    self.log.warn("key_usage_not_saved", { error = err and err.message })
+    return nil, err
+  end
+  return true
 end
 
 -- The label values {model, status} of a request count, made once per pair (both
@@ -687,8 +807,9 @@ function Router:serve(req, res)
   local app = self.app
   local t0 = self.clock()
   app.inflight = (app.inflight or 0) + 1
-  local ok, status, endpoint = xpcall(self._route, debug.traceback, self, req, res)
+  local ok, status, endpoint, prompt, completion = xpcall(self._route, debug.traceback, self, req, res)
   app.inflight = app.inflight - 1
+  if req.key_admitted then self.limiter:release(req.key_id) end
   if not ok then
     self.log.error("router_error", { method = req.method, path = req.path, error = tostring(status) })
     if not res:sent() then
@@ -700,9 +821,10 @@ function Router:serve(req, res)
   end
   if req.path ~= "/metrics" and req.path ~= "/metrics/" then
     self.m_requests:inc(self:_status_labels(req.model or "", status))
+    if req.key_id then self:_count_key(req, ok and prompt or nil, ok and completion or nil) end
   end
   self.log.info("http_request", { method = req.method, path = req.path, status = status, model = req.model,
-    upstream = type(endpoint) == "string" and endpoint or nil,
+    upstream = type(endpoint) == "string" and endpoint or nil, key = req.key_id,
     ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })
 end
 

@@ -9,8 +9,8 @@ local M = {}
 M.RETRY = { starting = 5, pending = 10, submitted = 15, unhealthy = 10, ending = 5, waiting = 10,
   stuck = 60, lost = 60, paused = 60, refused = 60, no_deployment = 60, slurm_off = 60, no_provisioner = 30 }
 
---- The provisioner counts as away when it has not checked in for this long (seconds).
-M.PROVISIONER_STALE = 60
+--- The provisioner counts as away when it has not checked in for this long (seconds; obleth.schema.thresholds).
+M.PROVISIONER_STALE = require("obleth.schema.thresholds").provisioner_stale
 
 local MAX_PARTS = 4
 

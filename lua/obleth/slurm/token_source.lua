@@ -24,7 +24,8 @@ M.DEFAULT_LIFESPAN = 1800 -- seconds, for minted tokens
 --- in the daemon's environment (1..600), else 30.
 M.COMMAND_TIMEOUT = math.tointeger(tonumber(os.getenv("OBLETH_TOKEN_COMMAND_TIMEOUT") or ""))
 if not M.COMMAND_TIMEOUT or M.COMMAND_TIMEOUT < 1 or M.COMMAND_TIMEOUT > 600 then M.COMMAND_TIMEOUT = 30 end
-M.WARN_BEFORE = 86400 -- seconds: a static token expiring sooner is warned about
+--- Seconds: a static token expiring sooner is warned about (obleth.schema.thresholds).
+M.WARN_BEFORE = require("obleth.schema.thresholds").token_warn_before
 
 --- Seconds before expiry at which a token issued at `iat` expiring at `exp` is renewed: a third
 --- of its life, and at least 30 s (at most half its life, for very short tokens).

@@ -1,7 +1,8 @@
---- obleth.store — the Management API's durable store, behind one interface so
--- that a PostgreSQL backend can follow. Every SQL statement lives in the
--- backend module (obleth.store.sqlite); callers see tables shaped like the
--- API's JSON (see docs/api.md and docs/managed-spec.md).
+--- obleth.store — the Management API's durable store, behind one interface. The semantics live in
+-- obleth.store.base and its table-group modules (models, specs, replicas, settings, provisioner,
+-- launches, recipes, keys), written once; a backend (obleth.store.sqlite) brings the connection,
+-- the transactions and the migrations in its dialect. Callers see tables shaped like the API's JSON
+-- (see docs/api.md and docs/managed-spec.md).
 --
 -- Errors: expected failures return nil, err with err.code one of
 --   "not_found"  the model / replica / recipe does not exist
@@ -11,6 +12,10 @@
 --   "unsupported" open: a location this build has no backend for
 -- Misuse raises.
 local M = {}
+
+for _, group in ipairs({ "models", "specs", "replicas", "settings", "provisioner", "launches", "recipes", "keys" }) do
+  require("obleth.store." .. group)
+end
 
 --- Open a store.
 ---@param location string a file path for SQLite (":memory:" for tests)

@@ -8,11 +8,14 @@ import { Layout } from '../components/layout.js';
 import { ConfirmDialog } from '../components/dialog.js';
 import { CopyButton, ErrorNote, Badge } from '../components/notice.js';
 import { timestamp } from '../lib/format.js';
+import { limitsText, usageText, limitValue } from '../lib/keys.js';
 
 export function Keys({ loc }) {
   const keys = useResource(() => api.get('/keys'), ['keys']);
   const router = useResource(() => api.get('/settings/router'), ['settings', 'keys']);
   const [name, setName] = useState('');
+  const [rpm, setRpm] = useState('');
+  const [maxc, setMaxc] = useState('');
   const [created, setCreated] = useState(null);
   const [err, setErr] = useState(null);
   const [busy, setBusy] = useState(false);
@@ -24,9 +27,11 @@ export function Keys({ loc }) {
     setBusy(true);
     setErr(null);
     try {
-      const k = await api.post('/keys', { name });
+      const k = await api.post('/keys', { name, requests_per_minute: limitValue(rpm), max_concurrent: limitValue(maxc) });
       setCreated(k);
       setName('');
+      setRpm('');
+      setMaxc('');
       keys.reload();
     } catch (x) { setErr(x); }
     setBusy(false);
@@ -55,8 +60,15 @@ export function Keys({ loc }) {
         <label for="key-name">Name</label>
         <input id="key-name" value=${name} maxlength="128" onInput=${(e) => setName(e.currentTarget.value)}
           aria-describedby="key-name-help" />
-        <button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>Create key</button>
         <span class="help" id="key-name-help">Who or what uses it, e.g. “chat frontend”.</span>
+        <label for="key-rpm">Requests a minute</label>
+        <input id="key-rpm" class="narrow" inputmode="numeric" value=${rpm} onInput=${(e) => setRpm(e.currentTarget.value)}
+          aria-describedby="key-limits-help" />
+        <label for="key-maxc">At once</label>
+        <input id="key-maxc" class="narrow" inputmode="numeric" value=${maxc} onInput=${(e) => setMaxc(e.currentTarget.value)}
+          aria-describedby="key-limits-help" />
+        <button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>Create key</button>
+        <span class="help" id="key-limits-help">Optional limits: beyond them the router answers 429 with Retry-After. Empty: no limit.</span>
       </form>
       ${created && html`<div class="new-key" role="status">
         <p><strong>Key “${created.name || created.prefix}” created.</strong> Copy it now: it is not shown again.</p>
@@ -72,10 +84,13 @@ export function Keys({ loc }) {
       ${list.length === 0 ? html`<p class="empty">${keys.loading ? 'Loading…' : 'No client keys yet.'}</p>` : html`
       <div class="table-wrap"><table>
         <caption class="sr-only">Client keys</caption>
-        <thead><tr><th scope="col">Name</th><th scope="col">Key starts with</th><th scope="col">Created</th>${hasUsed && html`<th scope="col">Last used</th>`}<th scope="col">State</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
+        <thead><tr><th scope="col">Name</th><th scope="col">Key starts with</th><th scope="col">Owner</th><th scope="col">Limits</th><th scope="col">Usage</th><th scope="col">Created</th>${hasUsed && html`<th scope="col">Last used</th>`}<th scope="col">State</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
         <tbody>${list.map((k) => html`<tr key=${k.id}>
           <th scope="row">${k.name || html`<span class="muted">(no name)</span>`}</th>
           <td class="mono">${k.prefix}…</td>
+          <td>${k.owner || html`<span class="muted">—</span>`}</td>
+          <td>${limitsText(k)}</td>
+          <td>${usageText(k.usage)}</td>
           <td>${timestamp(k.created_at)}</td>
           ${hasUsed && html`<td>${k.last_used_at ? timestamp(k.last_used_at) : html`<span class="muted">never</span>`}</td>`}
           <td>${k.revoked_at ? html`<${Badge} value="ended" label="revoked" />` : html`<${Badge} value="active" />`}</td>

@@ -1,0 +1,153 @@
+--- obleth.store.base — the store object, backend-neutral: transactions, expected failures, migrations
+-- applied at open. The methods of each table group live in their own module (obleth.store.models,
+-- .specs, .replicas, .settings, .provisioner, .launches, .recipes, .keys) and are written once in the
+-- SQL both backends speak (`?` parameters, ON CONFLICT, RETURNING through _insert). What differs
+-- between SQLite and PostgreSQL is the backend's (obleth.store.sqlite, obleth.store.pg): its
+-- connection, its transactions, its migrations (in its dialect) and the few statements in `db.sql`.
+--
+-- A backend connection `db` answers:
+--   db:query(sql, ...) -> rows | nil, err        db:first(sql, ...) -> row | nil | nil, err
+--   db:execute(sql, ...) -> changes | nil, err   db:insert(sql, ...) -> id | nil, err (the new row's id)
+--   db:transaction(fn, ...) -> fn's results | nil, err   (one writer at a time, as SQLite's
+--                                                         BEGIN IMMEDIATE; nested calls are savepoints)
+--   db:storage_error(e) -> fields for a "storage" error when e is the backend's error, else nil
+--   db:schema_version() -> integer;  db:migrate(version, script) -> true | nil, err
+--   db:close();  db.migrations (scripts, in order);  db.sql (statements that differ);  db.location
+local cjson = require "cjson"
+
+local NULL = cjson.null
+
+local M = {}
+
+local Store = {}
+Store.__index = Store
+M.Store = Store
+
+-- An expected failure raised inside a transaction (rolls it back).
+local ERR = { __name = "obleth.store.error" }
+local function _abort(code, message, field, extra)
+  local e = setmetatable({ code = code, message = message, field = field }, ERR)
+  for k, v in pairs(extra or {}) do e[k] = v end
+  error(e, 0)
+end
+
+local function _dec(s)
+  if s == nil then return nil end
+  return cjson.decode(s)
+end
+
+-- A value as a column takes it: JSON null is NULL, a boolean 1 or 0.
+local function _sqlv(v)
+  if v == NULL then return nil end
+  if type(v) == "boolean" then return v and 1 or 0 end
+  return v
+end
+
+--- What the table-group modules share.
+M.util = { NULL = NULL, abort = _abort, now = function() return os.time() end, dec = _dec, sqlv = _sqlv,
+  -- the states of a replica that still holds (or waits for) a Slurm job
+  LIVE_SQL = "('pending', 'submitted', 'starting', 'healthy', 'unhealthy', 'ending')" }
+
+---------------------------------------------------------------------------
+-- low-level helpers (raise the backend's error table on failure)
+---------------------------------------------------------------------------
+
+function Store:_q(sql, ...)
+  local rows, err = self.db:query(sql, ...)
+  if not rows then error(err, 0) end
+  return rows
+end
+
+function Store:_one(sql, ...)
+  local row, err = self.db:first(sql, ...)
+  if err then error(err, 0) end
+  return row
+end
+
+--- Run a statement; the number of rows it changed.
+function Store:_x(sql, ...)
+  local changes, err = self.db:execute(sql, ...)
+  if not changes then error(err, 0) end
+  return changes
+end
+
+--- Run an INSERT into a table with an `id` column; the new row's id.
+function Store:_insert(sql, ...)
+  local id, err = self.db:insert(sql, ...)
+  if not id then error(err, 0) end
+  return id
+end
+
+--- Run fn(...) in one transaction (nested calls become savepoints).
+--- Returns fn's results, or nil, err (err.code "storage" for database failures).
+function Store:transaction(fn, ...)
+  local res = table.pack(self.db:transaction(fn, ...))
+  if res[1] == nil and res.n >= 2 and res[2] ~= nil then
+    local e = res[2]
+    if getmetatable(e) == ERR then return nil, e end
+    local fields = self.db:storage_error(e)
+    if fields then
+      local out = { code = "storage", message = "the database refused the write: " .. tostring(e.message) }
+      for k, v in pairs(fields) do out[k] = v end
+      return nil, out
+    end
+    error(e, 0)
+  end
+  return table.unpack(res, 1, res.n)
+end
+
+---------------------------------------------------------------------------
+-- open / migrate
+---------------------------------------------------------------------------
+
+-- An expected failure: {code, message} (message formatted from fmt and its values).
+local function _err(code, fmt, ...)
+  return { code = code, message = fmt:format(...) }
+end
+M.err = _err
+
+--- A store over an open backend connection, migrated.
+---@param db table a backend connection (see the top of this file)
+---@param opts table|nil {log = obleth.log, path = string|nil (a SQLite file)}
+---@return table|nil store, table|nil err
+function M.new(db, opts)
+  opts = opts or {}
+  local self = setmetatable({ db = db, path = opts.path, location = db.location, log = opts.log,
+    backend = db.backend }, Store)
+  local ok, merr = self:migrate()
+  if not ok then
+    db:close()
+    return nil, merr
+  end
+  return self
+end
+
+--- Apply the migrations not yet applied, each in its own transaction.
+---@return true|nil ok
+---@return {code: "storage", message: string}|nil err
+function Store:migrate()
+  local cur = self.db:schema_version()
+  local last = #self.db.migrations
+  if cur > last then
+    return nil, _err("storage", "the database %s has schema version %d, newer than this obleth knows (%d)",
+      self.location, cur, last)
+  end
+  for v = cur + 1, last do
+    local ok, err = self.db:migrate(v, self.db.migrations[v])
+    if not ok then return nil, _err("storage", "migration %d failed: %s", v, tostring(err and err.message or err)) end
+    if self.log then self.log.info("store_migrated", { version = v }) end
+  end
+  return true
+end
+
+--- The schema version (the last migration applied).
+function Store:schema_version()
+  return self.db:schema_version()
+end
+
+function Store:close()
+  if self.db then self.db:close() end
+  self.db = nil
+end
+
+return M
