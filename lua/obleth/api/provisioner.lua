@@ -3,6 +3,7 @@
 local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
 local parts = require "obleth.api.parts"
+local json = require "obleth.util.json"
 
 local crypto = require "obleth.crypto"
 local sys = require "obleth.sys"
@@ -41,6 +42,19 @@ function M.delta_base(since, boot, generation, counter)
   return n
 end
 
+--- A model's load for the snapshot (the scale policy's `load`): the router's counts, and for a model whose
+--- spec has `autoscale` the window's buckets since scale_down_after (+ one bucket) ago.
+---@param window table obleth.router.load
+---@param md table the snapshot's model {name, spec}
+---@param now number
+---@return table
+function M.load_of(window, md, now)
+  local as = type(md.spec) == "table" and md.spec.autoscale
+  if type(as) ~= "table" then return window:view(md.name, nil, true) end
+  local after = tonumber(as.scale_down_after) or require("obleth.policy").get("scale").DEFAULTS.scale_down_after
+  return window:view(md.name, now - after - window.bucket)
+end
+
 local function snapshot(ctx)
   local app = ctx.app
   local s = app:slurm_settings()
@@ -68,16 +82,33 @@ local function snapshot(ctx)
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
+  local window = app.router and app.router.load
   local src = store:snapshot_models(base)
   if base then
     -- the changed models no longer listed: the provisioner forgets them
-    local listed, removed = {}, require("obleth.util.json").array()
+    local listed, removed = {}, json.array()
     for _, m in ipairs(src) do listed[m.id] = true end
     for _, id in ipairs(store:snapshot_changed(base)) do if not listed[id] then removed[#removed + 1] = id end end
     doc.removed = removed
+    if window then
+      -- the load is the router's, live, not versioned: a delta carries it for the models it leaves out
+      -- that the router has seen (`load`, by id), and the load of a model it has not seen (`load_idle`)
+      local now, load = app.now(), {}
+      for _, name in ipairs(window:names()) do
+        local m = store:model_by_name(name)
+        if m and not listed[m.id] then
+          load[tostring(m.id)] = M.load_of(window, { name = name, spec = store:get_spec(m.id) }, now)
+        end
+      end
+      doc.load, doc.load_idle = load, window:view("", nil, true)
+    end
   end
   return parts.answer(ctx, { head = doc, key = "models", src = src,
-    make = function(m) return store:snapshot_model(m) end, headers = { ["Cache-Control"] = "no-store, private" } })
+    make = function(m)
+      local md = store:snapshot_model(m)
+      if window then md.load = M.load_of(window, md, app.now()) end
+      return md
+    end, headers = { ["Cache-Control"] = "no-store, private" } })
 end
 
 -- The lease as answers show it (no ttl or renewal bookkeeping).

@@ -1,7 +1,8 @@
 --- `obleth serve`: the Management API (/api/v1/...) over the store.
 ---
 --- Settings: --listen HOST:PORT (env OBLETH_LISTEN, default 127.0.0.1:8080),
---- --db PATH (env OBLETH_DB, default ./obleth.db or $STATE_DIRECTORY/obleth.db),
+--- --db PATH|URL (env OBLETH_DATABASE_URL for PostgreSQL, else OBLETH_DB, default ./obleth.db or
+--- $STATE_DIRECTORY/obleth.db),
 --- the admin token from OBLETH_ADMIN_TOKEN (or a file named by OBLETH_ADMIN_TOKEN_FILE).
 --- Exit status: 0 after SIGTERM/SIGINT, 1 when the database or the port fails, 2 for bad usage.
 local args = require "obleth.cli.args"
@@ -9,7 +10,7 @@ local args = require "obleth.cli.args"
 local M = {}
 
 M.usage = [[
-usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
+usage: obleth serve [--listen HOST:PORT] [--db PATH|URL] [--body-limit BYTES]
                     [--web-dir DIR] [--public-url URL] [--max-connections N]
 
 The Management API, the OpenAI-compatible router and the dashboard (open / in a
@@ -20,7 +21,9 @@ the token comes from the environment (never a flag: it would show in ps):
   OBLETH_ADMIN_TOKEN       the admin token (at least 16 characters)
   OBLETH_ADMIN_TOKEN_FILE  or a file holding it
   OBLETH_LISTEN            default for --listen (127.0.0.1:8080)
-  OBLETH_DB                default for --db (./obleth.db)
+  OBLETH_DATABASE_URL      default for --db: postgresql://USER:PASSWORD@HOST:PORT/DB
+                           (PostgreSQL; several obleth serve may share it)
+  OBLETH_DB                else default for --db (./obleth.db, SQLite)
   OBLETH_WEB_DIR           default for --web-dir (build/web in a source tree,
                            else PREFIX/share/obleth/web)
   OBLETH_PUBLIC_URL        default for --public-url
@@ -34,7 +37,8 @@ the token comes from the environment (never a flag: it would show in ps):
 
 local spec = {
   listen = { kind = "string", arg = "HOST:PORT", help = "address to listen on (default 127.0.0.1:8080)" },
-  db = { kind = "string", arg = "PATH", help = "SQLite database file (created when missing)" },
+  db = { kind = "string", arg = "PATH|URL",
+    help = "SQLite database file (created when missing), or a postgresql:// URL" },
   body_limit = { kind = "integer", arg = "BYTES", help = "largest request body (default 1048576)" },
   web_dir = { kind = "string", arg = "DIR", help = "the built dashboard (index.html, assets/)" },
   public_url = { kind = "string", arg = "URL",
@@ -132,7 +136,10 @@ function M.main(argv)
     return _die(("--public-url %q: expected http(s)://HOST[:PORT]"):format(public_url), 2)
   end
   local state_dir = os.getenv("STATE_DIRECTORY")
-  local dbpath = o.db or os.getenv("OBLETH_DB") or ((state_dir and state_dir:match("^[^:]+") or ".") .. "/obleth.db")
+  local db_url = os.getenv("OBLETH_DATABASE_URL")
+  if db_url == "" then db_url = nil end
+  local dbpath = o.db or db_url or os.getenv("OBLETH_DB")
+    or ((state_dir and state_dir:match("^[^:]+") or ".") .. "/obleth.db")
 
   local log = require "obleth.log"
   local loop = require "obleth.loop"
@@ -159,7 +166,7 @@ function M.main(argv)
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
-  log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
+  log.info("serve_started", { listen = url, db = store.location, schema = store:schema_version(), pid = sys.getpid(),
     routes = #app.routes, web_dir = web_dir, nofile = nofile, max_connections = max_conns or "default",
     header_timeout = header_timeout or 10, idle_timeout = idle_timeout or 5 })
   local wst = sys.stat(web_dir .. "/index.html")

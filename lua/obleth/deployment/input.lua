@@ -155,6 +155,21 @@ function M.managed_spec(input)
   if out.time_limit and out.rollover_margin and out.rollover_margin >= out.time_limit then
     return _err("rollover_margin", "must be shorter than time_limit (%d minutes)", out.time_limit)
   end
+  if _null(input.autoscale) then
+    out.autoscale = nil -- absent: a fixed count (the schema would fill the object's defaults)
+  else
+    if _null(input.autoscale.max_replicas) then
+      return _err("autoscale.max_replicas", "is required (the most replicas the load may ask for)")
+    end
+    if not _null(input.replicas) then
+      return _err("replicas", "is a fixed count: give replicas or autoscale, not both")
+    end
+    if out.autoscale.min_replicas > out.autoscale.max_replicas then
+      return _err("autoscale.min_replicas", "must not be above autoscale.max_replicas (%d)",
+        out.autoscale.max_replicas)
+    end
+    out.replicas = nil -- the count is the scale policy's
+  end
   return out
 end
 

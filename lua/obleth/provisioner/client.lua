@@ -65,6 +65,12 @@ function Client:snapshot()
   local models = held and doc.delta and held.models or {}
   if not (held and doc.delta) then self.resyncs = (self.resyncs or 0) + 1 end
   for _, id in ipairs(doc.removed or {}) do models[id] = nil end
+  if held and doc.delta then
+    -- the router's load is live: a delta gives it for every model it leaves out (`load` by id for
+    -- those the router has seen, else `load_idle`; neither when obleth serve has no router)
+    local load, idle = doc.load or {}, doc.load_idle
+    for id, m in pairs(models) do m.load = load[tostring(id)] or idle end
+  end
   for _, m in ipairs(doc.models or {}) do models[m.id] = m end
   self.held = type(doc.version) == "string" and { version = doc.version, models = models } or nil
   local ids = {}
@@ -72,7 +78,7 @@ function Client:snapshot()
   table.sort(ids)
   local out = {}
   for i, id in ipairs(ids) do out[i] = copy(models[id]) end
-  doc.models, doc.removed = out, nil
+  doc.models, doc.removed, doc.load, doc.load_idle = out, nil, nil, nil
   return doc
 end
 

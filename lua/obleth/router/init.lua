@@ -18,6 +18,7 @@ local json = require "obleth.util.json"
 local balancer = require "obleth.router.balancer"
 local unavailable = require "obleth.router.unavailable"
 local metrics = require "obleth.router.metrics"
+local load_window = require "obleth.router.load"
 local limits = require "obleth.router.limits"
 -- the host's scanner reads "model" and "stream" without decoding the body (a long chat
 -- costs cjson.decode hundreds of µs); plain lua5.4 (unit specs) falls back to cjson
@@ -29,6 +30,10 @@ local M = {}
 M.CONNECT_TIMEOUT = 5
 --- Seconds a whole upstream transfer may take (long generations stream for minutes).
 M.TIMEOUT = 3600
+--- Seconds a request to an autoscaled model with no replica waits for one (docs/autoscaling.md).
+M.WAKE_WAIT = 30
+--- Seconds between two looks at a held request's model while it wakes.
+M.WAKE_POLL = 0.25
 
 local NULL = cjson.null
 
@@ -194,7 +199,11 @@ Router.__index = Router
 
 --- Make a router.
 ---@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil,
----  transport: "proxy"|"client"|nil, limit_window: number|nil}
+---  transport: "proxy"|"client"|nil, limit_window: number|nil, load: table|nil, wake_wait: number|nil}
+---  load: the per-model load window (obleth.router.load; default a new one on the app's clock) the
+---  snapshot hands to the provisioner: requests in flight, held and finished per model.
+---  wake_wait: seconds a request to an autoscaled model with no replica is held while it wakes
+---  (default $OBLETH_WAKE_WAIT or WAKE_WAIT; 0 answers 503 at once)
 ---  app is the obleth.api application (store, log, clock, now, draining, inflight, slurm_settings).
 ---  transport: "proxy" (default) passes requests to http:// endpoints with res:proxy (host/http_proxy.c)
 ---  and to others (https://) with the HTTP client; "client" sends every request with the HTTP client.
@@ -227,6 +236,8 @@ function M.new(opts)
     buffer_limit = M.BUFFER_LIMIT, via = self.via }
   local http = self.http
   self.balancer = balancer.new(opts.balancer)
+  self.load = opts.load or load_window.new { now = self.now }
+  self.wake_wait = opts.wake_wait or tonumber(os.getenv("OBLETH_WAKE_WAIT") or "") or M.WAKE_WAIT
   self:invalidate()
   self.m_requests = reg:counter("obleth_router_requests_total",
     "Client requests to /v1/ by model and HTTP status (499: the client went away first)", { "model", "status" })
@@ -255,6 +266,17 @@ function M.new(opts)
   reg:gauge("obleth_model_endpoints", "Endpoints the router sends to, per model", { "model" }, function(set)
     for _, r in ipairs(rows or {}) do set({ r.name }, r.endpoints) end
   end)
+  local scaled -- one read per scrape, shared by the two gauges
+  reg:gauge("obleth_model_desired_replicas", "Replicas a managed model wants: its replicas, or for an autoscaled "
+    .. "model the scale policy's count from its load (docs/autoscaling.md)", { "model" }, function(set)
+      scaled = require("obleth.router.scaling").rows(store, self.load, require("obleth.policy").get("scale"),
+        self.now())
+      for _, r in ipairs(scaled) do set({ r.model }, r.desired) end
+    end)
+  reg:gauge("obleth_model_current_replicas", "Replicas of a managed model that hold or wait for a job "
+    .. "(pending, starting, healthy, unhealthy)", { "model" }, function(set)
+      for _, r in ipairs(scaled or {}) do set({ r.model }, r.current) end
+    end)
   local now = self.now
   reg:gauge("obleth_provisioner_last_checkin_age_seconds",
     "Seconds since the provisioner last reported a pass (NaN: never)", nil, function(set)
@@ -390,9 +412,18 @@ end
 function Router:_unavailable(res, model)
   local ok, msg, retry = pcall(function()
     local slurm = self.store:get_settings("slurm")
+    local spec = self.store:get_spec(model.id)
+    local replicas = self.store:list_replicas({ model_id = model.id, live = true })
+    local wake
+    if type(spec) == "table" and type(spec.autoscale) == "table" then
+      -- the scale policy says what is on its way and when (Slurm's estimated start): the Retry-After
+      local view = self.load:view(model.name, nil, true)
+      view.queued = math.max(view.queued, 1)
+      wake = require("obleth.policy").get("scale").decide({ now = self.now(), autoscale = spec.autoscale,
+        replicas = replicas, load = view }).wake
+    end
     return unavailable.explain {
-      model = model, spec = self.store:get_spec(model.id),
-      replicas = self.store:list_replicas({ model_id = model.id, live = true }),
+      model = model, spec = spec, replicas = replicas, wake = wake,
       slurm_enabled = slurm and slurm.enabled == true, checked_in_at = self.store:provisioner_status().checked_in_at,
       now = self.now(),
     }
@@ -599,8 +630,11 @@ function Router:_forward(req, res, model, stream)
   local labels = self:_labels(name)
   local inflight = self._inflight
   inflight[name] = (inflight[name] or 0) + 1
+  self.load:begin(name, req.held)
+  local t0 = self.clock()
   local ok, status, detail, prompt, completion = pcall(self._attempts, self, req, res, model, stream, labels)
   inflight[name] = inflight[name] - 1
+  self.load:finish(name, self.clock() - t0, ok and completion or nil)
   if not ok then error(status, 0) end
   return status, detail, prompt, completion
 end
@@ -660,8 +694,35 @@ function Router:_route(req, res)
       "model_not_found")
   end
   req.model = model.name
-  if #model.endpoints == 0 then return self:_unavailable(res, model) end
+  if #model.endpoints == 0 then
+    local woke = self:_hold(model)
+    if not woke then return self:_unavailable(res, model) end
+    req.held, model = true, woke
+  end
   return self:_forward(req, res, model, stream == true)
+end
+
+-- A request to an autoscaled model without a replica: counted as queued (the next pass wakes the
+-- model), held until an endpoint appears or wake_wait seconds pass, before any byte of the answer
+-- (a streaming client gets the whole stream, or the 503). Returns the model with its endpoints, or nil.
+function Router:_hold(model)
+  if self.wake_wait <= 0 then return nil end
+  local spec = self.store:get_spec(model.id)
+  if type(spec) ~= "table" or type(spec.autoscale) ~= "table" or spec.enabled == false then return nil end
+  local loop = require "obleth.loop"
+  if not loop.in_task() then return nil end
+  local name = model.name
+  self.load:hold(name)
+  local deadline = self.clock() + self.wake_wait
+  local found
+  while not self.app.draining and self.clock() < deadline do
+    loop.sleep(math.min(M.WAKE_POLL, math.max(0, deadline - self.clock())))
+    self._models[name] = nil
+    local m = self:_model(name)
+    if m and #m.endpoints > 0 then found = m break end
+  end
+  self.load:release(name)
+  return found
 end
 
 -- 429 in the OpenAI shape, with Retry-After (whole seconds until the window lets one more in).
