@@ -25,8 +25,8 @@ end
 ---@param spec table the stored spec (changed in place)
 ---@return table spec
 function M.with_scaling(app, id, spec)
-  local ok, row = pcall(require("obleth.router.scaling").row, spec,
-    app.store:list_replicas({ model_id = id, live = true }), app.router and app.router.load,
+  local ok, row = pcall(require("obleth.deployment.scaling").row, spec,
+    app.store:list_replicas({ model_id = id, live = true }), app.load,
     require("obleth.policy").get("scale"), app.now())
   if ok then
     spec.scaling = { current = row.current, desired = row.desired, autoscaled = row.autoscaled,

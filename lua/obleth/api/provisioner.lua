@@ -82,7 +82,7 @@ local function snapshot(ctx)
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
-  local window = app.router and app.router.load
+  local window = app.load
   local src = store:snapshot_models(base)
   if base then
     -- the changed models no longer listed: the provisioner forgets them

@@ -1,11 +1,12 @@
---- `obleth serve`: the Management API (/api/v1/...) over the store.
+--- `obleth serve`: the command line of the process obleth.serve builds (the Management API, the
+--- router and the dashboard over the store).
 ---
 --- Settings: --listen HOST:PORT (env OBLETH_LISTEN, default 127.0.0.1:8080),
 --- --db PATH|URL (env OBLETH_DATABASE_URL for PostgreSQL, else OBLETH_DB, default ./obleth.db or
 --- $STATE_DIRECTORY/obleth.db),
 --- the admin token from OBLETH_ADMIN_TOKEN (or a file named by OBLETH_ADMIN_TOKEN_FILE).
 --- Exit status: 0 after SIGTERM/SIGINT, 1 when the database or the port fails, 2 for bad usage.
-local args = require "obleth.cli.args"
+local args = require "obleth.util.args"
 
 local M = {}
 
@@ -131,8 +132,8 @@ function M.main(argv)
   if eerr then return _die(eerr.message, 2) end
   local public_url = o.public_url or os.getenv("OBLETH_PUBLIC_URL")
   if public_url == "" then public_url = nil end
-  local server = require "obleth.api"
-  if public_url and not server.origin_of(public_url) then
+  local serve = require "obleth.serve"
+  if public_url and not serve.origin_of(public_url) then
     return _die(("--public-url %q: expected http(s)://HOST[:PORT]"):format(public_url), 2)
   end
   local state_dir = os.getenv("STATE_DIRECTORY")
@@ -152,9 +153,10 @@ function M.main(argv)
   local web_dir = o.web_dir or os.getenv("OBLETH_WEB_DIR")
   if web_dir == "" then web_dir = nil end
   web_dir = web_dir or require("obleth.web").default_dir()
-  local app = server.new { store = store, admin_token = token, log = log, web_dir = web_dir,
+  local process = serve.new { store = store, admin_token = token, log = log, web_dir = web_dir,
     public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")) }
-  local handler = app:handler()
+  local ctx = process.context
+  local handler = process:handler()
   -- the descriptor limit: raised (never lowered) to OBLETH_NOFILE, at most the hard limit; the
   -- connection cap's default is read from it
   local nofile = sys.nofile()
@@ -167,7 +169,7 @@ function M.main(argv)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = store.location, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes, web_dir = web_dir, nofile = nofile, max_connections = max_conns or "default",
+    routes = #process.routes, web_dir = web_dir, nofile = nofile, max_connections = max_conns or "default",
     header_timeout = header_timeout or 10, idle_timeout = idle_timeout or 5 })
   local wst = sys.stat(web_dir .. "/index.html")
   if not wst then
@@ -181,7 +183,7 @@ function M.main(argv)
   local stopping = false
   local handles = {}
   -- the client keys' usage the router counted goes to the store every few seconds, and at the end
-  local router = app.router
+  local router = process.router
   handles[#handles + 1] = loop.every(require("obleth.router").USAGE_FLUSH, function() router:flush_usage() end)
   for _, sig in ipairs({ "TERM", "INT" }) do
     handles[#handles + 1] = loop.on_signal(sig, function(name)
@@ -190,11 +192,11 @@ function M.main(argv)
       -- no new connections; requests in flight finish (keep-alive
       -- connections still open get 503 shutting_down)
       srv:stop_listening()
-      app:drain()
-      log.info("serve_stopping", { signal = name, inflight = app.inflight })
+      process:drain()
+      log.info("serve_stopping", { signal = name, inflight = ctx.inflight })
       loop.spawn(function()
         local t0 = loop.monotonic()
-        while app.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        while ctx.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
         loop.stop(0)
       end)
     end)

@@ -3,7 +3,7 @@
 -- (or a path) or a postgresql:// URL. Stop every obleth serve on the source first: rows written
 -- during the copy would not be copied. Exit status: 0 copied, 1 refused or failed (nothing was
 -- written to the destination), 2 bad usage.
-local args = require "obleth.cli.args"
+local args = require "obleth.util.args"
 
 local M = {}
 

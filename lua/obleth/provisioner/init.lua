@@ -465,7 +465,7 @@ function M:pass()
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
       if self.log_report then -- the job's last words: where to send them and its own token for it
         desc.environment.OBLETH_LOG_URL = self.log_report.url .. "/api/v1/replica-logs/" .. s.row.nonce
-        desc.environment.OBLETH_LOG_TOKEN = require("obleth.api.replica_logs").token(self.log_report.key, s.row.nonce)
+        desc.environment.OBLETH_LOG_TOKEN = jobscript.log_token(self.log_report.key, s.row.nonce)
       end
       chaos.point("before_submit")
       local id, res = conn:submit(desc)
