@@ -166,7 +166,7 @@ function Store:snapshot_models(since)
 end
 
 --- The snapshot version: a counter every write to a model's snapshot entry bumps (the backend's
---- migration 10: triggers). Read it before the entries, so a write made while they are read is sent
+--- migration 11: triggers). Read it before the entries, so a write made while they are read is sent
 --- again next time.
 ---@return integer
 function Store:snapshot_version()

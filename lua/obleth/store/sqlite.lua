@@ -189,12 +189,27 @@ local MIGRATIONS = {
       updated_at INTEGER NOT NULL
     );
   ]],
-  -- 10: the versioned provisioner snapshot (docs/managed-spec.md, "Snapshot versions"): one counter
+  -- 10: the dashboard's sessions and wrong-token counts, when several obleth serve share the store
+  -- (PostgreSQL; one instance on SQLite keeps them in memory): a session's id only as its SHA-256
+  [10] = [[
+    CREATE TABLE dashboard_sessions (
+      id_hash TEXT PRIMARY KEY CHECK (length(id_hash) = 64),
+      bound TEXT NOT NULL,
+      expires_at INTEGER NOT NULL
+    );
+    CREATE INDEX dashboard_sessions_expiry ON dashboard_sessions(expires_at);
+    CREATE TABLE signin_failures (
+      addr TEXT PRIMARY KEY,
+      n INTEGER NOT NULL,
+      since REAL NOT NULL
+    );
+  ]],
+  -- 11: the versioned provisioner snapshot (docs/managed-spec.md, "Snapshot versions"): one counter
   -- bumped by every write to what a model's snapshot entry is made of (the model, its spec, replicas,
   -- endpoints, job outcomes, launches), and per model the counter's value at its last such write.
   -- model_versions keeps a deleted model's row (no foreign key), so a delta can say it was removed.
   -- Triggers, so that no write path can forget it (PostgreSQL: the same with a trigger function).
-  [10] = [[
+  [11] = [[
     CREATE TABLE sync_version (
       id INTEGER PRIMARY KEY CHECK (id = 1),
       version INTEGER NOT NULL
