@@ -123,7 +123,7 @@ function M.document(routes)
 end
 
 local function serve(ctx)
-  return 200, M.document(ctx.app.routes)
+  return 200, M.document(ctx.routes)
 end
 
 M.routes = {
