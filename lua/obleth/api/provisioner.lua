@@ -127,8 +127,7 @@ local function _lease_refused(serr)
 end
 
 local function lease(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.lease_request(b)
   if not req then return errors.invalid(err) end
   -- the secret this request gets if it acquires the lease: shown once, kept hashed
@@ -148,8 +147,7 @@ local function lease(ctx)
 end
 
 local function release(ctx)
-  local g = ctx.query.generation
-  g = g and g:match("^%d+$") and math.tointeger(tonumber(g))
+  local g = math.tointeger(tonumber(ctx.query.generation)) -- digits (the route declares it)
   if not g then return errors.fail(400, "invalid", "generation: the lease generation to release is required",
     "generation") end
   local released, serr = ctx.app.store:release_lease(g, _proof(ctx), ctx.app.now())
@@ -180,8 +178,7 @@ local function wait(ctx)
 end
 
 local function submits(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.submits(b)
   if not req then return errors.invalid(err) end
   local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now(), _proof(ctx))
@@ -204,8 +201,7 @@ local function submits(ctx)
 end
 
 local function report(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local rep, err = validate.report(b)
   if not rep then return errors.invalid(err) end
   rep.lease_proof = _proof(ctx)
@@ -269,7 +265,8 @@ M.routes = {
   { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
     summary = "Acquire or renew the provisioner lease (one provisioner at a time): an acquisition answers the "
       .. "lease token once, a renewal carries it in Obleth-Lease-Token; 409 lease_held names the holder" },
-  { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" }, changes = { "provisioner" },
+  { "DELETE", "/api/v1/provisioner/lease", release, query = { { "generation", required = true, pattern = "^%d+$",
+    rule = "the lease generation to release is required" } }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
   { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
