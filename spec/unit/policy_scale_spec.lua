@@ -170,6 +170,11 @@ describe("policy.scale", function()
       assert.equal(0, d.desired)
     end)
 
+    it("at zero says since when it is idle", function()
+      local d = decide({ inflight = 0, last_request_at = NOW - 1200, samples = {} }, {})
+      assert.equal("scaled to zero after 20 min idle — wakes on the next request", d.reason)
+    end)
+
     it("stays at zero without demand (a restart's fresh window wakes nothing)", function()
       local d = decide({ inflight = 0, observed_since = NOW, samples = {} }, {})
       assert.equal(0, d.desired)

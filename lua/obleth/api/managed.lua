@@ -3,6 +3,7 @@
 local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
 local params = require "obleth.api.params"
+local NULL = require("cjson").null
 
 local M = {}
 
@@ -16,6 +17,26 @@ local function list(ctx)
   return 200, { managed = ctx.app.store:list_specs() }
 end
 
+--- The spec as GET (and PUT) answer it: with `scaling` {current, desired, autoscaled, change, reason}, the
+--- replicas that hold or wait for a job, the count wanted and why (an autoscaled spec: the scale policy on
+--- the router's load window; docs/autoscaling.md).
+---@param app table
+---@param id integer the model id
+---@param spec table the stored spec (changed in place)
+---@return table spec
+function M.with_scaling(app, id, spec)
+  local ok, row = pcall(require("obleth.deployment.scaling").row, spec,
+    app.store:list_replicas({ model_id = id, live = true }), app.load,
+    require("obleth.policy").get("scale"), app.now())
+  if ok then
+    spec.scaling = { current = row.current, desired = row.desired, autoscaled = row.autoscaled,
+      change = row.change or NULL, reason = row.reason or NULL }
+  else
+    app.log.warn("scaling_view_failed", { model_id = id, error = tostring(row) })
+  end
+  return spec
+end
+
 local function get(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
@@ -26,7 +47,7 @@ local function get(ctx)
     local label = require("obleth.deployment.labels").of(spec.provision_error.field)
     if label then spec.provision_error.label = label end
   end
-  return 200, spec
+  return 200, M.with_scaling(ctx.app, id, spec)
 end
 
 -- PUT checks each field (obleth.deployment.input), then what Slurm would refuse or never run on this
@@ -39,15 +60,8 @@ end
 local function put(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
-  for k in pairs(ctx.query) do
-    if k ~= "check" then return errors.fail(400, "invalid", ("unknown query parameter %q (check)"):format(k), k) end
-  end
-  local check = ctx.query.check
-  if check ~= nil and check ~= "true" and check ~= "false" then
-    return errors.fail(400, "invalid", "check: must be true or false", "check")
-  end
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local check = ctx.query.check -- "true" / "false" / nil (the route declares it)
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local spec, err = validate.managed_spec(b)
   if not spec then return errors.invalid(err) end
   if check ~= "false" and spec.enabled ~= false then
@@ -58,7 +72,7 @@ local function put(ctx)
   end
   local stored, perr = ctx.app.store:put_spec(id, spec)
   if not stored then return errors.store(perr) end
-  return stored.created and 201 or 200, stored.spec
+  return stored.created and 201 or 200, M.with_scaling(ctx.app, id, stored.spec)
 end
 
 local function delete(ctx)
@@ -73,8 +87,7 @@ local function dismiss(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
   if ctx.json ~= nil then
-    local b, st, eb = errors.need_object(ctx)
-    if not b then return st, eb end
+    local b = ctx.json -- an object when sent (the route declares an optional body)
     for k, v in pairs(b) do
       if k ~= "provision_error" or v ~= require("cjson").null then
         return errors.fail(400, "invalid", ("unknown field: %s (send no body, or {\"provision_error\": null})"):format(k), k)
@@ -89,13 +102,15 @@ end
 M.routes = {
   { "GET", "/api/v1/managed", list, summary = "Every managed spec" },
   { "GET", "/api/v1/models/{id}/managed", get, summary = "A model's Slurm spec" },
-  { "PUT", "/api/v1/models/{id}/managed", put, query = { "check" }, changes = { "managed", "models" },
+  { "PUT", "/api/v1/models/{id}/managed", put, query = { { "check", enum = { "true", "false" } } },
+    changes = { "managed", "models" },
     summary = "Create or replace a model's Slurm spec (generation is bumped when it changes); 422 with per-field "
       .. "errors when the cluster would refuse or never run it (?check=false skips the cluster checks)",
     body = "ManagedSpec" },
   { "DELETE", "/api/v1/models/{id}/managed", delete, changes = { "managed", "models" },
     summary = "Delete a model's spec: nothing more is launched and its jobs are cancelled" },
   { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss, changes = { "managed" },
+    body = "ProvisionErrorDismiss", body_optional = true,
     summary = "Dismiss the last refused-job message" },
 }
 

@@ -3,6 +3,7 @@
 local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
 local parts = require "obleth.api.parts"
+local json = require "obleth.util.json"
 
 local crypto = require "obleth.crypto"
 local sys = require "obleth.sys"
@@ -25,15 +26,34 @@ M.MAX_ENDS = 1000
 -- ?ends=N: each slot's last N ends (the provisioner asks for its lost policy's window), or false for
 -- the store's default; nil, {message, field} for a bad query.
 local function _ends(ctx)
-  for k in pairs(ctx.query) do
-    if k ~= "ends" then return nil, { message = ("unknown query parameter %q (ends)"):format(k), field = k } end
-  end
-  local v = ctx.query.ends
+  local v = ctx.query and ctx.query.ends
   if v == nil then return false end
   local n = math.tointeger(tonumber(v))
   if not n or n < 1 or n > M.MAX_ENDS then
     return nil, { message = ("ends: must be a whole number from 1 to %d"):format(M.MAX_ENDS), field = "ends" }
   end
+  return n
+end
+
+-- This process's part of a snapshot version: a version another obleth serve (or this one before a
+-- restart) answered is never taken as a base for a delta.
+local BOOT = sys.random_hex(4)
+
+--- The snapshot version an answer carries: "<boot>.<lease generation>.<counter>" (docs/managed-spec.md,
+--- "Snapshot versions").
+---@return string
+function M.snapshot_version(boot, generation, counter)
+  return ("%s.%d.%d"):format(boot, generation, counter)
+end
+
+-- The counter a `since` version names when a delta can be made from it: this process's, the current
+-- lease generation's, not ahead of the store. Otherwise nil (the full snapshot is sent).
+function M.delta_base(since, boot, generation, counter)
+  if type(since) ~= "string" then return nil end
+  local b, g, n = since:match("^(%x+)%.(%d+)%.(%d+)$")
+  if b ~= boot or tonumber(g) ~= generation then return nil end
+  n = math.tointeger(tonumber(n))
+  if not n or n > counter then return nil end
   return n
 end
 
@@ -56,7 +76,14 @@ local function snapshot(ctx)
   if ends == nil then return errors.invalid(eerr) end
   local s = app:slurm_settings()
   local store = app.store
+  -- the version first: a write made while the models are read is sent again by the next delta
+  local counter = store:snapshot_version()
+  local lease = store:lease()
+  local generation = lease and lease.generation or 0
+  local base = M.delta_base(ctx.query and ctx.query.since, BOOT, generation, counter)
   local doc = store:snapshot_head(math.floor(app.now()))
+  doc.version = M.snapshot_version(BOOT, generation, counter)
+  doc.delta = base ~= nil
   doc.settings = {
     enabled = s.enabled, url = s.url, socket = s.socket, user = s.user, token = s.token, verify = s.verify,
     ca_file = s.ca_file, api_version = s.api_version, timeout = s.timeout, defaults = s.defaults,
@@ -72,8 +99,28 @@ local function snapshot(ctx)
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
-  local window = app.router and app.router.load
-  return parts.answer(ctx, { head = doc, key = "models", src = store:snapshot_models(),
+  local window = app.load
+  local src = store:snapshot_models(base)
+  if base then
+    -- the changed models no longer listed: the provisioner forgets them
+    local listed, removed = {}, json.array()
+    for _, m in ipairs(src) do listed[m.id] = true end
+    for _, id in ipairs(store:snapshot_changed(base)) do if not listed[id] then removed[#removed + 1] = id end end
+    doc.removed = removed
+    if window then
+      -- the load is the router's, live, not versioned: a delta carries it for the models it leaves out
+      -- that the router has seen (`load`, by id), and the load of a model it has not seen (`load_idle`)
+      local now, load = app.now(), {}
+      for _, name in ipairs(window:names()) do
+        local m = store:model_by_name(name)
+        if m and not listed[m.id] then
+          load[tostring(m.id)] = M.load_of(window, { name = name, spec = store:get_spec(m.id) }, now)
+        end
+      end
+      doc.load, doc.load_idle = load, window:view("", nil, true)
+    end
+  end
+  return parts.answer(ctx, { head = doc, key = "models", src = src,
     make = function(m)
       local md = store:snapshot_model(m, ends or nil)
       if window then md.load = M.load_of(window, md, app.now()) end
@@ -97,8 +144,7 @@ local function _lease_refused(serr)
 end
 
 local function lease(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.lease_request(b)
   if not req then return errors.invalid(err) end
   -- the secret this request gets if it acquires the lease: shown once, kept hashed
@@ -118,8 +164,7 @@ local function lease(ctx)
 end
 
 local function release(ctx)
-  local g = ctx.query.generation
-  g = g and g:match("^%d+$") and math.tointeger(tonumber(g))
+  local g = math.tointeger(tonumber(ctx.query.generation)) -- digits (the route declares it)
   if not g then return errors.fail(400, "invalid", "generation: the lease generation to release is required",
     "generation") end
   local released, serr = ctx.app.store:release_lease(g, _proof(ctx), ctx.app.now())
@@ -128,9 +173,29 @@ local function release(ctx)
   return 200, { released = released }
 end
 
+--- The longest a GET /api/v1/provisioner/wait may wait (seconds).
+M.WAIT_MAX = 60
+
+-- A provisioner's wait between passes, cut short when the router asks for a pass (wake on demand).
+local function wait(ctx)
+  local since = ctx.query.since
+  if since ~= nil then
+    since = since:match("^%d+$") and math.tointeger(tonumber(since))
+    if not since then return errors.fail(400, "invalid", "since: the counter a wait answered", "since") end
+  end
+  local timeout = ctx.query.timeout
+  timeout = timeout and tonumber(timeout)
+  if ctx.query.timeout ~= nil and not (timeout and timeout >= 0) then
+    return errors.fail(400, "invalid", "timeout: seconds, 0 or more", "timeout")
+  end
+  local wk = ctx.app.wakeups
+  if not wk then return errors.fail(404, "not_found", "no wake-ups in this process") end
+  local seq, woken = wk:wait(since, math.min(timeout or 30, M.WAIT_MAX))
+  return 200, { seq = seq, woken = woken, why = woken and wk.why or require("cjson").null }
+end
+
 local function submits(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.submits(b)
   if not req then return errors.invalid(err) end
   local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now(), _proof(ctx))
@@ -153,8 +218,7 @@ local function submits(ctx)
 end
 
 local function report(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local rep, err = validate.report(b)
   if not rep then return errors.invalid(err) end
   rep.lease_proof = _proof(ctx)
@@ -209,8 +273,9 @@ local function bearer_only(handler)
 end
 
 M.routes = {
-  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true, query = { "ends" },
-    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); "
+  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true, query = { "since", "ends" },
+    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); with "
+      .. "?since=<version>, only the models changed since that version when it can (delta: true); "
       .. "?ends=N: each slot's last N job ends (default 10)" },
   { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
@@ -218,17 +283,21 @@ M.routes = {
   { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
     summary = "Acquire or renew the provisioner lease (one provisioner at a time): an acquisition answers the "
       .. "lease token once, a renewal carries it in Obleth-Lease-Token; 409 lease_held names the holder" },
-  { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" }, changes = { "provisioner" },
+  { "DELETE", "/api/v1/provisioner/lease", release, query = { { "generation", required = true, pattern = "^%d+$",
+    rule = "the lease generation to release is required" } }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
   { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
+  { "GET", "/api/v1/provisioner/wait", wait, query = { "since", "timeout" },
+    summary = "Wait between passes: answers {seq, woken, why} when the router asks for a pass after `since` "
+      .. "(a request to an autoscaled model with no replica), else after `timeout` s (30, at most 60)" },
 }
 
 -- the lease holder's routes take its token (OpenAPI: a header parameter)
 local TOKEN_DOC = { { M.TOKEN_HEADER, "the lease token the acquisition answered (the holder's proof)" } }
 for _, r in ipairs(M.routes) do
   r[3] = bearer_only(r[3])
-  if r[2] ~= "/api/v1/provisioner/snapshot" then r.headers = TOKEN_DOC end
+  if r[2] ~= "/api/v1/provisioner/snapshot" and r[2] ~= "/api/v1/provisioner/wait" then r.headers = TOKEN_DOC end
 end
 
 return M

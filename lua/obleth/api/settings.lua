@@ -18,7 +18,7 @@ function M.public(app)
   local s = app:slurm_settings()
   local d = s.defaults
   local prov = app.store:provisioner_status()
-  local tok = M.token_status(app, s, prov)
+  local tok = require("obleth.slurm.token_source").status(s, prov, app.now())
   return {
     enabled = s.enabled, url = n(s.url), socket = n(s.socket), user = n(s.user),
     token = s.token and validate.MASK or NULL, token_set = s.token ~= nil, token_expires_at = n(tok.expires_at),
@@ -48,49 +48,13 @@ function M.thresholds()
   return { provisioner_stale = t.provisioner_stale, token_warn_before = t.token_warn_before }
 end
 
---- The Slurm JWT's state as operators see it: {source, expires_at, renewed_at, warning}. A static
---- token's expiry is read from it; a renewed one's is what the provisioner last reported. The
---- warning says when a static token expires within a day (or has), or renewal fails.
----@param s table app:slurm_settings()
----@param prov table|nil store:provisioner_status()
-function M.token_status(app, s, prov)
-  local ts = require "obleth.slurm.token_source"
-  local out = { source = s.token_source }
-  local now = math.floor(app.now())
-  if s.token_source == "static" then
-    if s.token then
-      out.expires_at = require("obleth.slurm").token_expiry(s.token)
-      local left = out.expires_at and out.expires_at - now
-      if left and left <= 0 then
-        out.warning = "the saved JWT has expired: every call to slurmrestd fails until it is replaced"
-      elseif left and left < ts.WARN_BEFORE then
-        out.warning = ("the saved JWT expires in %d min and is not renewed (token_source static)"):format(left // 60)
-      end
-    end
-  else
-    local pt = prov and prov.token
-    if type(pt) == "table" and pt.source == s.token_source then
-      out.expires_at, out.renewed_at = pt.expires_at, pt.renewed_at
-      if pt.error and pt.error ~= NULL then out.warning = "renewing the JWT fails: " .. tostring(pt.error) end
-    end
-  end
-  return out
-end
-
 local function get(ctx)
   return 200, M.public(ctx.app)
 end
 
 local function put(ctx)
-  for k in pairs(ctx.query) do
-    if k ~= "confirm" then return errors.fail(400, "invalid", ("unknown query parameter %q (confirm)"):format(k), k) end
-  end
-  local confirm = ctx.query.confirm
-  if confirm ~= nil and confirm ~= "true" and confirm ~= "false" then
-    return errors.fail(400, "invalid", "confirm: must be true or false", "confirm")
-  end
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local confirm = ctx.query.confirm -- "true" / "false" / nil (the route declares it)
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local s, err = validate.settings(b)
   if not s then return errors.invalid(err) end
   local app = ctx.app
@@ -367,10 +331,11 @@ end
 M.routes = {
   { "GET", "/api/v1/settings/slurm", get,
     summary = "The connection and cluster defaults (JWT and Hugging Face token masked), provisioner check-in" },
-  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { "confirm" }, changes = { "settings" },
+  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { { "confirm", enum = { "true", "false" } } },
+    changes = { "settings" },
     summary = "Replace the connection and cluster defaults; the mask keeps a stored secret; "
       .. "turning Slurm off while replicas run needs ?confirm=true" },
-  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection", changes = {},
+  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection", body_optional = true, changes = {},
     summary = "Ping slurmrestd with the saved (or posted) connection; API version, release, JWT expiry" },
   { "GET", "/api/v1/slurm/resources", resources,
     summary = "Partitions with the accounts and QoS they allow and deny, nodes and their state, "

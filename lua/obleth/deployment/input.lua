@@ -5,7 +5,7 @@
 -- cjson.null). Each returns the normalized value, or nil and
 -- err = {code = "invalid", field = "health.interval", message = "..."} naming
 -- the first bad field. Unknown fields are refused by name.
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 local recipe_schema = require "obleth.recipe.schema"
 local schema = require "obleth.schema"
 local check = require "obleth.schema.check"

@@ -177,7 +177,10 @@ local function new(defaults)
     else
       desired = current
       if current == 0 then
-        reason = "scaled to zero; wakes on the next request"
+        reason = idle and idle >= 60
+          and ("scaled to zero after %s idle — wakes on the next request"):format(idle >= 120
+            and (math.floor(idle / 60) .. " min") or (math.floor(idle) .. " s"))
+          or "scaled to zero — wakes on the next request"
       elseif need >= current and current == s.max_replicas then
         reason = ("demand %g: at max_replicas %d"):format(demand, s.max_replicas)
       elseif down_need >= current then

@@ -43,13 +43,54 @@ function Client:_call(method, path, body)
   return M.plain(doc)
 end
 
---- Everything one pass needs (settings with the JWT, specs, replicas).
+-- A copy of plain data (the pass changes the tables it is given; the held models stay as served).
+local function copy(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = copy(x) end
+  return out
+end
+
+--- Everything one pass needs (settings with the JWT, specs, replicas), as a full snapshot.
+--- The client holds the models of the last snapshot and its version, and asks only for what changed
+--- since (`?since=`, docs/managed-spec.md "Snapshot versions"); the API answers a full snapshot
+--- instead whenever it cannot make a delta from that version (obleth serve restarted, another lease
+--- generation, a version it does not know). Each call returns its own copy of every model.
 ---@param opts {ends: integer|nil}|nil ends: each slot's last job ends to include (the lost policy's
----  window, obleth.policy.lost.window); nil: the server's default (10)
+---  window, obleth.policy.lost.window); nil: the server's default (10). Another number than the held
+---  models were read with asks for a full snapshot.
 function Client:snapshot(opts)
   local ends = opts and math.tointeger(opts.ends)
-  return self:_call("GET", "/api/v1/provisioner/snapshot" .. (ends and ("?ends=" .. ends) or ""))
+  if self.held and self.held.ends ~= ends then self.held = nil end
+  local held = self.held
+  local q = {}
+  if held then q[#q + 1] = "since=" .. held.version end
+  if ends then q[#q + 1] = "ends=" .. ends end
+  local path = "/api/v1/provisioner/snapshot" .. (#q > 0 and ("?" .. table.concat(q, "&")) or "")
+  local doc, err = self:_call("GET", path)
+  if not doc then return nil, err end
+  local models = held and doc.delta and held.models or {}
+  if not (held and doc.delta) then self.resyncs = (self.resyncs or 0) + 1 end
+  for _, id in ipairs(doc.removed or {}) do models[id] = nil end
+  if held and doc.delta then
+    -- the router's load is live: a delta gives it for every model it leaves out (`load` by id for
+    -- those the router has seen, else `load_idle`; neither when obleth serve has no router)
+    local load, idle = doc.load or {}, doc.load_idle
+    for id, m in pairs(models) do m.load = load[tostring(id)] or idle end
+  end
+  for _, m in ipairs(doc.models or {}) do models[m.id] = m end
+  self.held = type(doc.version) == "string" and { version = doc.version, models = models, ends = ends } or nil
+  local ids = {}
+  for id in pairs(models) do ids[#ids + 1] = id end
+  table.sort(ids)
+  local out = {}
+  for i, id in ipairs(ids) do out[i] = copy(models[id]) end
+  doc.models, doc.removed, doc.load, doc.load_idle = out, nil, nil, nil
+  return doc
 end
+
+--- Forget the held snapshot: the next snapshot is a full one.
+function Client:resync() self.held = nil end
 
 --- Report one pass (report.lease_generation: the lease held; 409 code "lease_lost" when stale).
 function Client:report(report) return self:_call("POST", "/api/v1/provisioner/report", report) end
@@ -61,12 +102,24 @@ function Client:report(report) return self:_call("POST", "/api/v1/provisioner/re
 function Client:lease(req)
   local res, err = self:_call("POST", "/api/v1/provisioner/lease", req)
   if res and res.token then
+    self.held = nil -- a new lease: a full snapshot (docs/managed-spec.md, "Snapshot versions")
     self.lease_token = res.token
     res.token = nil
     -- never in this process's log, whatever prints an answer or a header
     local ok, log = pcall(require, "obleth.log")
     if ok and log.add_secret then log.add_secret(self.lease_token) end
   end
+  return res, err
+end
+
+--- Wait between passes until the router asks for one (after `since`), or `timeout` seconds:
+--- {seq, woken, why}. since nil answers the counter at once.
+function Client:wait(since, timeout)
+  local saved = self.timeout
+  self.timeout = timeout + 10
+  local res, err = self:_call("GET", ("/api/v1/provisioner/wait?timeout=%g%s"):format(timeout,
+    since and ("&since=" .. math.tointeger(since)) or ""))
+  self.timeout = saved
   return res, err
 end
 
@@ -78,6 +131,20 @@ end
 --- Record the replicas about to be submitted; nil, err (code "lease_lost") when the lease is not live.
 function Client:submits(generation, rows)
   return self:_call("POST", "/api/v1/provisioner/submits", { lease_generation = generation, replicas = rows })
+end
+
+--- The Slurm settings saved in obleth serve (from OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN), their
+--- token registered as a secret; false when those variables are not set; nil, err when the API did
+--- not answer (obleth.slurm.options.connect's `saved`).
+---@return table|false|nil settings, table|nil err
+function M.saved_slurm_settings()
+  local base, admin = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
+  if not (base and admin) then return false end
+  local snap, err = M.new(base, admin):snapshot()
+  if not snap then return nil, err end
+  local s = snap.settings or {}
+  if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
+  return s
 end
 
 return M

@@ -9,15 +9,16 @@
 -- through chunk by chunk; a client that goes away cancels its upstream request.
 -- `/metrics` serves Prometheus text.
 --
---   local router = require("obleth.router").new{app = app, admin_token = token}
+--   local router = require("obleth.router").new{context = ctx, admin_token = token}
 --   http.server{handler = function(req, res) return router:serve(req, res) end}
+-- (obleth.serve builds it and sends it `/v1/...` and `/metrics`.)
 --
 -- Errors are in the OpenAI shape {"error": {"message", "type", "param", "code"}}.
 local cjson = require "cjson"
 local json = require "obleth.util.json"
 local balancer = require "obleth.router.balancer"
 local unavailable = require "obleth.router.unavailable"
-local metrics = require "obleth.router.metrics"
+local metrics = require "obleth.util.prometheus"
 local load_window = require "obleth.router.load"
 local limits = require "obleth.router.limits"
 -- the host's scanner reads "model" and "stream" without decoding the body (a long chat
@@ -198,28 +199,30 @@ local Router = {}
 Router.__index = Router
 
 --- Make a router.
----@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil,
----  transport: "proxy"|"client"|nil, limit_window: number|nil, load: table|nil, wake_wait: number|nil}
----  load: the per-model load window (obleth.router.load; default a new one on the app's clock) the
+---@param opts {context: table, admin_token: string, http: table|nil, connect_timeout: number|nil,
+---  timeout: number|nil, transport: "proxy"|"client"|nil, limit_window: number|nil, load: table|nil,
+---  wake_wait: number|nil}
+---  context: obleth.serve.context (store, log, clock, now, draining, inflight, metrics: the registry
+---  the router adds its series to and /metrics renders).
+---  load: the per-model load window (obleth.router.load; default a new one on the context's clock) the
 ---  snapshot hands to the provisioner: requests in flight, held and finished per model.
 ---  wake_wait: seconds a request to an autoscaled model with no replica is held while it wakes
 ---  (default $OBLETH_WAKE_WAIT or WAKE_WAIT; 0 answers 503 at once)
----  app is the obleth.api application (store, log, clock, now, draining, inflight, slurm_settings).
 ---  transport: "proxy" (default) passes requests to http:// endpoints with res:proxy (host/http_proxy.c)
 ---  and to others (https://) with the HTTP client; "client" sends every request with the HTTP client.
 ---  limit_window: seconds of a key's requests_per_minute window (default 60; specs shorten it).
 function M.new(opts)
-  local app = opts.app
-  if type(app) ~= "table" or not app.store then error("router.new: app with a store is required", 2) end
+  local ctx = opts.context
+  if type(ctx) ~= "table" or not ctx.store then error("router.new: a context with a store is required", 2) end
   local transport = opts.transport or "proxy"
   if transport ~= "proxy" and transport ~= "client" then
     error("router.new: transport must be \"proxy\" or \"client\"", 2)
   end
-  local reg = metrics.new()
+  local reg = ctx.metrics or metrics.new()
   local self = setmetatable({
-    app = app, store = app.store, log = app.log or require("obleth.log"),
-    clock = app.clock or require("obleth.loop").monotonic,
-    now = app.now or require("obleth.loop").now,
+    ctx = ctx, store = ctx.store, log = ctx.log or require("obleth.log"),
+    clock = ctx.clock or require("obleth.loop").monotonic,
+    now = ctx.now or require("obleth.loop").now,
     http = opts.http or require("obleth.http"),
     consteq = require("obleth.sys").consteq, sha256 = require("obleth.crypto").sha256_hex,
     admin_token = opts.admin_token,
@@ -269,7 +272,7 @@ function M.new(opts)
   local scaled -- one read per scrape, shared by the two gauges
   reg:gauge("obleth_model_desired_replicas", "Replicas a managed model wants: its replicas, or for an autoscaled "
     .. "model the scale policy's count from its load (docs/autoscaling.md)", { "model" }, function(set)
-      scaled = require("obleth.router.scaling").rows(store, self.load, require("obleth.policy").get("scale"),
+      scaled = require("obleth.deployment.scaling").rows(store, self.load, require("obleth.policy").get("scale"),
         self.now())
       for _, r in ipairs(scaled) do set({ r.model }, r.desired) end
     end)
@@ -277,18 +280,6 @@ function M.new(opts)
     .. "(pending, starting, healthy, unhealthy)", { "model" }, function(set)
       for _, r in ipairs(scaled or {}) do set({ r.model }, r.current) end
     end)
-  local now = self.now
-  reg:gauge("obleth_provisioner_last_checkin_age_seconds",
-    "Seconds since the provisioner last reported a pass (NaN: never)", nil, function(set)
-      local at = store:provisioner_status().checked_in_at
-      set({}, type(at) == "number" and math.max(0, now() - at) or 0 / 0)
-    end)
-  local pstat -- one store read per scrape, shared by the provisioner's gauges
-  reg:gauge("obleth_provisioner_failed_passes", "Provisioner passes failed in a row", nil, function(set)
-    pstat = store:provisioner_status()
-    set({}, pstat.failed_passes or 0)
-  end)
-  self:_provisioner_gauges(reg, function() return pstat or store:provisioner_status() end)
   -- the proxy's connection pool (host/http_proxy.c), read at each scrape
   if http.proxy_stats then
     local pstats -- one read per scrape, shared by the pool's series
@@ -305,26 +296,6 @@ function M.new(opts)
       "Kept-alive connections to endpoints waiting for a request", nil, function(set)
         set({}, (pstats or http.proxy_stats()).idle_connections)
       end)
-  end
-  -- the HTTP server's own connections (host/http_frame.c: cap, header and idle deadlines)
-  if http.server_stats then
-    local sstats
-    reg:gauge("obleth_http_connections", "Client connections open to this process's HTTP servers", nil,
-      function(set)
-        sstats = http.server_stats()
-        set({}, sstats.open)
-      end)
-    reg:counter("obleth_http_connections_closed_total", "Client connections obleth closed or refused, by "
-      .. "reason: refused (503 at the cap), evicted (room made at the cap or when descriptors ran out), "
-      .. "header_timeout, idle", { "reason" }, function(set)
-        local st = sstats or http.server_stats()
-        set({ "refused" }, st.refused)
-        set({ "evicted" }, st.evicted)
-        set({ "header_timeout" }, st.header_timeouts)
-        set({ "idle" }, st.idle_closes)
-      end)
-    reg:counter("obleth_http_accept_errors_total", "accept() calls that failed (e.g. out of descriptors)", nil,
-      function(set) set({}, (sstats or http.server_stats()).accept_errors) end)
   end
   return self
 end
@@ -353,7 +324,7 @@ function Router:_model(name)
   return m
 end
 
---- The Prometheus text of every router and store metric.
+--- The Prometheus text of the registry: the router's series and the process's (obleth.serve.metrics).
 function Router:metrics_text()
   return self.registry:render()
 end
@@ -641,7 +612,7 @@ end
 
 function Router:_route(req, res)
   local path, method = req.path, req.method
-  if self.app.draining then
+  if self.ctx.draining then
     return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
       { ["Retry-After"] = "1" })
   end
@@ -713,9 +684,11 @@ function Router:_hold(model)
   if not loop.in_task() then return nil end
   local name = model.name
   self.load:hold(name)
+  -- the provisioner's pass now, not at the end of its interval
+  if self.ctx.wakeups then self.ctx.wakeups:wake(name) end
   local deadline = self.clock() + self.wake_wait
   local found
-  while not self.app.draining and self.clock() < deadline do
+  while not self.ctx.draining and self.clock() < deadline do
     loop.sleep(math.min(M.WAKE_POLL, math.max(0, deadline - self.clock())))
     self._models[name] = nil
     local m = self:_model(name)
@@ -826,50 +799,14 @@ function Router:_status_labels(name, status)
   return l
 end
 
--- The provisioner's pass, lease and policy, and the Slurm JWT's expiry (docs/operations.md).
-function Router:_provisioner_gauges(reg, status)
-  local nan, now, app = 0 / 0, self.now, self.app
-  local function num(v) return type(v) == "number" and v or nan end
-  reg:gauge("obleth_provisioner_last_pass_duration_seconds", "How long the provisioner's last pass took",
-    nil, function(set) set({}, num(status().last_pass_duration)) end)
-  reg:gauge("obleth_provisioner_lease_expires_in_seconds",
-    "Seconds until the provisioner lease expires unless renewed (negative: expired; NaN: never held)", nil,
-    function(set)
-      local l = status().lease
-      set({}, type(l) == "table" and l.expires_at - now() or nan)
-    end)
-  reg:gauge("obleth_provisioner_lease_generation", "The provisioner lease's generation (grows at each hand-over)",
-    nil, function(set)
-      local l = status().lease
-      set({}, type(l) == "table" and l.generation or 0)
-    end)
-  reg:gauge("obleth_provisioner_policy_error", "1 while an edited policy file does not load (the previous one is used)",
-    nil, function(set) set({}, type(status().policy_error) == "table" and 1 or 0) end)
-  if not app.slurm_settings then return end
-  local tok -- one computation per scrape
-  reg:gauge("obleth_slurm_token_expires_in_seconds",
-    "Seconds until the Slurm JWT expires (NaN: unknown), by token_source", { "source" }, function(set)
-      local ok, t = pcall(function()
-        return require("obleth.api.settings").token_status(app, app:slurm_settings(), status())
-      end)
-      tok = ok and t or nil
-      if tok and tok.source then set({ tok.source }, tok.expires_at and tok.expires_at - now() or nan) end
-    end)
-  reg:gauge("obleth_slurm_token_warning",
-    "1 when the Slurm JWT needs an operator: a static token that expires within a day (or has), "
-      .. "or a renewal that fails", { "source" }, function(set)
-      if tok and tok.source then set({ tok.source }, tok.warning and 1 or 0) end
-    end)
-end
-
 --- Answer one /v1/ or /metrics request (an http.server handler): counts it in the
---- app's in-flight requests (shutdown waits for them), records metrics and logs one line.
+--- context's in-flight requests (shutdown waits for them), records metrics and logs one line.
 function Router:serve(req, res)
-  local app = self.app
+  local ctx = self.ctx
   local t0 = self.clock()
-  app.inflight = (app.inflight or 0) + 1
+  ctx.inflight = (ctx.inflight or 0) + 1
   local ok, status, endpoint, prompt, completion = xpcall(self._route, debug.traceback, self, req, res)
-  app.inflight = app.inflight - 1
+  ctx.inflight = ctx.inflight - 1
   if req.key_admitted then self.limiter:release(req.key_id) end
   if not ok then
     self.log.error("router_error", { method = req.method, path = req.path, error = tostring(status) })

@@ -92,7 +92,7 @@ M.spec = { type = "object",
     { "autoscale", M.autoscale },
   },
   --- Fields a client may send back unchanged from a GET; they are ignored.
-  read_only = { "generation", "provision_error", "model_id", "model_name", "launch_id", "created_at",
+  read_only = { "generation", "provision_error", "scaling", "model_id", "model_name", "launch_id", "created_at",
     "updated_at" },
 }
 

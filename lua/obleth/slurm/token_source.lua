@@ -130,6 +130,39 @@ local function _run(cmd, timeout)
   return r.stdout, nil, r.stderr
 end
 
+--- The Slurm JWT's state as operators see it: {source, expires_at, renewed_at, warning}. A static
+--- token's expiry is read from it; a renewed one's is what the provisioner last reported. The
+--- warning says when a static token expires within M.WARN_BEFORE (or has), or renewal fails.
+--- One answer for the Slurm card (GET /api/v1/settings/slurm) and /metrics.
+---@param s table the Slurm settings (the serve context's slurm_settings())
+---@param prov table|nil the provisioner's status (store:provisioner_status()): its `token` report
+---@param now number epoch seconds
+---@return table {source, expires_at?, renewed_at?, warning?}
+function M.status(s, prov, now)
+  local out = { source = s.token_source }
+  now = math.floor(now)
+  if s.token_source == "static" then
+    if s.token then
+      out.expires_at = jwt.token_expiry(s.token)
+      local left = out.expires_at and out.expires_at - now
+      if left and left <= 0 then
+        out.warning = "the saved JWT has expired: every call to slurmrestd fails until it is replaced"
+      elseif left and left < M.WARN_BEFORE then
+        out.warning = ("the saved JWT expires in %d min and is not renewed (token_source static)"):format(left // 60)
+      end
+    end
+  else
+    local pt = prov and prov.token
+    if type(pt) == "table" and pt.source == s.token_source then
+      out.expires_at, out.renewed_at = pt.expires_at, pt.renewed_at
+      if pt.error and pt.error ~= require("obleth.util.json").null then
+        out.warning = "renewing the JWT fails: " .. tostring(pt.error)
+      end
+    end
+  end
+  return out
+end
+
 local Source = {}
 Source.__index = Source
 

@@ -1,4 +1,4 @@
---- obleth.router.scaling — each managed model's current and desired replicas and why, as `obleth serve`
+--- obleth.deployment.scaling — each managed model's current and desired replicas and why, as `obleth serve`
 -- sees them now: a fixed spec wants its `replicas` (0 when paused), an autoscaled one what the scale
 -- policy decides on the router's load window and the live replicas (the same policy, on the same kind
 -- of facts, as the provisioner's pass; docs/autoscaling.md). For /metrics and the deployment page.
