@@ -13,10 +13,13 @@
 -- {{topic, model_id}, ...} instead, and ctx.model_id); `public = true`: no credentials needed;
 -- `stream = true`: the handler answers through ctx.res itself (an event stream: not counted among the
 -- requests a shutdown waits for); `parts = true`: a large answer the handler sends through ctx.res in
--- parts (obleth.api.parts), counted like any other.
+-- parts (obleth.api.parts), counted like any other. `action`: what the route does, as the access
+-- policy names it (obleth.policy.access: "read", "deployments.launch", "keys.manage", ...); a GET
+-- route without one is "read", and every other route that is not public must declare one.
 local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
+local access = require "obleth.api.access"
 
 local M = {}
 
@@ -66,6 +69,10 @@ function M.load_routes(modules)
       if not M.METHODS[method] or type(path) ~= "string" or path:sub(1, 1) ~= "/" or type(handler) ~= "function" then
         error(("route module %s: route %d is not {method, path, handler}"):format(name, i), 2)
       end
+      local action = r.action or ((method == "GET" or method == "HEAD") and "read" or nil)
+      if not action and not r.public then
+        error(("route module %s: %s %s declares no action (obleth.policy.access)"):format(name, method, path), 2)
+      end
       local key = method .. " " .. path:gsub("{[^}]+}", "{}")
       if seen[key] then error(("route %s %s is registered twice (%s and %s)"):format(method, path, seen[key], name), 2) end
       seen[key] = name
@@ -77,7 +84,7 @@ function M.load_routes(modules)
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
-        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers }
+        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers, action = action }
     end
   end
   return routes
@@ -144,7 +151,9 @@ App.__index = App
 ---  clock: function|nil, router: table|nil, web_dir: string|nil, public_url: string|nil,
 ---  max_streams: integer|nil}  router: options for obleth.router.new (e.g. transport);
 ---  web_dir: the built dashboard (obleth.web.default_dir()); public_url: the origin the dashboard is
----  reached at when a proxy in front rewrites Host (its scheme https makes the session cookie Secure)
+---  reached at when a proxy in front rewrites Host (its scheme https makes the session cookie Secure);
+---  auth_proxy: the trusted proxy (obleth.api.access.proxy_from_env); access_policy: the access policy
+---  module to use (default: the policy set's "access", policy.d overrides included)
 function M.new(opts)
   if type(opts.admin_token) ~= "string" or opts.admin_token == "" then error("server.new: admin_token", 2) end
   local log = opts.log or require("obleth.log")
@@ -162,7 +171,7 @@ function M.new(opts)
     sessions = require("obleth.web.sessions").new { now = now },
     events = require("obleth.web.events").new { max = opts.max_streams },
     web = require("obleth.web").new { dir = opts.web_dir or require("obleth.web").default_dir() },
-    public_origin = public_origin,
+    public_origin = public_origin, auth_proxy = opts.auth_proxy, _access_policy = opts.access_policy,
   }, App)
   app:register_secrets()
   return app
@@ -259,6 +268,36 @@ local function _reply(status, body, headers)
   return { status = status, headers = headers, body = body or "" }
 end
 
+-- Seconds between looks at policy.d/access.lua (a changed file takes effect within this).
+local POLICY_RELOAD = 2
+
+--- The access policy in force (obleth.policy.access, or its policy.d override).
+function App:access_policy()
+  if self._access_policy then return self._access_policy end
+  local policy = require "obleth.policy"
+  local t = self.clock()
+  if not self._policy_checked or t - self._policy_checked >= POLICY_RELOAD then
+    self._policy_checked = t
+    local ok, perr = pcall(policy.reload)
+    if not ok then self.log.warn("policy_reload_failed", { error = tostring(perr) }) end
+  end
+  return policy.get("access")
+end
+
+--- Who is asking, with the role the access policy gives them, or nil.
+---@return table|nil identity (obleth.api.access), string|nil session_id
+function App:identity(req)
+  local how, sid = self:_auth(req)
+  local ident
+  if how then
+    ident = { admin = true, via = how == "bearer" and "token" or "session", groups = {} }
+  elseif self.auth_proxy and not (req.headers or {})["authorization"] then
+    ident = access.from_proxy(self.auth_proxy, req, self.log)
+  end
+  if not ident then return nil end
+  return access.resolve(ident, self:access_policy()), sid
+end
+
 --- Who is asking: "bearer" (the admin token), "session" (a live session cookie) or nil.
 ---@return string|nil how, string|nil session_id
 function App:_auth(req)
@@ -332,17 +371,28 @@ function App:_dispatch(req, res, found)
   end
   local path = req.path or "/"
   local route, params, allowed = found[1], found[2], found[3]
-  -- every /api/ route needs the admin token (or a session cookie), except the sign-in ones
-  local auth, sid = self:_auth(req)
-  if not auth and not (route and route.public) then
+  -- every /api/ route needs someone (the admin token, a session, or a user a trusted proxy vouches
+  -- for), except the sign-in ones; what they may do is the access policy's
+  local ident, sid = self:identity(req)
+  if not ident and not (route and route.public) then
     return _reply(401, { error = { code = "unauthorized",
       message = "this route needs the admin token: Authorization: Bearer <OBLETH_ADMIN_TOKEN>, "
         .. "or the dashboard's session (sign in on /signin)" } },
       { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
   end
-  if auth == "session" and req.method ~= "GET" and req.method ~= "HEAD" then
+  local auth = ident and (ident.via == "token" and "bearer" or ident.via) or nil
+  if (auth == "session" or auth == "proxy") and req.method ~= "GET" and req.method ~= "HEAD" then
     local ok, why = self:_csrf_ok(req)
     if not ok then return _reply(errors.fail(403, "csrf", why)) end
+  end
+  if ident and route and not route.public then
+    local pol = self:access_policy()
+    local ok, needs = pol.allows(ident.role, route.action, pol.DEFAULTS)
+    if not ok then
+      self.log.info("access_refused", { actor = ident.actor, role = ident.role, action = route.action,
+        needs = needs, method = req.method, path = path })
+      return _reply(access.refusal(ident, route.action, needs))
+    end
   end
   if not route then
     if allowed then
@@ -367,7 +417,8 @@ function App:_dispatch(req, res, found)
     body = v
   end
   local ctx = { req = req, res = res, params = params, query = req.query or {}, json = body, app = self,
-    route = route, auth = auth, session_id = sid }
+    route = route, auth = auth, session_id = sid, identity = ident, actor = ident and ident.actor }
+  req.actor = ctx.actor
   local ok, status, rbody, headers = xpcall(route.handler, debug.traceback, ctx)
   if not ok then
     self.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })
@@ -403,7 +454,7 @@ function App:handle(req, res)
     self.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
     out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
-  self.log.info("http_request", { method = req.method, path = req.path, status = out.status,
+  self.log.info("http_request", { method = req.method, path = req.path, status = out.status, actor = req.actor,
     ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })
   return out
 end

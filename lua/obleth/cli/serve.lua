@@ -131,6 +131,9 @@ function M.main(argv)
   if public_url and not server.origin_of(public_url) then
     return _die(("--public-url %q: expected http(s)://HOST[:PORT]"):format(public_url), 2)
   end
+  -- a trusted proxy in front that names the user (docs/access.md)
+  local auth_proxy, aperr = require("obleth.api.access").proxy_from_env()
+  if aperr then return _die(aperr.message, 2) end
   local state_dir = os.getenv("STATE_DIRECTORY")
   local dbpath = o.db or os.getenv("OBLETH_DB") or ((state_dir and state_dir:match("^[^:]+") or ".") .. "/obleth.db")
 
@@ -146,7 +149,8 @@ function M.main(argv)
   if web_dir == "" then web_dir = nil end
   web_dir = web_dir or require("obleth.web").default_dir()
   local app = server.new { store = store, admin_token = token, log = log, web_dir = web_dir,
-    public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")) }
+    public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")),
+    auth_proxy = auth_proxy }
   local handler = app:handler()
   -- the descriptor limit: raised (never lowered) to OBLETH_NOFILE, at most the hard limit; the
   -- connection cap's default is read from it
@@ -160,7 +164,8 @@ function M.main(argv)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes, web_dir = web_dir, nofile = nofile, max_connections = max_conns or "default",
+    routes = #app.routes, web_dir = web_dir, auth_proxy = auth_proxy and auth_proxy.header or nil,
+    auth_proxy_from = auth_proxy and auth_proxy.from_text or nil, nofile = nofile, max_connections = max_conns or "default",
     header_timeout = header_timeout or 10, idle_timeout = idle_timeout or 5 })
   local wst = sys.stat(web_dir .. "/index.html")
   if not wst then
