@@ -39,6 +39,8 @@ static const char usage[] =
     "                      (also run as obleth-provisioner)\n"
     "  slurm SUBCOMMAND    talk to slurmrestd: ping, partitions, nodes, jobs, job ID,\n"
     "                      submit, cancel ID, token-expiry (--json for scripts)\n"
+    "  store copy --from LOCATION --to LOCATION\n"
+    "                      copy a whole store into an empty one (SQLite to PostgreSQL)\n"
     "  repl [--write]      interactive Lua on the live cluster: slurm, api, plan()\n"
     "                      (a dry run of the next pass), policy.try(FILE), help()\n"
     "  smoke-engine        a tiny OpenAI-shaped engine for end-to-end checks\n"

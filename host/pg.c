@@ -58,6 +58,7 @@
  *     closed), "error" (the rest). message: the server's primary message,
  *     or libpq's. sqlstate: the five-character SQLSTATE when the server sent one.
  *     Misuse (wrong types, a closed or busy connection) raises.
+ *     The server's notices (NOTICE, WARNING) are dropped.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "pg.h"
@@ -443,6 +444,9 @@ static void conn_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- Lua functions ------------------------------------------------------------- */
 
+/* The server's notices (NOTICE, WARNING) are not errors: libpq's default prints them on stderr. */
+static void quiet_notice(void *arg, const char *message) { (void)arg; (void)message; }
+
 static int l_connect(lua_State *L) {
     const char *info = luaL_checkstring(L, 1);
     double timeout = 10;
@@ -475,6 +479,7 @@ static int l_connect(lua_State *L) {
         c->pg = NULL;
         return 2;
     }
+    PQsetNoticeProcessor(c->pg, quiet_notice, NULL);
     c->op = OP_CONNECT;
     if (watch(c, EV_WRITE, 1) != 0) {
         lua_pushnil(L);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test tier and ends with one line "N passed, N failed".
 #   1. pure-Lua unit specs under Debian's lua5.4 (spec/unit)
-#   2. unit + host specs inside the obleth runtime (spec/unit, spec/host)
+#   2. unit + host specs inside the obleth runtime (spec/unit, spec/host); the store specs run on
+#      SQLite and on a PostgreSQL this run starts from Debian's package (spec/support/pg.sh)
 #   3. the same again under the AddressSanitizer + UBSan build
 #   4. contract specs against the harness Slurm clusters of 22.05, 24.11 and 26.05 (spec/contract)
 #   5. integration specs against the harness Slurm 26.05 cluster (spec/integration; NEWEST below)
@@ -46,6 +47,16 @@ fi
 tier "unit specs (lua5.4)"
 lua5.4 $busted $out "$lpath" spec/unit || tier_fail=1
 
+# The PostgreSQL server of the store specs (spec/support/stores.lua) in these two tiers: initdb into a
+# temp dir, a unix socket there; stopped right after them.
+pg_dir=$(mktemp -d "${TMPDIR:-/tmp}/obleth-check-pg.XXXXXX")
+if pg_url=$(spec/support/pg.sh start "$pg_dir" 2>"$pg_dir.log"); then
+  export OBLETH_TEST_PG_URL=$pg_url
+else
+  missing_tier "PostgreSQL did not start for the store specs: $(tail -3 "$pg_dir.log" | tr '\n' ' ')"
+fi
+rm -f "$pg_dir.log"
+
 tier "unit + host specs (obleth runtime)"
 build/obleth lua $busted $out "$lpath" spec/unit spec/host || tier_fail=1
 
@@ -53,6 +64,9 @@ tier "unit + host specs (ASan + UBSan)"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
   build/asan/obleth lua $busted $out "$lpath" spec/unit spec/host || tier_fail=1
+
+spec/support/pg.sh stop "$pg_dir"
+unset OBLETH_TEST_PG_URL
 
 # ---- the harness Slurm clusters ---------------------------------------------------------------
 # The contract tier (spec/contract) runs against every release the harness has, one cluster after

@@ -1,7 +1,7 @@
 -- luacheck: std lua54
--- Slurm hostlists (obleth.slurm.hostlist) on any text: a list or nil, err; never a raise,
+-- Slurm hostlists (obleth.util.hostlist) on any text: a list or nil, err; never a raise,
 -- never more names than the budget; a list compresses and expands back to the same names.
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 
 return function(data)
   local budget = { left = 5000 }

@@ -27,9 +27,9 @@ describe("access: roles and a trusted proxy", function()
         OBLETH_AUTH_PROXY_FROM = from })[k]
     end))
     local set = require("obleth.policy").new { dir = dir, names = { "access" } }
-    local app = api.new { store = store, admin_token = ADMIN, auth_proxy = proxy, log = log,
+    local process = require("obleth.serve").new { store = store, admin_token = ADMIN, auth_proxy = proxy, log = log,
       access_policy = set.get("access") }
-    local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
+    local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = process:handler() })
     servers[#servers + 1], stores[#stores + 1] = srv, store
     return "http://127.0.0.1:" .. srv:port(), store
   end

@@ -3,7 +3,7 @@
 -- and each refused when the recipe is checked, naming the line. Every one of them created its
 -- canary before the allowlist.
 local recipe = require "obleth.recipe"
-local shell = require "obleth.job.shell"
+local shell = require "obleth.util.shell"
 
 local function sh(cmd) return os.execute(cmd) == true end
 

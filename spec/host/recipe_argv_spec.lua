@@ -4,7 +4,7 @@
 -- literal argument and no injected command may run. Also: every library
 -- recipe in recipes/ loads from YAML, renders, and parses as shell.
 local recipe = require "obleth.recipe"
-local shell = require "obleth.job.shell"
+local shell = require "obleth.util.shell"
 
 local function sh(cmd)
   local ok = os.execute(cmd)

@@ -240,7 +240,7 @@ describe("router in-process (" .. transport .. ")", function()
       messages = { { role = "user", content = "long answer please" } } }, nil, { stream = true })
     assert.truthy(r:read())
     -- a stream held open is in flight (and obleth serve waits for it at shutdown)
-    assert.equal(1, app.inflight)
+    assert.equal(1, app.context.inflight)
     local during = req("GET", "/metrics", nil, { Authorization = false }).body
     assert.matches('obleth_router_in_flight_requests{model="cancel"} 1', during, 1, true)
     r:close()
@@ -256,9 +256,9 @@ describe("router in-process (" .. transport .. ")", function()
     local _, u = engine("drain", { model = "drain" })
     model("drain", { u })
     assert.equal(200, chat("drain").status)
-    app.draining = true
+    app.context.draining = true
     local ok, r = pcall(chat, "drain")
-    app.draining = false
+    app.context.draining = false
     assert(ok, r)
     assert.equal(503, r.status)
     assert.equal("1", r.headers["retry-after"])

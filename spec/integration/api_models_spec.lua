@@ -168,7 +168,7 @@ describe("obleth serve: /api/v1/openapi.json", function()
   end)
 
   it("every route that may write declares the event topics it publishes (docs/dashboard.md)", function()
-    local topics = require("obleth.web.events").TOPICS
+    local topics = require("obleth.api.changes").TOPICS
     for _, r in ipairs(require("obleth.api").load_routes()) do
       if r.method ~= "GET" then
         assert.is_table(r.changes, r.method .. " " .. r.path .. " declares no changes")

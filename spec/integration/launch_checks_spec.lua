@@ -279,8 +279,10 @@ describe("launch checks on the harness cluster", function()
     end
     for _, name in ipairs({ "qos", "constraint", "exclude" }) do
       assert.same({ field = name, label = require("obleth.deployment.labels").of(name), value = cjson.null,
-        provenance = cjson.null, error = cjson.null }, by[name])
+        provenance = cjson.null, error = cjson.null, hint = cjson.null }, by[name])
     end
+    -- a bounded setting carries the managed spec's bounds (docs/managed-spec.md: 0 is the whole node)
+    assert.same({ min = 0, max = 1024, default = 1 }, by.cpus_per_node.hint)
     assert.equal("h100", by.gpu_type.value)
     assert.equal("user", by.gpu_type.provenance)
     assert.equal(error_for(pv, "gpu_type").message, by.gpu_type.error.message)

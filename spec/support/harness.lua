@@ -42,14 +42,14 @@ M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true }
 local H = {}
 H.__index = H
 
----@param opts {port_range: integer[]}
+---@param opts {port_range: integer[], env: table|nil} env: more environment for obleth serve
 function M.start(opts)
   local h = setmetatable({}, H)
   h.conn = assert(slurm.connect { url = M.URL, user = M.USER, token = M.TOKEN })
   h.logdir = os.tmpname()
   os.remove(h.logdir)
   os.execute("mkdir -p " .. util.shq(h.logdir) .. " && chmod 1777 " .. util.shq(h.logdir))
-  h.srv = server.start()
+  h.srv = server.start { env = opts.env }
   local status, _, raw = h.srv:request("PUT", "/api/v1/settings/slurm", { enabled = true, url = M.URL,
     user = M.USER, token = M.TOKEN, defaults = { partition = "gpu", account = "research", log_dir = h.logdir,
       port_range = opts.port_range } })

@@ -1,8 +1,8 @@
 -- What the in-process router specs share: smoke engines on real ports, a port
 -- nothing listens on, and requests to the router with a client key.
 --   local rig = require("spec.support.router_rig").new()
---   local store, app, srv = rig:start{admin_token = "...", router = {...}, clock = fn?}
---     obleth serve's application over a SQLite store in memory on a real port, with a
+--   local store, process, srv = rig:start{admin_token = "...", router = {...}, clock = fn?}
+--     obleth serve (obleth.serve: .context, .router, .api) over a SQLite store in memory on a real port, with a
 --     client key (rig.key)
 --   local e, url, srv = rig:engine("label", {model = "m", ...})  -- obleth.testing options
 --   rig.dead_url()
@@ -53,15 +53,15 @@ end
 
 function Rig:start(opts)
   local store = assert(require("obleth.store").open(":memory:"))
-  local app = require("obleth.api").new { store = store, admin_token = opts.admin_token, router = opts.router,
+  local process = require("obleth.serve").new { store = store, admin_token = opts.admin_token, router = opts.router,
     clock = opts.clock }
-  local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = app:handler() })
+  local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = process:handler() })
   self.base = "http://127.0.0.1:" .. srv:port()
   local g = require("obleth.api.keys").generate()
   assert(store:create_api_key { name = "spec", prefix = g.prefix, hash = g.hash })
   self.key = g.key
   self.store, self.srv = store, srv
-  return store, app, srv
+  return store, process, srv
 end
 
 --- Close the engines, and what start made.

@@ -7,13 +7,13 @@
 -- Leaf parsers: file → the functions that may return nil, "message" (true: every function of the
 -- file). Each file says so in a comment at its top.
 local LEAF = {
-  ["lua/obleth/slurm/hostlist.lua"] = true,
+  ["lua/obleth/util/hostlist.lua"] = true,
   ["lua/obleth/util/timefmt.lua"] = true,
   ["lua/obleth/util/json.lua"] = { ["M.decode"] = true },
-  ["lua/obleth/job/shell.lua"] = { ["M.quote"] = true, ["M.join"] = true },
+  ["lua/obleth/util/shell.lua"] = { ["M.quote"] = true, ["M.join"] = true },
   ["lua/obleth/recipe/templates.lua"] = { ["M.parse_template"] = true, _parse_argv_element = true },
   ["lua/obleth/recipe/validate.lua"] = { _check_typed_value = true, _check_rule = true },
-  ["lua/obleth/cli/args.lua"] = { ["M.parse"] = true },
+  ["lua/obleth/util/args.lua"] = { ["M.parse"] = true },
   ["lua/obleth/testing/cli.lua"] = { ["M.parse"] = true, _convert = true },
 }
 

@@ -189,6 +189,16 @@ describe("obleth.policy loader", function()
     assert.equal(2, set.get("lost").DEFAULTS.k, "the working override stays")
   end)
 
+  it("loads an override that requires the pure helpers by their current or their former names", function()
+    local set = policy.new({ dir = dir, stat = stat })
+    put(dir .. "/lost.lua", [[
+      local a, b = require("obleth.util.hostlist"), require("obleth.slurm.hostlist")
+      local c, d, e = require("obleth.util.shell"), require("obleth.job.shell"), require("obleth.shell")
+      return {DEFAULTS = {k = (a == b and c == d and d == e) and #a.expand("n[1-3]") or 0}}]])
+    assert.is_true((set.reload()))
+    assert.equal(3, set.get("lost").DEFAULTS.k)
+  end)
+
   it("recovers once the broken file is fixed, and clears the error", function()
     local set = policy.new({ dir = dir, stat = stat })
     put(dir .. "/lost.lua", "syntax error here")

@@ -123,6 +123,17 @@ describe("policy.scale", function()
       assert.equal("hold", d.change)
     end)
 
+    it("a sparse window (buckets only where there was load) counts from observed_since", function()
+      -- no bucket in the last 300 s, but the window began 1000 s ago: nothing in flight → 1 replica
+      local d = decide({ inflight = 0, last_request_at = NOW - 100, observed_since = NOW - 1000,
+        samples = { { at = NOW - 900, span = 10, inflight = 9 } } }, replicas("healthy", "healthy", "healthy"))
+      assert.equal(1, d.desired)
+      -- begun 200 s ago (obleth serve restarted): too short to scale down
+      d = decide({ inflight = 0, last_request_at = NOW - 100, observed_since = NOW - 200, samples = {} },
+        replicas("healthy", "healthy", "healthy"))
+      assert.equal("hold", d.change)
+    end)
+
     it("keeps one replica while a request came within idle_to_zero_after", function()
       -- idle 600 s < 1200 s: down to 1, not 0
       local d = decide({ inflight = 0, last_request_at = NOW - 600, samples = flat(900, 0) },
@@ -157,6 +168,11 @@ describe("policy.scale", function()
     it("a model that never had a request counts idle from the start of the window", function()
       local d = decide({ inflight = 0, observed_since = NOW - 1300, samples = flat(1300, 0) }, replicas("healthy"))
       assert.equal(0, d.desired)
+    end)
+
+    it("at zero says since when it is idle", function()
+      local d = decide({ inflight = 0, last_request_at = NOW - 1200, samples = {} }, {})
+      assert.equal("scaled to zero after 20 min idle — wakes on the next request", d.reason)
     end)
 
     it("stays at zero without demand (a restart's fresh window wakes nothing)", function()
@@ -212,5 +228,19 @@ describe("policy.scale", function()
     assert.equal(3, s.max_replicas)
     assert.equal(0.5, s.down_utilization)
     assert.equal(300, s.scale_down_after)
+  end)
+end)
+
+describe("policy.scale on decoded rows", function()
+  it("takes JSON nulls (light userdata) in a replica row as nothing", function()
+    local null = require("cjson").null
+    local d = scale.decide({ now = 1000, autoscale = { min_replicas = 0, max_replicas = 2, target_inflight = 4,
+      scale_down_after = 300, idle_to_zero_after = 1200 },
+      replicas = { { slot = 1, state = "submitted", job_id = null, pending_reason = null, slurm = null },
+        { slot = 2, state = "submitted", job_id = 9, slurm = { reason = null, start_time = null } } },
+      load = { queued = 1, last_request_at = 1000 } })
+    assert.equal(2, d.current)
+    assert.is_nil(d.wake.job_id, "no estimated start either way: the lower slot first")
+    assert.is_nil(d.evidence.starting[2].estimated_start)
   end)
 end)

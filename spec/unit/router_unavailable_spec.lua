@@ -85,3 +85,32 @@ describe("router 503 reasons", function()
     assert.matches("2 more replicas", msg, 1, true)
   end)
 end)
+
+describe("router 503 for an autoscaled model at zero", function()
+  local as = { enabled = true, autoscale = { min_replicas = 0, max_replicas = 2, target_inflight = 4,
+    scale_down_after = 300, idle_to_zero_after = 1200 } }
+
+  it("names the pending job, Slurm's reason and estimated start; Retry-After is the policy's", function()
+    -- 14:02 UTC on the day of NOW (1764496800 = 2025-11-30 10:00 UTC): NOW + 4 h 2 min
+    local start = NOW + 4 * 3600 + 120
+    local msg, retry, code = explain { spec = as,
+      replicas = { { slot = 1, state = "submitted", job_id = 123, pending_reason = "Priority" } },
+      wake = { job_id = 123, reason = "Priority", estimated_start = start, retry_after = 14520 } }
+    assert.equal('model "llama" is scaled to zero, waking: job 123 pending (Priority), estimated start 14:02 UTC', msg)
+    assert.equal(14520, retry)
+    assert.equal("waking", code)
+  end)
+
+  it("before the provisioner submitted: the next pass submits a job", function()
+    local msg, retry = explain { spec = as, wake = { retry_after = 30 } }
+    assert.equal('model "llama" is scaled to zero, waking: the provisioner submits a job on its next pass', msg)
+    assert.equal(30, retry)
+  end)
+
+  it("a paused deployment or an absent provisioner is said as before, not as waking", function()
+    local msg = explain { spec = { enabled = false, autoscale = as.autoscale }, wake = { retry_after = 30 } }
+    assert.matches("paused", msg)
+    msg = explain { spec = as, wake = { retry_after = 30 }, checked_in_at = NOW - 600 }
+    assert.matches("last checked in 600 s ago", msg)
+  end)
+end)

@@ -3,7 +3,7 @@
 -- (v0.0.38, v0.0.40-42, captures for v0.0.41-43) and on the hand-built v0.0.39 /
 -- v0.0.44 fixtures. Expected values were read from the JSON by hand.
 local N = require "obleth.slurm.normalize"
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 local submit = require "obleth.slurm.submit"
 local cjson = require "cjson"
 local H = dofile("spec/fixtures/slurmrestd/cases.lua")

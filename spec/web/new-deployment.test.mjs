@@ -92,6 +92,10 @@ test('Library → smoke-test: partitions with fit and idle counts, account and Q
     await page.getByLabel('Walltime', { exact: true }).fill('20');
     await tlErr.waitFor({ state: 'detached' });
 
+    // the rollover margin says what an empty one means and its bounds, in the server's numbers (the
+    // rollover policy's 5 min, the managed spec's 0..10080)
+    assert.match(await page.locator('[data-field="rollover_margin"] .help').innerText(), /Empty: 5 min\. \(0–10080\)/);
+
     // Edit as › YAML: the same settings as text; a changed line is "changed by you" in the form
     await page.getByRole('button', { name: 'Edit as › YAML' }).click();
     const ta = page.getByLabel('Settings as YAML');

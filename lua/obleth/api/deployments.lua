@@ -10,6 +10,8 @@ local validate = require "obleth.deployment.input"
 local launch = require "obleth.deployment"
 local labels = require "obleth.deployment.labels"
 local recipe_schema = require "obleth.recipe.schema"
+local wire = require "obleth.schema"
+local managed_schema = require "obleth.schema.managed"
 
 local M = {}
 
@@ -359,6 +361,22 @@ function M.prepare(app, b, values)
     facts = facts }
 end
 
+-- What the form shows beside a setting (obleth.schema.hint: min, max, default, unit), and for a
+-- setting left to a policy when empty, the policy's value (`empty`: rollover_margin, in minutes, is the
+-- rollover policy's margin); NULL for an input or a field with nothing to say.
+local function _hint(field)
+  if field:match("^inputs%.") then return NULL end
+  local h = wire.hint(managed_schema.spec, field)
+  if not h then return NULL end
+  if field == "rollover_margin" then
+    local ok, r = pcall(require("obleth.policy").get, "rollover")
+    local m = ok and type(r) == "table" and r.DEFAULTS and tonumber(r.DEFAULTS.margin)
+    if m then h.empty = m / 60 end
+  end
+  if next(h) == nil then return NULL end
+  return h
+end
+
 --- The preview as the API answers it.
 -- A field's error {message, code, label} in the label's words.
 local function _field_error(f)
@@ -376,7 +394,7 @@ function M.answer(pv, c)
   local fields = {}
   for i, f in ipairs(pv.fields) do
     fields[i] = { field = f.field, label = labels.of(f.field) or f.field, value = f.value == nil and NULL or f.value,
-      provenance = f.provenance or NULL, error = f.error and _field_error(f) or NULL }
+      provenance = f.provenance or NULL, error = f.error and _field_error(f) or NULL, hint = _hint(f.field) }
   end
   for _, e in ipairs(pv.errors or {}) do labels.say(e) end
   local user = pv.slurm_user

@@ -1,8 +1,8 @@
 --- The guide pages for the dashboard (docs/dashboard.md, "Guide pages"): GET /api/v1/docs lists them,
---- GET /api/v1/docs/{page} answers one converted to blocks of plain text (obleth.web.docs).
+--- GET /api/v1/docs/{page} answers one converted to blocks of plain text (obleth.api.guide).
 local errors = require "obleth.api.errors"
 local json = require "obleth.util.json"
-local docs = require "obleth.web.docs"
+local docs = require "obleth.api.guide"
 
 local M = {}
 

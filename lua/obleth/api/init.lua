@@ -1,14 +1,16 @@
---- obleth.api — the HTTP application of `obleth serve`: the router, auth,
--- JSON bodies, errors and the request log, around the route modules.
+--- obleth.api — the Management API of `obleth serve` (/api/...): routing, auth, JSON bodies,
+-- errors and the request log, around the route modules. The process root (obleth.serve) makes
+-- it with the serve context (obleth.serve.context) and sends it every /api request.
 --
 -- Route modules (`lua/obleth/api/<area>.lua`) return
 --   { routes = { {method, "/api/v1/models/{id}/managed", handler, summary = "...", tag = "..."}, ... } }
 -- handler(ctx) returns `status, body_table[, headers]` (encoded as JSON) or
--- `status, "text", headers`. ctx = {req, res, params = {id = "3"}, query, json (decoded body or nil), app,
--- auth = "bearer"|"session", session_id (when signed in by cookie)}.
+-- `status, "text", headers`. ctx = {req, res, params = {id = "3"}, query, json (decoded body or nil),
+-- app (the serve context: store, log, now, clock, cache, sessions, events, slurm_settings(), ...),
+-- routes (every loaded route), auth = "bearer"|"session", session_id (when signed in by cookie)}.
 -- Adding a module is one line in M.ROUTE_MODULES.
 --
--- A route's optional fields: `changes` = the event topics (obleth.web.events) a 2xx answer to it
+-- A route's optional fields: `changes` = the event topics (obleth.api.changes) a 2xx answer to it
 -- published (every route that writes declares them; the handler may set ctx.changes to
 -- {{topic, model_id}, ...} instead, and ctx.model_id); `public = true`: no credentials needed;
 -- `stream = true`: the handler answers through ctx.res itself (an event stream: not counted among the
@@ -20,6 +22,7 @@ local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
 local access = require "obleth.api.access"
+local sessions = require "obleth.api.sessions"
 
 local M = {}
 
@@ -146,114 +149,13 @@ end
 local App = {}
 App.__index = App
 
---- Create the application.
----@param opts {store: table, admin_token: string, log: table|nil, modules: string[]|nil, now: function|nil,
----  clock: function|nil, router: table|nil, web_dir: string|nil, public_url: string|nil,
----  max_streams: integer|nil}  router: options for obleth.router.new (e.g. transport);
----  web_dir: the built dashboard (obleth.web.default_dir()); public_url: the origin the dashboard is
----  reached at when a proxy in front rewrites Host (its scheme https makes the session cookie Secure);
----  auth_proxy: the trusted proxy (obleth.api.access.proxy_from_env); access_policy: the access policy
----  module to use (default: the policy set's "access", policy.d overrides included)
-function M.new(opts)
-  if type(opts.admin_token) ~= "string" or opts.admin_token == "" then error("server.new: admin_token", 2) end
-  local log = opts.log or require("obleth.log")
-  log.add_secret(opts.admin_token)
-  local now = opts.now or function() return require("obleth.loop").now() end
-  local public_origin
-  if opts.public_url then
-    public_origin = M.origin_of(opts.public_url)
-    if not public_origin then error("server.new: public_url must be http(s)://host[:port]", 2) end
-  end
-  local app = setmetatable({
-    store = opts.store, log = log, routes = M.load_routes(opts.modules), inflight = 0, draining = false,
-    cache = {}, _token = opts.admin_token, _router_opts = opts.router, now = now,
-    clock = opts.clock or function() return require("obleth.loop").monotonic() end,
-    sessions = require("obleth.web.sessions").new { now = now },
-    events = require("obleth.web.events").new { max = opts.max_streams },
-    web = require("obleth.web").new { dir = opts.web_dir or require("obleth.web").default_dir() },
-    public_origin = public_origin, auth_proxy = opts.auth_proxy, _access_policy = opts.access_policy,
-  }, App)
-  app:register_secrets()
-  return app
-end
-
---- The stored Slurm settings with defaults filled in (secrets in clear); registers the
---- secrets with the log so they never print.
-function App:slurm_settings()
-  local s = self.store:get_settings("slurm") or {}
-  self:register_secrets(s)
-  local d = s.defaults or {}
-  local function nn(v) if v == json.null then return nil end return v end
-  return {
-    enabled = s.enabled == true, url = nn(s.url), socket = nn(s.socket), user = nn(s.user), token = nn(s.token),
-    verify = s.verify ~= false, ca_file = nn(s.ca_file), api_version = nn(s.api_version) or "auto",
-    timeout = nn(s.timeout) or 10, updated_at = s.updated_at,
-    token_source = nn(s.token_source) or "static", token_key_file = nn(s.token_key_file),
-    token_command = nn(s.token_command), token_lifespan = nn(s.token_lifespan),
-    defaults = {
-      model_cache_dir = nn(d.model_cache_dir), image_dir = nn(d.image_dir), log_dir = nn(d.log_dir),
-      modules = json.array(d.modules or {}), partition = nn(d.partition), account = nn(d.account),
-      qos = nn(d.qos), hf_token = nn(d.hf_token), hf_token_path = nn(d.hf_token_path),
-      port_range = json.array(d.port_range or { 20000, 20999 }), environment = d.environment or {},
-      user_groups = nn(d.user_groups), enforce_part_limits = nn(d.enforce_part_limits),
-    },
-  }
-end
-
---- Start shutting down: new requests get 503 shutting_down; event streams end.
-function App:drain()
-  self.draining = true
-  self.events:close_all()
-end
-
---- "scheme://host[:port]" of an absolute http(s) URL (lowercase scheme and host), or nil.
-function M.origin_of(url)
-  if type(url) ~= "string" then return nil end
-  local scheme, host = url:match("^(https?)://([^/?#]+)")
-  if not scheme or host:find("@", 1, true) then return nil end
-  return scheme:lower() .. "://" .. host:lower()
-end
-
---- Make the stored (or given) settings' secrets unprintable in the log.
-function App:register_secrets(s)
-  if not s then
-    local ok, got = pcall(self.store.get_settings, self.store, "slurm")
-    s = ok and got or nil
-  end
-  if type(s) ~= "table" then return end
-  if type(s.token) == "string" and #s.token >= 4 then self.log.add_secret(s.token) end
-  local d = s.defaults
-  if type(d) == "table" and type(d.hf_token) == "string" and #d.hf_token >= 4 then self.log.add_secret(d.hf_token) end
-end
-
---- Connect to slurmrestd with the saved settings, overridden by `over` (fields of the connection).
----@return table|nil conn, table|nil err {code, message, field?} (docs/errors.md)
-function App:slurm_connect(over)
-  local s = self:slurm_settings()
-  for k, v in pairs(over or {}) do s[k] = v end
-  if not s.url and not s.socket then
-    return nil, { code = "not_configured", message = "no slurmrestd connection is set up (PUT /api/v1/settings/slurm)" }
-  end
-  -- a renewable token (token_source key_file / command) is had on this host, like the provisioner's
-  local token = s.token
-  if s.token_source ~= "static" and (over == nil or over.token == nil) then -- over.token false: none
-    local terr
-    token, terr = self:slurm_tokens():token(s)
-    if not token then return nil, { code = "auth", message = terr.message, field = terr.field } end
-  end
-  local slurm = require "obleth.slurm"
-  return slurm.connect { url = s.url, socket = s.socket, user = s.user, token = token or nil, version = s.api_version,
-    timeout = s.timeout, verify = s.verify, ca_file = s.ca_file }
-end
-
---- This process's Slurm token source (obleth.slurm.token_source), made on first use.
-function App:slurm_tokens()
-  if not self._tokens then
-    local ts = require "obleth.slurm.token_source"
-    -- the key file may never be this server's own database or under its state directory
-    self._tokens = ts.new { log = self.log, protected = ts.protected_paths(self.store and self.store.path) }
-  end
-  return self._tokens
+--- Make the API.
+---@param context table the serve context (obleth.serve.context)
+---@param opts {modules: string[]|nil}|nil  modules: the route modules (default M.ROUTE_MODULES)
+---@return table api with :handle(req, res) and .routes
+function M.new(context, opts)
+  if type(context) ~= "table" or type(context._token) ~= "string" then error("api.new: a serve context", 2) end
+  return setmetatable({ ctx = context, routes = M.load_routes((opts or {}).modules) }, App)
 end
 
 local function _reply(status, body, headers)
@@ -268,34 +170,19 @@ local function _reply(status, body, headers)
   return { status = status, headers = headers, body = body or "" }
 end
 
--- Seconds between looks at policy.d/access.lua (a changed file takes effect within this).
-local POLICY_RELOAD = 2
-
---- The access policy in force (obleth.policy.access, or its policy.d override).
-function App:access_policy()
-  if self._access_policy then return self._access_policy end
-  local policy = require "obleth.policy"
-  local t = self.clock()
-  if not self._policy_checked or t - self._policy_checked >= POLICY_RELOAD then
-    self._policy_checked = t
-    local ok, perr = pcall(policy.reload)
-    if not ok then self.log.warn("policy_reload_failed", { error = tostring(perr) }) end
-  end
-  return policy.get("access")
-end
-
 --- Who is asking, with the role the access policy gives them, or nil.
 ---@return table|nil identity (obleth.api.access), string|nil session_id
 function App:identity(req)
   local how, sid = self:_auth(req)
+  local c = self.ctx
   local ident
   if how then
     ident = { admin = true, via = how == "bearer" and "token" or "session", groups = {} }
-  elseif self.auth_proxy and not (req.headers or {})["authorization"] then
-    ident = access.from_proxy(self.auth_proxy, req, self.log)
+  elseif c.auth_proxy and not (req.headers or {})["authorization"] then
+    ident = access.from_proxy(c.auth_proxy, req, c.log)
   end
   if not ident then return nil end
-  return access.resolve(ident, self:access_policy()), sid
+  return access.resolve(ident, c:access_policy()), sid
 end
 
 --- Who is asking: "bearer" (the admin token), "session" (a live session cookie) or nil.
@@ -305,11 +192,11 @@ function App:_auth(req)
   local h = hs["authorization"]
   if type(h) == "string" then
     local tok = h:match("^[Bb]earer%s+(%S+)%s*$")
-    if tok and require("obleth.sys").consteq(tok, self._token) then return "bearer" end
+    if tok and require("obleth.sys").consteq(tok, self.ctx._token) then return "bearer" end
     return nil -- a wrong Authorization header is not rescued by a cookie
   end
-  local sid = require("obleth.web.sessions").cookie(hs["cookie"], require("obleth.web.sessions").COOKIE)
-  if sid and self.sessions:check(sid, self._token) then return "session", sid end
+  local sid = sessions.cookie(hs["cookie"], sessions.COOKIE)
+  if sid and self.ctx.sessions:check(sid, self.ctx._token) then return "session", sid end
   return nil
 end
 
@@ -320,14 +207,6 @@ function M.request_origin(req)
   local host = hs["host"]
   if not host then return nil end
   return proto:lower() .. "://" .. host:lower()
-end
-
---- True when a session cookie set for this request should be Secure: the dashboard is
---- reached over https (--public-url https://..., or a proxy's X-Forwarded-Proto: https).
-function App:secure_cookie(req)
-  if self.public_origin and self.public_origin:sub(1, 6) == "https:" then return true end
-  local p = (req.headers or {})["x-forwarded-proto"]
-  return type(p) == "string" and p:lower():match("^%s*https") ~= nil
 end
 
 -- A write authenticated by the session cookie must come from the dashboard itself.
@@ -343,7 +222,7 @@ function App:_csrf_ok(req)
   local origin = hs["origin"]
   if origin then
     origin = origin:lower()
-    if origin ~= M.request_origin(req) and origin ~= self.public_origin then
+    if origin ~= M.request_origin(req) and origin ~= self.ctx.public_origin then
       return false, "a write with the session cookie must come from this server's own origin"
     end
   end
@@ -361,12 +240,12 @@ function App:_publish(route, ctx, rbody)
     list = {}
     for _, t in ipairs(route.changes) do list[#list + 1] = { t, mid } end
   end
-  for _, c in ipairs(list) do self.events:publish(c[1], c[2]) end
+  for _, c in ipairs(list) do self.ctx.events:publish(c[1], c[2]) end
   return #list > 0
 end
 
 function App:_dispatch(req, res, found)
-  if self.draining then
+  if self.ctx.draining then
     return _reply(errors.fail(503, "shutting_down", "the server is shutting down"))
   end
   local path = req.path or "/"
@@ -386,10 +265,10 @@ function App:_dispatch(req, res, found)
     if not ok then return _reply(errors.fail(403, "csrf", why)) end
   end
   if ident and route and not route.public then
-    local pol = self:access_policy()
+    local pol = self.ctx:access_policy()
     local ok, needs = pol.allows(ident.role, route.action, pol.DEFAULTS)
     if not ok then
-      self.log.info("access_refused", { actor = ident.actor, role = ident.role, action = route.action,
+      self.ctx.log.info("access_refused", { actor = ident.actor, role = ident.role, action = route.action,
         needs = needs, method = req.method, path = path })
       return _reply(access.refusal(ident, route.action, needs))
     end
@@ -416,19 +295,20 @@ function App:_dispatch(req, res, found)
     end
     body = v
   end
-  local ctx = { req = req, res = res, params = params, query = req.query or {}, json = body, app = self,
-    route = route, auth = auth, session_id = sid, identity = ident, actor = ident and ident.actor }
+  local ctx = { req = req, res = res, params = params, query = req.query or {}, json = body, app = self.ctx,
+    routes = self.routes, route = route, auth = auth, session_id = sid, identity = ident,
+    actor = ident and ident.actor }
   req.actor = ctx.actor
   local ok, status, rbody, headers = xpcall(route.handler, debug.traceback, ctx)
   if not ok then
-    self.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })
+    self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
   if (route.stream or route.parts) and res and res:sent() then
     return type(status) == "table" and status or { status = 200, streamed = true }
   end
   if type(status) ~= "number" then
-    self.log.error("api_handler_error", { method = req.method, path = path, error = "handler returned no status" })
+    self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = "handler returned no status" })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
   local wrote = status >= 200 and status < 300 and req.method ~= "GET" and req.method ~= "HEAD"
@@ -443,83 +323,27 @@ end
 ---@param res table|nil the response object (for streaming routes)
 ---@return table {status, headers, body}
 function App:handle(req, res)
-  local t0 = self.clock()
+  local c = self.ctx
+  local t0 = c.clock()
   local found = table.pack(M.route(self.routes, req.method, req.path or "/"))
   -- an event stream lasts as long as its client: it does not hold up a shutdown
   local counted = not (found[1] and found[1].stream)
-  if counted then self.inflight = self.inflight + 1 end
+  if counted then c.inflight = c.inflight + 1 end
   local ok, out = pcall(self._dispatch, self, req, res, found)
-  if counted then self.inflight = self.inflight - 1 end
+  if counted then c.inflight = c.inflight - 1 end
   if not ok then
-    self.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
+    c.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
     out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
-  self.log.info("http_request", { method = req.method, path = req.path, status = out.status, actor = req.actor,
-    ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })
+  c.log.info("http_request", { method = req.method, path = req.path, status = out.status, actor = req.actor,
+    ms = math.floor((c.clock() - t0) * 100000 + 0.5) / 100 })
   return out
 end
 
---- A function for http.server{handler = ...}: `/v1/...` and `/metrics` go to the
---- OpenAI-compatible router (obleth.router, which may stream through res), the rest here.
---- True when path is canonical: it starts with "/", and no segment is empty,
---- "." or ".." (percent-encoded ones included) or hides a "/" or "\".
---- Anything else is refused before routing, so "//api/..." cannot dodge the
---- admin check and "/v1/../health" cannot reach an engine path outside /v1.
----@param path string
----@return boolean
-function M.canonical_path(path)
-  if type(path) ~= "string" or path:sub(1, 1) ~= "/" then return false end
-  if path == "/" then return true end
-  -- the common case, decided by one scan: no "%", ".", "\\" or empty segment
-  if not path:find("[%%%.\\%z]") and not path:find("//", 1, true) then return true end
-  local body = path:sub(2)
-  if body:sub(-1) == "/" then body = body:sub(1, -2) end -- one trailing slash is fine
-  for seg in (body .. "/"):gmatch("([^/]*)/") do
-    local d = seg:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
-    if seg == "" or d == "." or d == ".." or d:find("[/\\%z]") then return false end
-  end
-  return true
-end
-
-function App:handler()
-  local ropts = { app = self, admin_token = self._token }
-  for k, v in pairs(self._router_opts or {}) do ropts[k] = v end
-  local router = require("obleth.router").new(ropts)
-  self.router = router
-  return function(req, res)
-    local p = req.path or "/"
-    local to_router = p == "/v1" or p:sub(1, 4) == "/v1/" or p == "/metrics" or p == "/metrics/"
-    if not M.canonical_path(p) then
-      local msg = "the path must not have empty, '.' or '..' segments, nor an encoded '/' or '\\'"
-      self.log.info("http_request", { method = req.method, path = p, status = 400, code = "bad_path" })
-      if to_router then -- a client of the OpenAI API gets its error shape
-        res:send(400, { ["Content-Type"] = "application/json" },
-          require("obleth.router").error_body(msg, "invalid_request_error", nil, "bad_path"))
-        return
-      end
-      local out = _reply(errors.fail(400, "bad_path", msg))
-      -- outside /api/ this is the dashboard's ground: its headers too
-      if p:sub(1, 5) ~= "/api/" then
-        for k, v in pairs(require("obleth.web").HEADERS) do out.headers[k] = v end
-      end
-      return out
-    end
-    if to_router then return router:serve(req, res) end
-    if p ~= "/api" and p:sub(1, 5) ~= "/api/" then
-      local t0 = self.clock()
-      local out = self.draining and require("obleth.web").text(503, "the server is shutting down")
-        or self.web:serve(req)
-      self.log.info("http_request", { method = req.method, path = p, status = out.status,
-        ms = math.floor((self.clock() - t0) * 100000 + 0.5) / 100 })
-      return out
-    end
-    local out = self:handle(req, res)
-    -- every store write comes through a write request: the router reads afresh after one
-    -- that changed something (not after a refused one, nor a sign-in: a request that wrote
-    -- nothing must not be a way to keep the router's cache cold)
-    if out.wrote then router:invalidate() end
-    return out
-  end
+--- An error answer in the API's shape, with its headers (obleth.serve answers a bad path with it).
+---@return table {status, headers, body}
+function M.reply(status, body, headers)
+  return _reply(status, body, headers)
 end
 
 return M

@@ -23,7 +23,7 @@ end
 
 -- The keys' usage the router counted and has not written yet goes to the store first.
 local function _flush(app)
-  if app.router then app.router:flush_usage() end
+  if app.flush_key_usage then app:flush_key_usage() end
 end
 
 local function list(ctx)

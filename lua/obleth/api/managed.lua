@@ -3,6 +3,7 @@
 local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
 local params = require "obleth.api.params"
+local NULL = require("cjson").null
 
 local M = {}
 
@@ -16,6 +17,26 @@ local function list(ctx)
   return 200, { managed = ctx.app.store:list_specs() }
 end
 
+--- The spec as GET (and PUT) answer it: with `scaling` {current, desired, autoscaled, change, reason}, the
+--- replicas that hold or wait for a job, the count wanted and why (an autoscaled spec: the scale policy on
+--- the router's load window; docs/autoscaling.md).
+---@param app table
+---@param id integer the model id
+---@param spec table the stored spec (changed in place)
+---@return table spec
+function M.with_scaling(app, id, spec)
+  local ok, row = pcall(require("obleth.deployment.scaling").row, spec,
+    app.store:list_replicas({ model_id = id, live = true }), app.load,
+    require("obleth.policy").get("scale"), app.now())
+  if ok then
+    spec.scaling = { current = row.current, desired = row.desired, autoscaled = row.autoscaled,
+      change = row.change or NULL, reason = row.reason or NULL }
+  else
+    app.log.warn("scaling_view_failed", { model_id = id, error = tostring(row) })
+  end
+  return spec
+end
+
 local function get(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
@@ -26,7 +47,7 @@ local function get(ctx)
     local label = require("obleth.deployment.labels").of(spec.provision_error.field)
     if label then spec.provision_error.label = label end
   end
-  return 200, spec
+  return 200, M.with_scaling(ctx.app, id, spec)
 end
 
 -- PUT checks each field (obleth.deployment.input), then what Slurm would refuse or never run on this
@@ -58,7 +79,7 @@ local function put(ctx)
   end
   local stored, perr = ctx.app.store:put_spec(id, spec)
   if not stored then return errors.store(perr) end
-  return stored.created and 201 or 200, stored.spec
+  return stored.created and 201 or 200, M.with_scaling(ctx.app, id, stored.spec)
 end
 
 local function delete(ctx)

@@ -35,6 +35,9 @@ M.schemas = {
     timeout = { type = "number" } } },
   SlurmSettings = { allOf = { { ["$ref"] = "#/components/schemas/SlurmConnection" }, { type = "object", properties = {
     enabled = { type = "boolean" },
+    thresholds = { type = "object", readOnly = true, description = "seconds (obleth.schema.thresholds): a "
+      .. "provisioner not checked in for longer is taken for stopped; a static JWT closer to its expiry is warned about",
+      properties = { provisioner_stale = { type = "integer" }, token_warn_before = { type = "integer" } } },
     defaults = { type = "object", properties = {
       model_cache_dir = nullable(str()), image_dir = nullable(str()), log_dir = nullable(str()),
       hf_token_path = nullable({ type = "string", description = "a file on the cluster only the job user can read, "
@@ -117,7 +120,7 @@ function M.document(routes)
 end
 
 local function serve(ctx)
-  return 200, M.document(ctx.app.routes)
+  return 200, M.document(ctx.routes)
 end
 
 M.routes = {

@@ -19,6 +19,19 @@ local function _proof(ctx)
   return crypto.sha256_hex(t)
 end
 
+--- A model's load for the snapshot (the scale policy's `load`): the router's counts, and for a model whose
+--- spec has `autoscale` the window's buckets since scale_down_after (+ one bucket) ago.
+---@param window table obleth.router.load
+---@param md table the snapshot's model {name, spec}
+---@param now number
+---@return table
+function M.load_of(window, md, now)
+  local as = type(md.spec) == "table" and md.spec.autoscale
+  if type(as) ~= "table" then return window:view(md.name, nil, true) end
+  local after = tonumber(as.scale_down_after) or require("obleth.policy").get("scale").DEFAULTS.scale_down_after
+  return window:view(md.name, now - after - window.bucket)
+end
+
 local function snapshot(ctx)
   local app = ctx.app
   local s = app:slurm_settings()
@@ -39,8 +52,13 @@ local function snapshot(ctx)
     if s.defaults[k] == nil then s.defaults[k] = require("cjson").null end
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
+  local window = app.load
   return parts.answer(ctx, { head = doc, key = "models", src = store:snapshot_models(),
-    make = function(m) return store:snapshot_model(m) end, headers = { ["Cache-Control"] = "no-store, private" } })
+    make = function(m)
+      local md = store:snapshot_model(m)
+      if window then md.load = M.load_of(window, md, app.now()) end
+      return md
+    end, headers = { ["Cache-Control"] = "no-store, private" } })
 end
 
 -- The lease as answers show it (no ttl or renewal bookkeeping).

@@ -24,13 +24,9 @@ M.MAX_BYTES = 16384
 M.MAX_BODY = 65536
 M.STREAMS = { stderr = true, stdout = true }
 
---- The report token of one replica: hex HMAC-SHA256 of its nonce under `key` (the admin token).
----@param key string
----@param nonce string the replica's nonce (its job's tag)
----@return string
-function M.token(key, nonce)
-  return require("obleth.crypto").hmac_sha256_hex(key, "obleth replica log\0" .. nonce)
-end
+--- The report token of one replica (obleth.job.log_token: the provisioner puts it in the job's
+--- environment, this API checks it).
+M.token = require("obleth.job").log_token
 
 -- Shapes of secrets whatever obleth knows of them: a JWT, a Hugging Face token, a client key,
 -- a bearer header, key=value / key: value for the usual secret names.

@@ -1,7 +1,7 @@
 --- The dashboard's sign-in (docs/dashboard.md): the admin token, typed once on
--- /signin, is exchanged for an HttpOnly session cookie (obleth.web.sessions).
+-- /signin, is exchanged for an HttpOnly session cookie (obleth.api.sessions).
 local errors = require "obleth.api.errors"
-local sessions = require "obleth.web.sessions"
+local sessions = require "obleth.api.sessions"
 
 local M = {}
 

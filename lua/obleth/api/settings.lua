@@ -18,7 +18,7 @@ function M.public(app)
   local s = app:slurm_settings()
   local d = s.defaults
   local prov = app.store:provisioner_status()
-  local tok = M.token_status(app, s, prov)
+  local tok = require("obleth.slurm.token_source").status(s, prov, app.now())
   return {
     enabled = s.enabled, url = n(s.url), socket = n(s.socket), user = n(s.user),
     token = s.token and validate.MASK or NULL, token_set = s.token ~= nil, token_expires_at = n(tok.expires_at),
@@ -34,37 +34,18 @@ function M.public(app)
       user_groups = d.user_groups and json.array(d.user_groups) or NULL, enforce_part_limits = n(d.enforce_part_limits),
     },
     provisioner = prov,
+    thresholds = M.thresholds(),
     updated_at = n(s.updated_at),
   }
 end
 
---- The Slurm JWT's state as operators see it: {source, expires_at, renewed_at, warning}. A static
---- token's expiry is read from it; a renewed one's is what the provisioner last reported. The
---- warning says when a static token expires within a day (or has), or renewal fails.
----@param s table app:slurm_settings()
----@param prov table|nil store:provisioner_status()
-function M.token_status(app, s, prov)
-  local ts = require "obleth.slurm.token_source"
-  local out = { source = s.token_source }
-  local now = math.floor(app.now())
-  if s.token_source == "static" then
-    if s.token then
-      out.expires_at = require("obleth.slurm").token_expiry(s.token)
-      local left = out.expires_at and out.expires_at - now
-      if left and left <= 0 then
-        out.warning = "the saved JWT has expired: every call to slurmrestd fails until it is replaced"
-      elseif left and left < ts.WARN_BEFORE then
-        out.warning = ("the saved JWT expires in %d min and is not renewed (token_source static)"):format(left // 60)
-      end
-    end
-  else
-    local pt = prov and prov.token
-    if type(pt) == "table" and pt.source == s.token_source then
-      out.expires_at, out.renewed_at = pt.expires_at, pt.renewed_at
-      if pt.error and pt.error ~= NULL then out.warning = "renewing the JWT fails: " .. tostring(pt.error) end
-    end
-  end
-  return out
+--- The numbers the Slurm card words by, from their one owner (obleth.schema.thresholds): seconds
+--- without a check-in after which the provisioner is taken for stopped, and seconds before a static
+--- JWT's expiry from which it is warned about.
+---@return {provisioner_stale: integer, token_warn_before: integer}
+function M.thresholds()
+  local t = require "obleth.schema.thresholds"
+  return { provisioner_stale = t.provisioner_stale, token_warn_before = t.token_warn_before }
 end
 
 local function get(ctx)

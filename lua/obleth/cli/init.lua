@@ -6,6 +6,7 @@ local commands = {
   serve = "obleth.cli.serve",
   provisioner = "obleth.cli.provisioner",
   slurm = "obleth.cli.slurm",
+  store = "obleth.cli.store",
   repl = "obleth.repl",
   ["smoke-engine"] = "obleth.testing.cli",
 }

@@ -1,7 +1,7 @@
 --- `obleth-provisioner` (or `obleth provisioner`): the provisioner daemon.
 -- Needs only OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN; everything else
 -- comes from the Management API each pass.
-local args = require "obleth.cli.args"
+local args = require "obleth.util.args"
 local log = require "obleth.log"
 
 local M = {}

@@ -1,15 +1,17 @@
---- `obleth serve`: the Management API (/api/v1/...) over the store.
+--- `obleth serve`: the command line of the process obleth.serve builds (the Management API, the
+--- router and the dashboard over the store).
 ---
 --- Settings: --listen HOST:PORT (env OBLETH_LISTEN, default 127.0.0.1:8080),
---- --db PATH (env OBLETH_DB, default ./obleth.db or $STATE_DIRECTORY/obleth.db),
+--- --db PATH|URL (env OBLETH_DATABASE_URL for PostgreSQL, else OBLETH_DB, default ./obleth.db or
+--- $STATE_DIRECTORY/obleth.db),
 --- the admin token from OBLETH_ADMIN_TOKEN (or a file named by OBLETH_ADMIN_TOKEN_FILE).
 --- Exit status: 0 after SIGTERM/SIGINT, 1 when the database or the port fails, 2 for bad usage.
-local args = require "obleth.cli.args"
+local args = require "obleth.util.args"
 
 local M = {}
 
 M.usage = [[
-usage: obleth serve [--listen HOST:PORT] [--db PATH] [--body-limit BYTES]
+usage: obleth serve [--listen HOST:PORT] [--db PATH|URL] [--body-limit BYTES]
                     [--web-dir DIR] [--public-url URL] [--max-connections N]
 
 The Management API, the OpenAI-compatible router and the dashboard (open / in a
@@ -20,7 +22,9 @@ the token comes from the environment (never a flag: it would show in ps):
   OBLETH_ADMIN_TOKEN       the admin token (at least 16 characters)
   OBLETH_ADMIN_TOKEN_FILE  or a file holding it
   OBLETH_LISTEN            default for --listen (127.0.0.1:8080)
-  OBLETH_DB                default for --db (./obleth.db)
+  OBLETH_DATABASE_URL      default for --db: postgresql://USER:PASSWORD@HOST:PORT/DB
+                           (PostgreSQL; several obleth serve may share it)
+  OBLETH_DB                else default for --db (./obleth.db, SQLite)
   OBLETH_WEB_DIR           default for --web-dir (build/web in a source tree,
                            else PREFIX/share/obleth/web)
   OBLETH_PUBLIC_URL        default for --public-url
@@ -34,7 +38,8 @@ the token comes from the environment (never a flag: it would show in ps):
 
 local spec = {
   listen = { kind = "string", arg = "HOST:PORT", help = "address to listen on (default 127.0.0.1:8080)" },
-  db = { kind = "string", arg = "PATH", help = "SQLite database file (created when missing)" },
+  db = { kind = "string", arg = "PATH|URL",
+    help = "SQLite database file (created when missing), or a postgresql:// URL" },
   body_limit = { kind = "integer", arg = "BYTES", help = "largest request body (default 1048576)" },
   web_dir = { kind = "string", arg = "DIR", help = "the built dashboard (index.html, assets/)" },
   public_url = { kind = "string", arg = "URL",
@@ -127,15 +132,18 @@ function M.main(argv)
   if eerr then return _die(eerr.message, 2) end
   local public_url = o.public_url or os.getenv("OBLETH_PUBLIC_URL")
   if public_url == "" then public_url = nil end
-  local server = require "obleth.api"
-  if public_url and not server.origin_of(public_url) then
+  local serve = require "obleth.serve"
+  if public_url and not serve.origin_of(public_url) then
     return _die(("--public-url %q: expected http(s)://HOST[:PORT]"):format(public_url), 2)
   end
   -- a trusted proxy in front that names the user (docs/access.md)
   local auth_proxy, aperr = require("obleth.api.access").proxy_from_env()
   if aperr then return _die(aperr.message, 2) end
   local state_dir = os.getenv("STATE_DIRECTORY")
-  local dbpath = o.db or os.getenv("OBLETH_DB") or ((state_dir and state_dir:match("^[^:]+") or ".") .. "/obleth.db")
+  local db_url = os.getenv("OBLETH_DATABASE_URL")
+  if db_url == "" then db_url = nil end
+  local dbpath = o.db or db_url or os.getenv("OBLETH_DB")
+    or ((state_dir and state_dir:match("^[^:]+") or ".") .. "/obleth.db")
 
   local log = require "obleth.log"
   local loop = require "obleth.loop"
@@ -148,10 +156,11 @@ function M.main(argv)
   local web_dir = o.web_dir or os.getenv("OBLETH_WEB_DIR")
   if web_dir == "" then web_dir = nil end
   web_dir = web_dir or require("obleth.web").default_dir()
-  local app = server.new { store = store, admin_token = token, log = log, web_dir = web_dir,
+  local process = serve.new { store = store, admin_token = token, log = log, web_dir = web_dir,
     public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")),
     auth_proxy = auth_proxy }
-  local handler = app:handler()
+  local ctx = process.context
+  local handler = process:handler()
   -- the descriptor limit: raised (never lowered) to OBLETH_NOFILE, at most the hard limit; the
   -- connection cap's default is read from it
   local nofile = sys.nofile()
@@ -163,8 +172,8 @@ function M.main(argv)
     return _die(("%s (%s)"):format(tostring(berr), tostring(bcode)), 1)
   end
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
-  log.info("serve_started", { listen = url, db = dbpath, schema = store:schema_version(), pid = sys.getpid(),
-    routes = #app.routes, web_dir = web_dir, auth_proxy = auth_proxy and auth_proxy.header or nil,
+  log.info("serve_started", { listen = url, db = store.location, schema = store:schema_version(), pid = sys.getpid(),
+    routes = #process.routes, web_dir = web_dir, auth_proxy = auth_proxy and auth_proxy.header or nil,
     auth_proxy_from = auth_proxy and auth_proxy.from_text or nil, nofile = nofile, max_connections = max_conns or "default",
     header_timeout = header_timeout or 10, idle_timeout = idle_timeout or 5 })
   local wst = sys.stat(web_dir .. "/index.html")
@@ -179,7 +188,7 @@ function M.main(argv)
   local stopping = false
   local handles = {}
   -- the client keys' usage the router counted goes to the store every few seconds, and at the end
-  local router = app.router
+  local router = process.router
   handles[#handles + 1] = loop.every(require("obleth.router").USAGE_FLUSH, function() router:flush_usage() end)
   for _, sig in ipairs({ "TERM", "INT" }) do
     handles[#handles + 1] = loop.on_signal(sig, function(name)
@@ -188,11 +197,11 @@ function M.main(argv)
       -- no new connections; requests in flight finish (keep-alive
       -- connections still open get 503 shutting_down)
       srv:stop_listening()
-      app:drain()
-      log.info("serve_stopping", { signal = name, inflight = app.inflight })
+      process:drain()
+      log.info("serve_stopping", { signal = name, inflight = ctx.inflight })
       loop.spawn(function()
         local t0 = loop.monotonic()
-        while app.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        while ctx.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
         loop.stop(0)
       end)
     end)

@@ -2,97 +2,23 @@
 -- Connection from flags, else OBLETH_SLURM_URL / OBLETH_SLURM_SOCKET,
 -- OBLETH_SLURM_USER, OBLETH_SLURM_TOKEN (or OBLETH_SLURM_TOKEN_FILE), else the
 -- connection saved in obleth serve (OBLETH_ADMIN_BASE_URL, OBLETH_ADMIN_TOKEN).
-local args = require "obleth.cli.args"
+local args = require "obleth.util.args"
 local slurm = require "obleth.slurm"
+local options = require "obleth.slurm.options"
 local fmt = require "obleth.util.format"
 local cjson = require "cjson"
 local json = require "obleth.util.json"
 
 local M = {}
 
---- Seconds per request when --timeout is not given. More than slurmrestd's own wait for a
---- slurmctld that does not answer (about 10 s on 26.05, then HTTP 502), so a stopped controller
---- is reported as such (slurmrestd's 502) and not as slurmrestd not answering in time.
-M.DEFAULT_TIMEOUT = 20
+M.DEFAULT_TIMEOUT = options.DEFAULT_TIMEOUT
+M.connection_spec = options.connection_spec
+M.connection_options = options.connection_options
 
-M.connection_spec = {
-  url = { kind = "string", help = "slurmrestd base URL (env OBLETH_SLURM_URL)" },
-  socket = { kind = "string", help = "slurmrestd unix socket (env OBLETH_SLURM_SOCKET)" },
-  user = { kind = "string", help = "user the JWT belongs to (env OBLETH_SLURM_USER)" },
-  token_file = { kind = "string", help = "read the JWT from this file (env OBLETH_SLURM_TOKEN_FILE)" },
-  api_version = { kind = "string", arg = "vX", help = "API version, default: the newest both sides know" },
-  ca_file = { kind = "string", help = "CA bundle for https" },
-  insecure = { kind = "boolean", help = "turn TLS verification off" },
-  timeout = { kind = "number", help = "seconds per request (default 20: longer than slurmrestd waits for slurmctld)" },
-}
-
---- Connection options from parsed flags and the environment. The token is
---- taken from OBLETH_SLURM_TOKEN or a token file, never from a flag (it would
---- show in the process list).
-function M.connection_options(o)
-  local token
-  local tf = o.token_file or os.getenv("OBLETH_SLURM_TOKEN_FILE")
-  if tf then
-    local fh, err = io.open(tf)
-    if not fh then
-      return nil, { code = "token_file", message = "cannot read the token file: " .. err }
-    end
-    token = fh:read("a"):gsub("%s+$", "")
-    fh:close()
-  else
-    token = os.getenv("OBLETH_SLURM_TOKEN")
-  end
-  local url = o.url or (not o.socket and os.getenv("OBLETH_SLURM_URL")) or nil
-  local socket = o.socket or (not url and os.getenv("OBLETH_SLURM_SOCKET")) or nil
-  if not url and not socket then
-    return nil, { code = "not_configured", message = "no slurmrestd given: pass --url or --socket, set "
-      .. "OBLETH_SLURM_URL, or set OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN to use the connection saved in "
-      .. "obleth serve" }
-  end
-  return {
-    url = url, socket = socket, token = token,
-    user = o.user or os.getenv("OBLETH_SLURM_USER"),
-    version = o.api_version or os.getenv("OBLETH_SLURM_API_VERSION") or "auto",
-    ca_file = o.ca_file, verify = not o.insecure, timeout = o.timeout or M.DEFAULT_TIMEOUT,
-  }
-end
-
--- The Slurm settings saved in obleth serve (OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN), their token
--- registered as a secret; false when those variables are not set; nil, err when the API did not answer.
-local function _saved_settings()
-  local base, admin = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
-  if not (base and admin) then return false end
-  local snap, err = require("obleth.provisioner.client").new(base, admin):snapshot()
-  if not snap then return nil, err end
-  local s = snap.settings or {}
-  if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
-  return s
-end
-
---- Connect from flags, the environment, or else the Management API's saved
---- settings (OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN).
----@return table|nil conn, table|nil err {code, message, field?}: the Management API client's or
----  obleth.slurm's codes, "not_configured" or "token_file"
+--- Connect from flags, the environment, or else the Management API's saved settings
+--- (obleth.slurm.options.connect).
 function M.connect(o)
-  local copts
-  local s = false
-  if not (o.url or o.socket or os.getenv("OBLETH_SLURM_URL") or os.getenv("OBLETH_SLURM_SOCKET")) then
-    local err
-    s, err = _saved_settings()
-    if s == nil then return nil, err end
-  end
-  if s then
-    if not (s.url or s.socket) then
-      return nil, { code = "not_configured", message = "the Management API has no Slurm connection saved" }
-    end
-    copts = { url = s.url, socket = s.socket, user = s.user, token = s.token, version = s.api_version or "auto",
-      verify = s.verify ~= false, ca_file = s.ca_file, timeout = o.timeout or s.timeout or M.DEFAULT_TIMEOUT }
-  else
-    local e
-    copts, e = M.connection_options(o)
-    if not copts then return nil, e end
-  end
-  return slurm.connect(copts)
+  return options.connect(o, require("obleth.provisioner.client").saved_slurm_settings)
 end
 
 local function spec_with(extra)
@@ -128,15 +54,7 @@ local function die(msg, code)
   return code or 1
 end
 
---- One line for an error: "code: message (field F)".
----@param err table|string {code, message, field?}
----@return string
-function M.error_text(err)
-  if type(err) ~= "table" then return tostring(err) end
-  local s = ("%s: %s"):format(err.code or "error", err.message or "?")
-  if err.field then s = s .. (" (field %s)"):format(err.field) end
-  return s
-end
+M.error_text = options.error_text
 local errmsg = M.error_text
 
 local function emit(o, value, table_fn)
@@ -266,7 +184,7 @@ function M.main(argv)
   if cmd == "token-expiry" then
     local token = o[2] or os.getenv("OBLETH_SLURM_TOKEN")
     if not token then -- the token saved in obleth serve, as `connect` uses it
-      local s, serr = _saved_settings()
+      local s, serr = require("obleth.provisioner.client").saved_slurm_settings()
       if s == nil then return die("token-expiry: " .. tostring(serr.message)) end
       if s then
         token = type(s.token) == "string" and s.token or nil

@@ -5,7 +5,7 @@
 -- cjson.null). Each returns the normalized value, or nil and
 -- err = {code = "invalid", field = "health.interval", message = "..."} naming
 -- the first bad field. Unknown fields are refused by name.
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 local recipe_schema = require "obleth.recipe.schema"
 local schema = require "obleth.schema"
 local check = require "obleth.schema.check"
@@ -155,6 +155,21 @@ function M.managed_spec(input)
   if out.time_limit and out.rollover_margin and out.rollover_margin >= out.time_limit then
     return _err("rollover_margin", "must be shorter than time_limit (%d minutes)", out.time_limit)
   end
+  if _null(input.autoscale) then
+    out.autoscale = nil -- absent: a fixed count (the schema would fill the object's defaults)
+  else
+    if _null(input.autoscale.max_replicas) then
+      return _err("autoscale.max_replicas", "is required (the most replicas the load may ask for)")
+    end
+    if not _null(input.replicas) then
+      return _err("replicas", "is a fixed count: give replicas or autoscale, not both")
+    end
+    if out.autoscale.min_replicas > out.autoscale.max_replicas then
+      return _err("autoscale.min_replicas", "must not be above autoscale.max_replicas (%d)",
+        out.autoscale.max_replicas)
+    end
+    out.replicas = nil -- the count is the scale policy's
+  end
   return out
 end
 
@@ -208,7 +223,7 @@ M.SETTINGS_DEFAULTS = {
 }
 
 local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at", "token_renewed_at",
-  "token_warning", "updated_at" })
+  "token_warning", "thresholds", "updated_at" })
 local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "verify", "ca_file", "api_version",
   "timeout", "defaults", "token_source", "token_key_file", "token_command", "token_lifespan" })
 

@@ -6,17 +6,27 @@
 -- submit's `environment`), and the only operator data written into the
 -- script is shell by nature (preamble lines, the launch command, a script
 -- body) plus names that are quoted (the image path, module names).
-local shell = require "obleth.job.shell"
+local shell = require "obleth.util.shell"
 local tag = require "obleth.job.tag"
 
 local M = {}
 
--- Quote s for /bin/sh as one literal word (obleth.job.shell). The values quoted here (module
+-- Quote s for /bin/sh as one literal word (obleth.util.shell). The values quoted here (module
 -- names, the image path) were validated with the managed spec: a NUL byte in one is a bug.
 local function q(s)
   local word, err = shell.quote(s)
   if not word then error("job script: " .. err, 2) end
   return word
+end
+
+--- The token a replica's job reports its log with (OBLETH_LOG_TOKEN): hex HMAC-SHA256 of its nonce
+--- under `key` (the admin token). The provisioner puts it in the job's environment; `obleth serve`
+--- checks it (obleth.api.replica_logs).
+---@param key string
+---@param nonce string the replica's nonce (its job's tag)
+---@return string
+function M.log_token(key, nonce)
+  return require("obleth.crypto").hmac_sha256_hex(key, "obleth replica log\0" .. nonce)
 end
 
 -- Lmod's and Environment Modules' init files for sh-family shells, in the order tried: the one the

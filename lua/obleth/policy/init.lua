@@ -64,12 +64,13 @@ local SAFE_GLOBALS = {
 local SAFE_LIBS = { "string", "table", "math", "utf8" }
 -- pure modules an override may require
 local SAFE_REQUIRE = {
-  ["obleth.slurm.hostlist"] = true, ["obleth.slurm.gres"] = true, ["obleth.util.timefmt"] = true,
-  ["obleth.job.shell"] = true,
+  ["obleth.util.hostlist"] = true, ["obleth.slurm.gres"] = true, ["obleth.util.timefmt"] = true,
+  ["obleth.util.shell"] = true,
 }
 -- the names these modules had before the layout of lua/obleth/ changed, so that operator files
 -- written for them still load
-local RENAMED = { ["obleth.timefmt"] = "obleth.util.timefmt", ["obleth.shell"] = "obleth.job.shell" }
+local RENAMED = { ["obleth.timefmt"] = "obleth.util.timefmt", ["obleth.shell"] = "obleth.util.shell",
+  ["obleth.job.shell"] = "obleth.util.shell", ["obleth.slurm.hostlist"] = "obleth.util.hostlist" }
 
 local function _env(name, builtin)
   local env = {}

@@ -7,7 +7,7 @@
 -- state}, nodes {name, state={base, flags}, idle, cpus, alloc_cpus, memory,
 -- alloc_memory (MiB), gres={gpu={total, by_type}}, gres_free, features (set)}.
 local factory = require "obleth.policy.factory"
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 
 local function new(defaults)
   local M = factory.instance(defaults, new)

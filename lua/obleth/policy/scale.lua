@@ -80,6 +80,9 @@ local function new(defaults)
     return peak, covered
   end
 
+  -- a value as data: JSON null (a light userdata in decoded rows) and nil are both nothing
+  local function val(v) if type(v) == "userdata" then return nil end return v end
+
   -- replica states that hold or wait for a job (a replica on its way out does not count)
   local LIVE = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true }
   local SERVING = { healthy = true }
@@ -89,7 +92,8 @@ local function new(defaults)
   ---  replicas: the model's replica rows {slot, state, job_id, pending_reason, slurm = {reason,
   ---  start_time, estimated}} (obleth.provisioner.plan's rows); load: {inflight, queued, rate (req/s),
   ---  latency (s), tokens_per_s, last_request_at, observed_since, samples}; observed_since is when the
-  ---  window began (counts as the last request when there has been none)
+  ---  window began (counts as the last request when there has been none; the window reaches back to
+  ---  it, a time without a sample had no load: obleth.router.load keeps buckets with load only)
   ---@param opts table|nil settings over DEFAULTS
   ---@return {desired: integer, current: integer, serving: integer, change: "up"|"down"|"wake"|"to_zero"|
   ---  "hold"|"none", reason: string, wake: table|nil, evidence: table}
@@ -107,18 +111,24 @@ local function new(defaults)
         if SERVING[r.state] then
           serving = serving + 1
         else
-          local sl = r.slurm or {}
-          starting[#starting + 1] = { slot = r.slot, job_id = r.job_id, state = r.state,
-            reason = sl.reason or r.pending_reason, estimated_start = sl.start_time }
+          local sl = type(r.slurm) == "table" and r.slurm or {}
+          local start = val(sl.start_time)
+          starting[#starting + 1] = { slot = r.slot, job_id = val(r.job_id), state = r.state,
+            reason = val(sl.reason) or val(r.pending_reason),
+            estimated_start = type(start) == "number" and start or nil }
         end
       end
     end
     table.sort(starting, function(a, b)
-      return (a.estimated_start or math.huge) < (b.estimated_start or math.huge)
+      local x, y = a.estimated_start or math.huge, b.estimated_start or math.huge
+      if x ~= y then return x < y end
+      return (tonumber(a.slot) or 0) < (tonumber(b.slot) or 0)
     end)
     local demand = M.demand(load)
     local need = M.need(demand, load, s)
     local peak, covered = M.peak(load.samples, now - s.scale_down_after)
+    -- a window with buckets only where there was load reaches back to where it was begun
+    if load.observed_since and load.observed_since <= now - s.scale_down_after then covered = true end
     peak = math.max(peak, demand)
     local down_need = math.ceil(peak / (s.target_inflight * s.down_utilization))
     if s.target_tokens_per_s and load.tokens_per_s then
@@ -167,7 +177,10 @@ local function new(defaults)
     else
       desired = current
       if current == 0 then
-        reason = "scaled to zero; wakes on the next request"
+        reason = idle and idle >= 60
+          and ("scaled to zero after %s idle — wakes on the next request"):format(idle >= 120
+            and (math.floor(idle / 60) .. " min") or (math.floor(idle) .. " s"))
+          or "scaled to zero — wakes on the next request"
       elseif need >= current and current == s.max_replicas then
         reason = ("demand %g: at max_replicas %d"):format(demand, s.max_replicas)
       elseif down_need >= current then

@@ -16,7 +16,7 @@
 --     the partition) when the spec asks for less than a whole node, else one
 --     more node (up to the partition's MaxNodes).
 local factory = require "obleth.policy.factory"
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 
 local function new(defaults)
   local M = factory.instance(defaults, new)

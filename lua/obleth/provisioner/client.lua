@@ -75,4 +75,18 @@ function Client:submits(generation, rows)
   return self:_call("POST", "/api/v1/provisioner/submits", { lease_generation = generation, replicas = rows })
 end
 
+--- The Slurm settings saved in obleth serve (from OBLETH_ADMIN_BASE_URL + OBLETH_ADMIN_TOKEN), their
+--- token registered as a secret; false when those variables are not set; nil, err when the API did
+--- not answer (obleth.slurm.options.connect's `saved`).
+---@return table|false|nil settings, table|nil err
+function M.saved_slurm_settings()
+  local base, admin = os.getenv("OBLETH_ADMIN_BASE_URL"), os.getenv("OBLETH_ADMIN_TOKEN")
+  if not (base and admin) then return false end
+  local snap, err = M.new(base, admin):snapshot()
+  if not snap then return nil, err end
+  local s = snap.settings or {}
+  if type(s.token) == "string" then require("obleth.log").add_secret(s.token) end
+  return s
+end
+
 return M

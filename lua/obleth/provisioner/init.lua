@@ -303,13 +303,14 @@ function M.lookup_jobs(conn, snap, jobs)
   return job_by_id
 end
 
---- The lost and rollover rules a pass applies: the policy set's current
+--- The lost, rollover and scale rules a pass applies: the policy set's current
 --- versions (reloaded first: edits in the override directory apply on the
 --- next pass; a broken edit keeps the previous version), or the built-in
 --- ones without a set.
 ---@param policy table|nil an obleth.policy set
 ---@return function|nil lost, function|nil rollover (nil: plan's built-in rule)
 ---@return string|nil err "policy (previous version kept): NAME: message; ..." when a file failed
+---@return function|nil scale the scale policy's decide (nil: plan's built-in rule)
 function M.rules(policy)
   if not policy then return nil, nil, nil end
   policy.reload()
@@ -323,7 +324,7 @@ function M.rules(policy)
     table.sort(msgs)
     perr = "policy (previous version kept): " .. table.concat(msgs, "; ")
   end
-  return policy.get("lost").check, policy.get("rollover").plan, perr
+  return policy.get("lost").check, policy.get("rollover").plan, perr, policy.get("scale").decide
 end
 
 --- One pass. Returns the report it sent (or would have sent), or nil, err. err.code "lease_held"
@@ -409,11 +410,11 @@ function M:pass()
   if jobs then
     -- a broken policy edit keeps the previous version and is reported as pass.policy_error
     -- (self:_policy_error() above), not as a failed pass
-    local lost_rule, rollover_rule = M.rules(self.policy)
+    local lost_rule, rollover_rule, _, scale_rule = M.rules(self.policy)
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,
-      lost = lost_rule, rollover = rollover_rule, drain_seconds = self.drain_seconds }
+      lost = lost_rule, rollover = rollover_rule, scale = scale_rule, drain_seconds = self.drain_seconds }
 
     -- fencing: the replicas about to be submitted are recorded first, under the lease; a stale
     -- lease is refused there, and a lease this process may have lost (it was paused) stops it here
@@ -464,7 +465,7 @@ function M:pass()
       local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
       if self.log_report then -- the job's last words: where to send them and its own token for it
         desc.environment.OBLETH_LOG_URL = self.log_report.url .. "/api/v1/replica-logs/" .. s.row.nonce
-        desc.environment.OBLETH_LOG_TOKEN = require("obleth.api.replica_logs").token(self.log_report.key, s.row.nonce)
+        desc.environment.OBLETH_LOG_TOKEN = jobscript.log_token(self.log_report.key, s.row.nonce)
       end
       chaos.point("before_submit")
       local id, res = conn:submit(desc)

@@ -38,6 +38,10 @@ M.STARTED = { RUNNING = true, CONFIGURING = true, SIGNALING = true, STAGE_OUT = 
 --- passes the operator's current versions instead.
 M.default_lost = require("obleth.policy.lost").check
 M.default_rollover = require("obleth.policy.rollover").plan
+M.default_scale = require("obleth.policy.scale").decide
+
+-- replica states that hold or wait for a job (what the scale policy counts as current)
+local SCALE_LIVE = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true }
 
 local copy = tables.copy
 
@@ -82,7 +86,9 @@ end
 
 --- Reconcile the store's replicas with Slurm.
 ---@param input {now: number, snapshot: table, jobs: table[], nonce: fun(): string,
----  rand: fun(lo: integer, hi: integer): integer, lost: function|nil, rollover: function|nil}
+---  rand: fun(lo: integer, hi: integer): integer, lost: function|nil, rollover: function|nil, scale: function|nil}
+---  scale: the scale policy's decide (a spec with `autoscale`: its desired count replaces `replicas`;
+---  the replicas above it leave the endpoints and are cancelled after the drain)
 ---@return table state {rows = array of replica rows (every row touched or live),
 ---  submits = array of {row, model, spec}, cancels = array of {row, job_id, why},
 ---  outcomes = array, ack = {restart = {}, clear_lost = {}}, models = array of {id, name, spec, rows,
@@ -91,6 +97,7 @@ function M.reconcile(input)
   local now, snap = input.now, input.snapshot
   local lost_rule = input.lost or M.default_lost
   local rollover_rule = input.rollover or M.default_rollover
+  local scale_rule = input.scale or M.default_scale
   local settings = snap.settings or {}
   local defaults = settings.defaults or {}
   local enabled = settings.enabled ~= false
@@ -122,7 +129,8 @@ function M.reconcile(input)
   -- models by id; adopt tagged live jobs that no row knows
   local models, known = {}, {}
   for _, m in ipairs(snap.models or {}) do
-    local mm = { id = m.id, name = m.name, spec = m.spec, recent_ends = m.recent_ends or {}, rows = {} }
+    local mm = { id = m.id, name = m.name, spec = m.spec, recent_ends = m.recent_ends or {}, rows = {},
+      load = m.load }
     for _, r in ipairs(m.replicas or {}) do
       local row = copy(r)
       mm.rows[#mm.rows + 1] = row
@@ -289,11 +297,26 @@ function M.reconcile(input)
       for _, row in ipairs(live) do cancel(row, why) end
     else
       local n = spec.replicas or 1
+      local surplus, drain_until = "surplus replica", nil
+      if type(spec.autoscale) == "table" then
+        -- the scale policy sets the count from the load; the slots above it drain (they leave the
+        -- endpoints at once, their jobs go after drain_seconds), as a walltime rollover does
+        local current = {}
+        for _, row in ipairs(live) do
+          local succ = row.successor_of -- JSON null (light userdata) is none
+          if SCALE_LIVE[row.state] and (succ == nil or type(succ) == "userdata") then current[#current + 1] = row end
+        end
+        local d = scale_rule({ now = now, autoscale = spec.autoscale, replicas = current, load = mm.load or {} })
+        mm.scaling = d
+        mm.decisions[#mm.decisions + 1] = { rule = "scale", decision = d, action = d.change }
+        n = d.desired
+        surplus, drain_until = "scaled down", now + (input.drain_seconds or 30)
+      end
       local per_slot = {}
       for _, row in ipairs(live) do
         if row.state ~= "ended" then
           if (row.slot or 0) > n or (row.slot or 0) < 1 then
-            cancel(row, "surplus replica")
+            cancel(row, surplus, row.state == "healthy" and drain_until or nil)
           else
             per_slot[row.slot] = per_slot[row.slot] or {}
             table.insert(per_slot[row.slot], row)

@@ -6,7 +6,7 @@
 -- them (recipe inputs, cluster defaults, the API model name, resources) come
 -- from users and are never trusted:
 --   * in a `launch` argv list, every element becomes exactly one shell word:
---     author text and values are single-quoted (obleth.job.shell), and runtime
+--     author text and values are single-quoted (obleth.util.shell), and runtime
 --     environment references (`$OBLETH_PORT`, `${NAME}`, `${NAME:-word}`)
 --     become `"${NAME}"`; any other `$` is refused;
 --   * in a `script` (and `preamble` lines) every `{{ ... }}` is replaced by

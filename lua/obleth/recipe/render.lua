@@ -1,6 +1,6 @@
 --- obleth.recipe.render — rendering a validated recipe into the job-script fields of a managed
 -- spec, every value quoted where it lands.
-local shell = require "obleth.job.shell"
+local shell = require "obleth.util.shell"
 local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local templates = require "obleth.recipe.templates"

@@ -5,7 +5,7 @@
 -- `_check_rule` check one typed value and return nil, "message"; `validate` collects those as
 -- {field, message} errors, and check_input's callers wrap them into {code, message, field}.
 -- spec/unit/error_shape_spec.lua holds this list.
-local shell = require "obleth.job.shell"
+local shell = require "obleth.util.shell"
 local timefmt = require "obleth.util.timefmt"
 local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"

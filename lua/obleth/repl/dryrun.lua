@@ -31,6 +31,9 @@ local function _cancel_facts(why, row, mm)
   elseif why == "restart asked" then return "a restart was asked through the API"
   elseif why == "slot lost" then return "the slot is lost (waits for Try once more)"
   elseif why == "walltime rollover" then return "the successor is healthy; the old job is drained first"
+  elseif why == "scaled down" then
+    return ("slot %s is above the scale policy's desired %s; it leaves the endpoints and its job goes after the "
+      .. "drain"):format(tostring(row and row.slot), tostring(mm and mm.scaling and mm.scaling.desired))
   end
   return why
 end
@@ -71,7 +74,7 @@ function M.run(facts)
     nonce = function() n = n + 1; return ("(new %d)"):format(n) end,
     rand = function(lo) return lo end,
     lost = lost and lost.check or nil, rollover = rollover and rollover.plan or nil,
-    drain_seconds = facts.drain_seconds,
+    scale = facts.scale and facts.scale.decide or nil, drain_seconds = facts.drain_seconds,
   }
   local k = _k(lost or require("obleth.policy.lost"))
   local before = {}
@@ -102,16 +105,15 @@ function M.run(facts)
     act(mm or { name = "(unknown model)" }, c.row or { job_id = c.job_id }, ("cancel job %s"):format(tostring(c.job_id)),
       c.why, _cancel_facts(c.why, c.row, mm))
   end
+  -- the scale policy's decisions, as the pass made them (obleth.provisioner.plan, one owner)
   run.scaling = {}
-  local scale = facts.scale or require("obleth.policy.scale")
-  for _, m in ipairs(facts.snapshot.models or {}) do
-    if m.spec and m.spec.autoscale then
-      local d = scale.decide({ now = facts.now, autoscale = m.spec.autoscale, replicas = m.replicas,
-        load = m.load or {} })
-      run.scaling[#run.scaling + 1] = { model = m.name, desired = d.desired, current = d.current,
+  for _, mm in ipairs(state.models) do
+    local d = mm.scaling
+    if d then
+      run.scaling[#run.scaling + 1] = { model = mm.name, desired = d.desired, current = d.current,
         change = d.change, reason = d.reason, decision = d }
       if d.change ~= "none" and d.change ~= "hold" then
-        act(m, nil, ("scale %s %d → %d"):format(d.change, d.current, d.desired), "scale", d.reason)
+        act(mm, nil, ("scale %s %d → %d"):format(d.change, d.current, d.desired), "scale", d.reason)
       end
     end
   end

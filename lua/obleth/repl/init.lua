@@ -11,11 +11,11 @@
 -- partition lists and the dry run as aligned tables), then as statements; an
 -- incomplete chunk continues on the next line. Readline history lives in
 -- ~/.obleth_history; Tab completes table fields. No secret is ever printed.
-local args = require "obleth.cli.args"
+local args = require "obleth.util.args"
 local pp = require "obleth.repl.pp"
 local fmt = require "obleth.util.format"
 local tables = require "obleth.util.tables"
-local slurm_cli = require "obleth.cli.slurm"
+local slurm_options = require "obleth.slurm.options"
 
 local M = {}
 
@@ -25,7 +25,7 @@ local spec = {
   eval = { kind = "string", short = "e", arg = "CODE", help = "evaluate CODE, print its results and exit" },
   help = { kind = "boolean", short = "h", help = "this help" },
 }
-for k, v in pairs(slurm_cli.connection_spec) do spec[k] = v end
+for k, v in pairs(slurm_options.connection_spec) do spec[k] = v end
 
 local WRITE_CALLS = { submit = true, submit_body = true, cancel = true }
 
@@ -304,7 +304,7 @@ function M.banner_text(ctx)
     lines[#lines + 1] = ("Slurm user  %s%s"):format(tostring(info.user or "?"),
       exp and ("   JWT expires %s (in %s)"):format(os.date("!%Y-%m-%d %H:%M:%SZ", exp), fmt.duration(exp - os.time())) or "")
   else
-    lines[#lines + 1] = "slurmrestd  not connected: " .. slurm_cli.error_text(ctx.conn_error)
+    lines[#lines + 1] = "slurmrestd  not connected: " .. slurm_options.error_text(ctx.conn_error)
   end
   lines[#lines + 1] = ctx.admin and ("Management API  %s (api, plan())"):format(ctx.admin.base)
     or "Management API  not set (OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN): no api, no plan()"
@@ -363,14 +363,14 @@ function M.main(argv)
   local source = direct and ((o.url or o.socket) and "from the command line"
     or (os.getenv("OBLETH_SLURM_URL") and "from OBLETH_SLURM_URL" or "from OBLETH_SLURM_SOCKET"))
     or (client and ("the connection saved in obleth serve at " .. client.base)) or "not configured"
-  local conn, cerr = slurm_cli.connect(o)
+  local conn, cerr = slurm_options.connect(o, require("obleth.provisioner.client").saved_slurm_settings)
   local token
   if conn and not direct and client then
     local snap = client:snapshot()
     remember(snap)
     token = snap and snap.settings and snap.settings.token
   elseif conn then
-    local copts = slurm_cli.connection_options(o)
+    local copts = slurm_options.connection_options(o)
     token = copts and copts.token
     if token then secrets[token] = true; log.add_secret(token) end
   end
@@ -390,9 +390,9 @@ function M.main(argv)
   if conn then
     env.slurm = M.guard(conn, o.write, confirm)
   else
-    io.stderr:write("obleth repl: not connected to Slurm: ", slurm_cli.error_text(cerr), "\n")
+    io.stderr:write("obleth repl: not connected to Slurm: ", slurm_options.error_text(cerr), "\n")
     env.slurm = setmetatable({}, { __index = function()
-      error("not connected to Slurm: " .. slurm_cli.error_text(cerr) .. " (see obleth repl --help)", 2)
+      error("not connected to Slurm: " .. slurm_options.error_text(cerr) .. " (see obleth repl --help)", 2)
     end })
   end
 
@@ -412,7 +412,7 @@ function M.main(argv)
   local NO_API = { code = "no_api", message = "no Management API: set OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN" }
   function live.pass()
     if not client then return nil, NO_API end
-    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. slurm_cli.error_text(cerr) } end
+    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. slurm_options.error_text(cerr) } end
     local snap, err = client:snapshot()
     if not snap then return nil, err end
     remember(snap)
@@ -429,7 +429,7 @@ function M.main(argv)
     return { now = os.time(), snapshot = snap, jobs = jobs, job_by_id = by_id }
   end
   function live.cluster()
-    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. slurm_cli.error_text(cerr) } end
+    if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. slurm_options.error_text(cerr) } end
     local f = {}
     local calls = { { "partitions", function() return conn:partitions() end },
       { "nodes", function() return conn:nodes() end }, { "qos", function() return conn:qos() end },

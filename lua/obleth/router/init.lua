@@ -9,15 +9,17 @@
 -- through chunk by chunk; a client that goes away cancels its upstream request.
 -- `/metrics` serves Prometheus text.
 --
---   local router = require("obleth.router").new{app = app, admin_token = token}
+--   local router = require("obleth.router").new{context = ctx, admin_token = token}
 --   http.server{handler = function(req, res) return router:serve(req, res) end}
+-- (obleth.serve builds it and sends it `/v1/...` and `/metrics`.)
 --
 -- Errors are in the OpenAI shape {"error": {"message", "type", "param", "code"}}.
 local cjson = require "cjson"
 local json = require "obleth.util.json"
 local balancer = require "obleth.router.balancer"
 local unavailable = require "obleth.router.unavailable"
-local metrics = require "obleth.router.metrics"
+local metrics = require "obleth.util.prometheus"
+local load_window = require "obleth.router.load"
 local limits = require "obleth.router.limits"
 -- the host's scanner reads "model" and "stream" without decoding the body (a long chat
 -- costs cjson.decode hundreds of µs); plain lua5.4 (unit specs) falls back to cjson
@@ -29,6 +31,10 @@ local M = {}
 M.CONNECT_TIMEOUT = 5
 --- Seconds a whole upstream transfer may take (long generations stream for minutes).
 M.TIMEOUT = 3600
+--- Seconds a request to an autoscaled model with no replica waits for one (docs/autoscaling.md).
+M.WAKE_WAIT = 30
+--- Seconds between two looks at a held request's model while it wakes.
+M.WAKE_POLL = 0.25
 
 local NULL = cjson.null
 
@@ -193,24 +199,30 @@ local Router = {}
 Router.__index = Router
 
 --- Make a router.
----@param opts {app: table, admin_token: string, http: table|nil, connect_timeout: number|nil, timeout: number|nil,
----  transport: "proxy"|"client"|nil, limit_window: number|nil}
----  app is the obleth.api application (store, log, clock, now, draining, inflight, slurm_settings).
+---@param opts {context: table, admin_token: string, http: table|nil, connect_timeout: number|nil,
+---  timeout: number|nil, transport: "proxy"|"client"|nil, limit_window: number|nil, load: table|nil,
+---  wake_wait: number|nil}
+---  context: obleth.serve.context (store, log, clock, now, draining, inflight, metrics: the registry
+---  the router adds its series to and /metrics renders).
+---  load: the per-model load window (obleth.router.load; default a new one on the context's clock) the
+---  snapshot hands to the provisioner: requests in flight, held and finished per model.
+---  wake_wait: seconds a request to an autoscaled model with no replica is held while it wakes
+---  (default $OBLETH_WAKE_WAIT or WAKE_WAIT; 0 answers 503 at once)
 ---  transport: "proxy" (default) passes requests to http:// endpoints with res:proxy (host/http_proxy.c)
 ---  and to others (https://) with the HTTP client; "client" sends every request with the HTTP client.
 ---  limit_window: seconds of a key's requests_per_minute window (default 60; specs shorten it).
 function M.new(opts)
-  local app = opts.app
-  if type(app) ~= "table" or not app.store then error("router.new: app with a store is required", 2) end
+  local ctx = opts.context
+  if type(ctx) ~= "table" or not ctx.store then error("router.new: a context with a store is required", 2) end
   local transport = opts.transport or "proxy"
   if transport ~= "proxy" and transport ~= "client" then
     error("router.new: transport must be \"proxy\" or \"client\"", 2)
   end
-  local reg = metrics.new()
+  local reg = ctx.metrics or metrics.new()
   local self = setmetatable({
-    app = app, store = app.store, log = app.log or require("obleth.log"),
-    clock = app.clock or require("obleth.loop").monotonic,
-    now = app.now or require("obleth.loop").now,
+    ctx = ctx, store = ctx.store, log = ctx.log or require("obleth.log"),
+    clock = ctx.clock or require("obleth.loop").monotonic,
+    now = ctx.now or require("obleth.loop").now,
     http = opts.http or require("obleth.http"),
     consteq = require("obleth.sys").consteq, sha256 = require("obleth.crypto").sha256_hex,
     admin_token = opts.admin_token,
@@ -227,6 +239,8 @@ function M.new(opts)
     buffer_limit = M.BUFFER_LIMIT, via = self.via }
   local http = self.http
   self.balancer = balancer.new(opts.balancer)
+  self.load = opts.load or load_window.new { now = self.now }
+  self.wake_wait = opts.wake_wait or tonumber(os.getenv("OBLETH_WAKE_WAIT") or "") or M.WAKE_WAIT
   self:invalidate()
   self.m_requests = reg:counter("obleth_router_requests_total",
     "Client requests to /v1/ by model and HTTP status (499: the client went away first)", { "model", "status" })
@@ -255,18 +269,17 @@ function M.new(opts)
   reg:gauge("obleth_model_endpoints", "Endpoints the router sends to, per model", { "model" }, function(set)
     for _, r in ipairs(rows or {}) do set({ r.name }, r.endpoints) end
   end)
-  local now = self.now
-  reg:gauge("obleth_provisioner_last_checkin_age_seconds",
-    "Seconds since the provisioner last reported a pass (NaN: never)", nil, function(set)
-      local at = store:provisioner_status().checked_in_at
-      set({}, type(at) == "number" and math.max(0, now() - at) or 0 / 0)
+  local scaled -- one read per scrape, shared by the two gauges
+  reg:gauge("obleth_model_desired_replicas", "Replicas a managed model wants: its replicas, or for an autoscaled "
+    .. "model the scale policy's count from its load (docs/autoscaling.md)", { "model" }, function(set)
+      scaled = require("obleth.deployment.scaling").rows(store, self.load, require("obleth.policy").get("scale"),
+        self.now())
+      for _, r in ipairs(scaled) do set({ r.model }, r.desired) end
     end)
-  local pstat -- one store read per scrape, shared by the provisioner's gauges
-  reg:gauge("obleth_provisioner_failed_passes", "Provisioner passes failed in a row", nil, function(set)
-    pstat = store:provisioner_status()
-    set({}, pstat.failed_passes or 0)
-  end)
-  self:_provisioner_gauges(reg, function() return pstat or store:provisioner_status() end)
+  reg:gauge("obleth_model_current_replicas", "Replicas of a managed model that hold or wait for a job "
+    .. "(pending, starting, healthy, unhealthy)", { "model" }, function(set)
+      for _, r in ipairs(scaled or {}) do set({ r.model }, r.current) end
+    end)
   -- the proxy's connection pool (host/http_proxy.c), read at each scrape
   if http.proxy_stats then
     local pstats -- one read per scrape, shared by the pool's series
@@ -283,26 +296,6 @@ function M.new(opts)
       "Kept-alive connections to endpoints waiting for a request", nil, function(set)
         set({}, (pstats or http.proxy_stats()).idle_connections)
       end)
-  end
-  -- the HTTP server's own connections (host/http_frame.c: cap, header and idle deadlines)
-  if http.server_stats then
-    local sstats
-    reg:gauge("obleth_http_connections", "Client connections open to this process's HTTP servers", nil,
-      function(set)
-        sstats = http.server_stats()
-        set({}, sstats.open)
-      end)
-    reg:counter("obleth_http_connections_closed_total", "Client connections obleth closed or refused, by "
-      .. "reason: refused (503 at the cap), evicted (room made at the cap or when descriptors ran out), "
-      .. "header_timeout, idle", { "reason" }, function(set)
-        local st = sstats or http.server_stats()
-        set({ "refused" }, st.refused)
-        set({ "evicted" }, st.evicted)
-        set({ "header_timeout" }, st.header_timeouts)
-        set({ "idle" }, st.idle_closes)
-      end)
-    reg:counter("obleth_http_accept_errors_total", "accept() calls that failed (e.g. out of descriptors)", nil,
-      function(set) set({}, (sstats or http.server_stats()).accept_errors) end)
   end
   return self
 end
@@ -331,7 +324,7 @@ function Router:_model(name)
   return m
 end
 
---- The Prometheus text of every router and store metric.
+--- The Prometheus text of the registry: the router's series and the process's (obleth.serve.metrics).
 function Router:metrics_text()
   return self.registry:render()
 end
@@ -390,9 +383,18 @@ end
 function Router:_unavailable(res, model)
   local ok, msg, retry = pcall(function()
     local slurm = self.store:get_settings("slurm")
+    local spec = self.store:get_spec(model.id)
+    local replicas = self.store:list_replicas({ model_id = model.id, live = true })
+    local wake
+    if type(spec) == "table" and type(spec.autoscale) == "table" then
+      -- the scale policy says what is on its way and when (Slurm's estimated start): the Retry-After
+      local view = self.load:view(model.name, nil, true)
+      view.queued = math.max(view.queued, 1)
+      wake = require("obleth.policy").get("scale").decide({ now = self.now(), autoscale = spec.autoscale,
+        replicas = replicas, load = view }).wake
+    end
     return unavailable.explain {
-      model = model, spec = self.store:get_spec(model.id),
-      replicas = self.store:list_replicas({ model_id = model.id, live = true }),
+      model = model, spec = spec, replicas = replicas, wake = wake,
       slurm_enabled = slurm and slurm.enabled == true, checked_in_at = self.store:provisioner_status().checked_in_at,
       now = self.now(),
     }
@@ -599,15 +601,18 @@ function Router:_forward(req, res, model, stream)
   local labels = self:_labels(name)
   local inflight = self._inflight
   inflight[name] = (inflight[name] or 0) + 1
+  self.load:begin(name, req.held)
+  local t0 = self.clock()
   local ok, status, detail, prompt, completion = pcall(self._attempts, self, req, res, model, stream, labels)
   inflight[name] = inflight[name] - 1
+  self.load:finish(name, self.clock() - t0, ok and completion or nil)
   if not ok then error(status, 0) end
   return status, detail, prompt, completion
 end
 
 function Router:_route(req, res)
   local path, method = req.path, req.method
-  if self.app.draining then
+  if self.ctx.draining then
     return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
       { ["Retry-After"] = "1" })
   end
@@ -660,8 +665,35 @@ function Router:_route(req, res)
       "model_not_found")
   end
   req.model = model.name
-  if #model.endpoints == 0 then return self:_unavailable(res, model) end
+  if #model.endpoints == 0 then
+    local woke = self:_hold(model)
+    if not woke then return self:_unavailable(res, model) end
+    req.held, model = true, woke
+  end
   return self:_forward(req, res, model, stream == true)
+end
+
+-- A request to an autoscaled model without a replica: counted as queued (the next pass wakes the
+-- model), held until an endpoint appears or wake_wait seconds pass, before any byte of the answer
+-- (a streaming client gets the whole stream, or the 503). Returns the model with its endpoints, or nil.
+function Router:_hold(model)
+  if self.wake_wait <= 0 then return nil end
+  local spec = self.store:get_spec(model.id)
+  if type(spec) ~= "table" or type(spec.autoscale) ~= "table" or spec.enabled == false then return nil end
+  local loop = require "obleth.loop"
+  if not loop.in_task() then return nil end
+  local name = model.name
+  self.load:hold(name)
+  local deadline = self.clock() + self.wake_wait
+  local found
+  while not self.ctx.draining and self.clock() < deadline do
+    loop.sleep(math.min(M.WAKE_POLL, math.max(0, deadline - self.clock())))
+    self._models[name] = nil
+    local m = self:_model(name)
+    if m and #m.endpoints > 0 then found = m break end
+  end
+  self.load:release(name)
+  return found
 end
 
 -- 429 in the OpenAI shape, with Retry-After (whole seconds until the window lets one more in).
@@ -765,50 +797,14 @@ function Router:_status_labels(name, status)
   return l
 end
 
--- The provisioner's pass, lease and policy, and the Slurm JWT's expiry (docs/operations.md).
-function Router:_provisioner_gauges(reg, status)
-  local nan, now, app = 0 / 0, self.now, self.app
-  local function num(v) return type(v) == "number" and v or nan end
-  reg:gauge("obleth_provisioner_last_pass_duration_seconds", "How long the provisioner's last pass took",
-    nil, function(set) set({}, num(status().last_pass_duration)) end)
-  reg:gauge("obleth_provisioner_lease_expires_in_seconds",
-    "Seconds until the provisioner lease expires unless renewed (negative: expired; NaN: never held)", nil,
-    function(set)
-      local l = status().lease
-      set({}, type(l) == "table" and l.expires_at - now() or nan)
-    end)
-  reg:gauge("obleth_provisioner_lease_generation", "The provisioner lease's generation (grows at each hand-over)",
-    nil, function(set)
-      local l = status().lease
-      set({}, type(l) == "table" and l.generation or 0)
-    end)
-  reg:gauge("obleth_provisioner_policy_error", "1 while an edited policy file does not load (the previous one is used)",
-    nil, function(set) set({}, type(status().policy_error) == "table" and 1 or 0) end)
-  if not app.slurm_settings then return end
-  local tok -- one computation per scrape
-  reg:gauge("obleth_slurm_token_expires_in_seconds",
-    "Seconds until the Slurm JWT expires (NaN: unknown), by token_source", { "source" }, function(set)
-      local ok, t = pcall(function()
-        return require("obleth.api.settings").token_status(app, app:slurm_settings(), status())
-      end)
-      tok = ok and t or nil
-      if tok and tok.source then set({ tok.source }, tok.expires_at and tok.expires_at - now() or nan) end
-    end)
-  reg:gauge("obleth_slurm_token_warning",
-    "1 when the Slurm JWT needs an operator: a static token that expires within a day (or has), "
-      .. "or a renewal that fails", { "source" }, function(set)
-      if tok and tok.source then set({ tok.source }, tok.warning and 1 or 0) end
-    end)
-end
-
 --- Answer one /v1/ or /metrics request (an http.server handler): counts it in the
---- app's in-flight requests (shutdown waits for them), records metrics and logs one line.
+--- context's in-flight requests (shutdown waits for them), records metrics and logs one line.
 function Router:serve(req, res)
-  local app = self.app
+  local ctx = self.ctx
   local t0 = self.clock()
-  app.inflight = (app.inflight or 0) + 1
+  ctx.inflight = (ctx.inflight or 0) + 1
   local ok, status, endpoint, prompt, completion = xpcall(self._route, debug.traceback, self, req, res)
-  app.inflight = app.inflight - 1
+  ctx.inflight = ctx.inflight - 1
   if req.key_admitted then self.limiter:release(req.key_id) end
   if not ok then
     self.log.error("router_error", { method = req.method, path = req.path, error = tostring(status) })

@@ -9,8 +9,8 @@ local M = {}
 M.RETRY = { starting = 5, pending = 10, submitted = 15, unhealthy = 10, ending = 5, waiting = 10,
   stuck = 60, lost = 60, paused = 60, refused = 60, no_deployment = 60, slurm_off = 60, no_provisioner = 30 }
 
---- The provisioner counts as away when it has not checked in for this long (seconds).
-M.PROVISIONER_STALE = 60
+--- The provisioner counts as away when it has not checked in for this long (seconds; obleth.schema.thresholds).
+M.PROVISIONER_STALE = require("obleth.schema.thresholds").provisioner_stale
 
 local MAX_PARTS = 4
 
@@ -63,7 +63,9 @@ local ORDER = { starting = 1, unhealthy = 2, ending = 3, submitted = 4, pending 
 
 --- Explain why `model` has no endpoint to send to.
 ---@param f {model: {id: integer, name: string}, spec: table|nil, replicas: table[]|nil,
----  slurm_enabled: boolean|nil, checked_in_at: number|nil, now: number}
+---  slurm_enabled: boolean|nil, checked_in_at: number|nil, now: number, wake: table|nil}
+---  wake: the scale policy's `wake` for an autoscaled model ({job_id, reason, estimated_start,
+---  retry_after}): the answer names the job on its way and Retry-After is the policy's
 ---@return string message, integer retry_after seconds (the shortest any part suggests),
 ---  string reason the short code of the first part
 function M.explain(f)
@@ -89,6 +91,28 @@ function M.explain(f)
   local reps = {}
   for _, r in ipairs(f.replicas or {}) do
     if ORDER[r.state] then reps[#reps + 1] = r end
+  end
+  local wake = f.wake
+  local seen_at = _null(f.checked_in_at)
+  local provisioner_here = seen_at and not (f.now and f.now - seen_at > M.PROVISIONER_STALE)
+  if type(spec.autoscale) == "table" and type(wake) == "table" and #parts == 0 and provisioner_here then
+    -- an autoscaled model at zero (or still waking): what is on its way, and when Slurm expects it
+    local text
+    local job = _null(wake.job_id)
+    local start = _null(wake.estimated_start)
+    if job then
+      local st
+      for _, r in ipairs(reps) do if _null(r.job_id) == job then st = r.state end end
+      text = ("job %s %s"):format(tostring(math.tointeger(job) or job), st == "starting" and "is loading the model"
+        or ("pending" .. (_null(wake.reason) and _null(wake.reason) ~= "None" and (" (" .. wake.reason .. ")") or "")))
+      if start and st ~= "starting" then
+        text = text .. (", estimated start %s"):format(os.date("!%H:%M UTC", math.floor(start)))
+      end
+    else
+      text = "the provisioner submits a job on its next pass"
+    end
+    return ("model %q is scaled to zero, waking: %s"):format(model.name, text),
+      math.max(1, math.floor(_null(wake.retry_after) or M.RETRY.waiting)), "waking"
   end
   table.sort(reps, function(a, b)
     if ORDER[a.state] ~= ORDER[b.state] then return ORDER[a.state] < ORDER[b.state] end

@@ -66,7 +66,7 @@ end
 function M.hint(s, path)
   local f = M.field(s, path)
   if not f then return nil end
-  return { min = f.min, max = f.max, default = M.defaults(f), unit = f.unit or (f.type == "minutes" and "minutes") }
+  return { min = f.min, max = f.max, default = M.defaults(f), unit = f.unit or (f.type == "minutes" and "minutes" or nil) }
 end
 
 -- the checks, one per type

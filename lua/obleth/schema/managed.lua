@@ -32,13 +32,32 @@ M.health = { type = "object", nullable = true,
   },
 }
 
+--- Autoscaling (docs/autoscaling.md): the replicas follow the load, decided by the scale policy.
+M.autoscale = { type = "object", nullable = true,
+  shape = "{min_replicas, max_replicas, target_inflight, scale_down_after, idle_to_zero_after}",
+  description = "instead of a fixed replicas; min_replicas (0: scale to zero) not above max_replicas",
+  fields = {
+    { "min_replicas", { type = "integer", min = 0, max = 64, default = 1,
+      description = "0: scale to zero after idle_to_zero_after, wake on the next request" } },
+    { "max_replicas", { type = "integer", min = 1, max = 64, default = 1 } },
+    { "target_inflight", { type = "integer", min = 1, max = 100000, default = 4,
+      description = "requests in flight + queued one replica should carry; more adds a replica" } },
+    { "scale_down_after", { type = "integer", min = 0, max = 86400, default = 300, unit = "seconds",
+      description = "a replica goes only when the peak load of this window fits the others" } },
+    { "idle_to_zero_after", { type = "integer", min = 0, max = 604800, default = 1800, unit = "seconds",
+      description = "with min_replicas 0: no request for this long scales to zero" } },
+  },
+}
+
 --- The managed spec.
 M.spec = { type = "object",
   description = "docs/managed-spec.md; exactly one of script_body / launch_command; rollover_margin below "
-    .. "time_limit; nodes 1 with launch_command; image and preamble only with launch_command",
+    .. "time_limit; nodes 1 with launch_command; image and preamble only with launch_command; replicas or "
+    .. "autoscale, not both",
   fields = {
     { "enabled", { type = "boolean", default = true } },
-    { "replicas", { type = "integer", min = 0, max = 64, default = 1 } },
+    { "replicas", { type = "integer", nullable = true, min = 0, max = 64, default = 1,
+      description = "a fixed count; not with autoscale" } },
     { "partition", NAME64 },
     { "account", NAME64 },
     { "qos", NAME64 },
@@ -70,9 +89,10 @@ M.spec = { type = "object",
     { "inputs", { type = "object", open = true, nullable = true, default = {} } },
     { "rollover_margin", { type = "integer", nullable = true, min = 0, max = 10080, unit = "minutes",
       description = "overrides the rollover policy's margin; below time_limit" } },
+    { "autoscale", M.autoscale },
   },
   --- Fields a client may send back unchanged from a GET; they are ignored.
-  read_only = { "generation", "provision_error", "model_id", "model_name", "launch_id", "created_at",
+  read_only = { "generation", "provision_error", "scaling", "model_id", "model_name", "launch_id", "created_at",
     "updated_at" },
 }
 

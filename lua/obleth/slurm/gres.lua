@@ -7,7 +7,7 @@
 -- told. The parenthesised detail ("(S:0-1)", "(IDX:0,2-3)", "(IDX:N/A)") is
 -- socket / index information, never a count, and its commas never separate
 -- entries. Pure functions, no I/O.
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 
 local M = {}
 

@@ -19,7 +19,7 @@
 --     partition's, which is INFINITE when the partition has none).
 -- Times are epoch seconds; 0 means "not happened" and becomes nil.
 -- Time limits are minutes. Memory is MiB.
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 local gres = require "obleth.slurm.gres"
 local tables = require "obleth.util.tables"
 

@@ -13,7 +13,7 @@
 --     environment        = { K = V },
 --     script, stdout, stderr, working_directory, requeue = boolean }
 -- Pure functions, no I/O.
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 
 local M = {}
 

@@ -24,7 +24,8 @@ M.DEFAULT_LIFESPAN = 1800 -- seconds, for minted tokens
 --- in the daemon's environment (1..600), else 30.
 M.COMMAND_TIMEOUT = math.tointeger(tonumber(os.getenv("OBLETH_TOKEN_COMMAND_TIMEOUT") or ""))
 if not M.COMMAND_TIMEOUT or M.COMMAND_TIMEOUT < 1 or M.COMMAND_TIMEOUT > 600 then M.COMMAND_TIMEOUT = 30 end
-M.WARN_BEFORE = 86400 -- seconds: a static token expiring sooner is warned about
+--- Seconds: a static token expiring sooner is warned about (obleth.schema.thresholds).
+M.WARN_BEFORE = require("obleth.schema.thresholds").token_warn_before
 
 --- Seconds before expiry at which a token issued at `iat` expiring at `exp` is renewed: a third
 --- of its life, and at least 30 s (at most half its life, for very short tokens).
@@ -127,6 +128,39 @@ local function _run(cmd, timeout)
   elseif r.status ~= 0 then msg = ("exited with status %d"):format(r.status) end
   if msg then return nil, { code = "token_source", field = "token_command", message = msg }, r.stderr end
   return r.stdout, nil, r.stderr
+end
+
+--- The Slurm JWT's state as operators see it: {source, expires_at, renewed_at, warning}. A static
+--- token's expiry is read from it; a renewed one's is what the provisioner last reported. The
+--- warning says when a static token expires within M.WARN_BEFORE (or has), or renewal fails.
+--- One answer for the Slurm card (GET /api/v1/settings/slurm) and /metrics.
+---@param s table the Slurm settings (the serve context's slurm_settings())
+---@param prov table|nil the provisioner's status (store:provisioner_status()): its `token` report
+---@param now number epoch seconds
+---@return table {source, expires_at?, renewed_at?, warning?}
+function M.status(s, prov, now)
+  local out = { source = s.token_source }
+  now = math.floor(now)
+  if s.token_source == "static" then
+    if s.token then
+      out.expires_at = jwt.token_expiry(s.token)
+      local left = out.expires_at and out.expires_at - now
+      if left and left <= 0 then
+        out.warning = "the saved JWT has expired: every call to slurmrestd fails until it is replaced"
+      elseif left and left < M.WARN_BEFORE then
+        out.warning = ("the saved JWT expires in %d min and is not renewed (token_source static)"):format(left // 60)
+      end
+    end
+  else
+    local pt = prov and prov.token
+    if type(pt) == "table" and pt.source == s.token_source then
+      out.expires_at, out.renewed_at = pt.expires_at, pt.renewed_at
+      if pt.error and pt.error ~= require("obleth.util.json").null then
+        out.warning = "renewing the JWT fails: " .. tostring(pt.error)
+      end
+    end
+  end
+  return out
 end
 
 local Source = {}

@@ -11,7 +11,8 @@
 --   db:transaction(fn, ...) -> fn's results | nil, err   (one writer at a time, as SQLite's
 --                                                         BEGIN IMMEDIATE; nested calls are savepoints)
 --   db:storage_error(e) -> fields for a "storage" error when e is the backend's error, else nil
---   db:schema_version() -> integer;  db:migrate(version, script) -> true | nil, err
+--   db:schema_version() -> integer;  db:migrate(version, script) -> true, applied | nil, err (applied
+--                                    false: another instance applied it meanwhile)
 --   db:close();  db.migrations (scripts, in order);  db.sql (statements that differ);  db.location
 local cjson = require "cjson"
 
@@ -135,7 +136,7 @@ function Store:migrate()
   for v = cur + 1, last do
     local ok, err = self.db:migrate(v, self.db.migrations[v])
     if not ok then return nil, _err("storage", "migration %d failed: %s", v, tostring(err and err.message or err)) end
-    if self.log then self.log.info("store_migrated", { version = v }) end
+    if self.log and err ~= false then self.log.info("store_migrated", { version = v }) end
   end
   return true
 end

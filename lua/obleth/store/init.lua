@@ -1,6 +1,6 @@
 --- obleth.store — the Management API's durable store, behind one interface. The semantics live in
 -- obleth.store.base and its table-group modules (models, specs, replicas, settings, provisioner,
--- launches, recipes, keys), written once; a backend (obleth.store.sqlite) brings the connection,
+-- launches, recipes, keys), written once; a backend (obleth.store.sqlite, obleth.store.pg) brings the connection,
 -- the transactions and the migrations in its dialect. Callers see tables shaped like the API's JSON
 -- (see docs/api.md and docs/managed-spec.md).
 --
@@ -18,15 +18,14 @@ for _, group in ipairs({ "models", "specs", "replicas", "settings", "provisioner
 end
 
 --- Open a store.
----@param location string a file path for SQLite (":memory:" for tests)
----@param opts table|nil {busy_timeout = ms, log = obleth.log}
+---@param location string a file path for SQLite (":memory:" for tests), or postgresql://... (or
+---  postgres://...) for PostgreSQL (from a task: the backend waits on the event loop)
+---@param opts table|nil {busy_timeout = ms (SQLite), pool = connections (PostgreSQL), log = obleth.log}
 ---@return table|nil store
 ---@return {code: "unsupported"|"storage", message: string}|nil err
 function M.open(location, opts)
   if type(location) ~= "string" or location == "" then error("store.open: expects a path", 2) end
-  if location:match("^postgres") then
-    return nil, { code = "unsupported", message = "PostgreSQL stores are not supported yet; give a file path for SQLite" }
-  end
+  if location:match("^postgres%a*://") then return require("obleth.store.pg").open(location, opts) end
   return require("obleth.store.sqlite").open(location, opts)
 end
 

@@ -4,10 +4,14 @@
 --   obleth.util.tables   shallow copy and merge
 --   obleth.util.timefmt  Slurm time limits: the forms sbatch --time takes, and printing them
 --   obleth.util.format   plain-text tables and JSON-safe values for the command-line tools
+--   obleth.util.args     command-line parsing shared by the obleth commands
+--   obleth.util.shell    POSIX shell quoting
+--   obleth.util.hostlist Slurm hostlist expressions
 local M = {}
 
 --- The helper modules, by short name.
 M.MODULES = { json = "obleth.util.json", tables = "obleth.util.tables", timefmt = "obleth.util.timefmt",
-  format = "obleth.util.format" }
+  format = "obleth.util.format", args = "obleth.util.args", shell = "obleth.util.shell",
+  hostlist = "obleth.util.hostlist" }
 
 return M

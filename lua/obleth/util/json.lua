@@ -34,6 +34,15 @@ function M.is_null(v)
   return v == nil or v == cjson.null
 end
 
+--- v itself, or nil when v is JSON null: the one reader of a decoded value that may be null
+--- (M.plain does the same for a whole table).
+---@param v any
+---@return any|nil
+function M.nonnull(v)
+  if v == cjson.null then return nil end
+  return v
+end
+
 --- A decoded JSON value as plain Lua data: JSON null becomes nil and
 --- integral numbers become integers (lua-cjson decodes every number as a
 --- float, and its null is a truthy userdata). Tables are copied.

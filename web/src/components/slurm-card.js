@@ -34,8 +34,9 @@ export function SlurmCard({ settings, error, manage = true }) {
   if (error) return html`<section class="card slurm-card" aria-labelledby="slurm-h"><h2 id="slurm-h">Slurm</h2><${ErrorNote} err=${error} /></section>`;
   if (!settings) return html`<section class="card slurm-card" aria-labelledby="slurm-h" aria-busy="true"><h2 id="slurm-h">Slurm</h2><p class="muted">Loading…</p></section>`;
 
-  const prov = provisionerStatus(settings.provisioner, now);
-  const jwt = jwtStatus(settings.token_expires_at, now, settings.token_set);
+  const th = settings.thresholds || {};
+  const prov = provisionerStatus(settings.provisioner, now, th.provisioner_stale);
+  const jwt = jwtStatus(settings.token_expires_at, now, settings.token_set, th.token_warn_before);
   const lease = leaseWords(settings.provisioner && settings.provisioner.lease, now);
   const source = tokenSourceWords(settings.token_source);
   const err = ping && errorWords(ping.error);

@@ -74,12 +74,12 @@ function Secret({ id, label, value, onChange, error, what }) {
   </div>`;
 }
 
-function TestResult({ result, now }) {
+function TestResult({ result, now, warnBefore }) {
   if (!result) return null;
   if (result.failed) return html`<${ErrorNote} err=${result.failed} label="Test connection" />`;
   const err = errorWords(result.error);
   const tok = result.token;
-  const jwt = tok && (tok.expires_at != null ? jwtStatus(tok.expires_at, now) : { level: 'unknown', text: tok.message || 'no expiry' });
+  const jwt = tok && (tok.expires_at != null ? jwtStatus(tok.expires_at, now, true, warnBefore) : { level: 'unknown', text: tok.message || 'no expiry' });
   return html`<div class=${`test-result ${result.ok ? 'ok' : 'bad'}`}>
     <p><strong>${result.ok ? 'Connected.' : 'The test failed.'}</strong>${err ? html` ${err.text}` : ''}</p>
     ${err && err.detail && html`<p class="detail">${err.detail}</p>`}
@@ -167,7 +167,8 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
     setBusy(false);
   };
 
-  const prov = provisionerStatus(settings.provisioner, now);
+  const th = settings.thresholds || {};
+  const prov = provisionerStatus(settings.provisioner, now, th.provisioner_stale);
   const lease = leaseWords(settings.provisioner && settings.provisioner.lease, now);
   const d = form.defaults;
   const err = (k) => errors[k];
@@ -222,7 +223,7 @@ export function SlurmSheet({ settings, initialTab = 'connection', onClose, onSav
 
         <div class="test-box">
           <button type="button" onClick=${runTest} aria-disabled=${testing ? 'true' : undefined}>${testing ? 'Testing…' : 'Test connection'}</button>
-          <div role="status" aria-live="polite" class="test-out">${testing ? 'Testing the connection…' : html`<${TestResult} result=${test} now=${now} />`}</div>
+          <div role="status" aria-live="polite" class="test-out">${testing ? 'Testing the connection…' : html`<${TestResult} result=${test} now=${now} warnBefore=${th.token_warn_before} />`}</div>
         </div>
         <p class="muted prov-line"><span class=${`level-${prov.level}`}>${prov.text}</span>${lease ? ` ${lease}` : ''}
           ${prov.error ? html` Last error: <span class="detail">${prov.error}</span>` : ''}</p>

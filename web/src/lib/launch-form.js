@@ -36,7 +36,7 @@ const META = {
   stdout: { kind: 'text' },
   stderr: { kind: 'text' },
   rollover_margin: { kind: 'number',
-    help: 'A successor job starts this long, plus the replica\'s measured start-up time, before the walltime ends. Empty: 5.' },
+    help: 'A successor job starts this long, plus the replica\'s measured start-up time, before the walltime ends.' },
   'health.path': { kind: 'text' },
   'health.interval': { kind: 'number' },
   'health.timeout': { kind: 'number' },
@@ -45,11 +45,12 @@ const META = {
 };
 
 /**
- * How the form shows one field: {label, kind, help, group}. kind: text | number | partition | account |
- * qos | select | switch; inputDefs: the recipe's `inputs` (their declared type, values, min / max);
- * labels: {field: label} from the preview's `fields` (the server owns the words).
+ * How the form shows one field: {label, kind, help, group, min?, max?}. kind: text | number | partition |
+ * account | qos | select | switch; inputDefs: the recipe's `inputs` (their declared type, values, min / max);
+ * labels: {field: label} from the preview's `fields` (the server owns the words); hint: the field's `hint`
+ * there ({min, max, default, unit, empty}: the server owns the numbers).
  */
-export function fieldMeta(field, inputDefs = {}, labels = {}) {
+export function fieldMeta(field, inputDefs = {}, labels = {}, hint = null) {
   if (field.startsWith('inputs.')) {
     const name = field.slice(7);
     const d = inputDefs[name] || {};
@@ -57,6 +58,12 @@ export function fieldMeta(field, inputDefs = {}, labels = {}) {
     return { label: name, kind, help: d.description || '', group: 'inputs', values: d.values || [], min: d.min, max: d.max };
   }
   const m = { ...(META[field] || { kind: 'text' }), label: labels[field] || field };
+  if (hint) {
+    if (hint.min != null) m.min = hint.min;
+    if (hint.max != null) m.max = hint.max;
+    // a setting a policy fills when it is left empty says the policy's value
+    if (hint.empty != null) m.help = `${m.help ? `${m.help} ` : ''}Empty: ${hint.empty}${hint.unit === 'minutes' ? ' min' : ''}.`;
+  }
   const group = field.startsWith('health.') ? 'health'
     : ['stdout', 'stderr', 'replicas', 'rollover_margin'].includes(field) ? 'run'
       : ['partition', 'account', 'qos', 'time_limit'].includes(field) ? 'where'

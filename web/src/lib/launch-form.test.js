@@ -108,3 +108,10 @@ test('a number or switch typed in the form stays a number or boolean in the YAML
   assert.match(text, /^  mistral_format: true$/m);
   assert.match(text, /^  model: "7"$/m);
 });
+
+test('a setting shows the bounds and the empty value the server hands over, never its own', () => {
+  const m = fieldMeta('rollover_margin', {}, {}, { min: 0, max: 10080, unit: 'minutes', empty: 7 });
+  assert.deepEqual([m.min, m.max], [0, 10080]);
+  assert.match(m.help, /Empty: 7 min\.$/);
+  assert.doesNotMatch(fieldMeta('rollover_margin').help, /Empty/);
+});

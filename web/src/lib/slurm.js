@@ -2,16 +2,16 @@
 // provisioner. The server measures; these only choose the words.
 import { relative, duration, count } from './format.js';
 
-/** Seconds before expiry from which the JWT is shown as a warning. */
-export const JWT_NEAR = 6 * 3600;
-
-/** The JWT's expiry in words: {level: "ok"|"warn"|"expired"|"unknown", text}. */
-export function jwtStatus(expiresAt, now, tokenSet = true) {
+/**
+ * The JWT's expiry in words: {level: "ok"|"warn"|"expired"|"unknown", text}. warnBefore: seconds before
+ * expiry from which it is a warning — the server's number (GET /settings/slurm `thresholds.token_warn_before`).
+ */
+export function jwtStatus(expiresAt, now, tokenSet = true, warnBefore = null) {
   if (!tokenSet) return { level: 'unknown', text: 'no JWT saved' };
   if (expiresAt == null) return { level: 'unknown', text: 'the JWT has no expiry (exp claim)' };
   const left = expiresAt - now;
   if (left <= 0) return { level: 'expired', text: `expired ${relative(expiresAt, now)}` };
-  if (left < JWT_NEAR) return { level: 'warn', text: `expires ${relative(expiresAt, now)} — renew it soon` };
+  if (warnBefore != null && left < warnBefore) return { level: 'warn', text: `expires ${relative(expiresAt, now)} — renew it soon` };
   return { level: 'ok', text: `expires ${relative(expiresAt, now)}` };
 }
 
@@ -34,8 +34,12 @@ export function errorWords(err) {
   return { code, text: CODE_WORDS[code] || 'The test failed.', detail: err.message || '' };
 }
 
-/** The provisioner's check-in and its passes: {level: "ok"|"warn"|"error"|"unknown", text, error?}. */
-export function provisionerStatus(p, now) {
+/**
+ * The provisioner's check-in and its passes: {level: "ok"|"warn"|"error"|"unknown", text, error?}. staleAfter:
+ * seconds without a check-in after which it is taken for stopped — the server's number
+ * (GET /settings/slurm `thresholds.provisioner_stale`, the one the router's 503s use).
+ */
+export function provisionerStatus(p, now, staleAfter = null) {
   if (!p || p.checked_in_at == null) {
     return { level: 'unknown', text: 'The provisioner has not checked in yet.' };
   }
@@ -44,7 +48,7 @@ export function provisionerStatus(p, now) {
     return { level: 'error', text: `Provisioner ${seen}; ${count('pass', p.failed_passes, 'passes')} failing in a row.`,
       error: p.last_error || null };
   }
-  const stale = now - p.checked_in_at > 120;
+  const stale = staleAfter != null && now - p.checked_in_at > staleAfter;
   return { level: stale ? 'warn' : 'ok', text: stale ? `Provisioner last ${seen} — is it running?` : `Provisioner ${seen}.` };
 }
 

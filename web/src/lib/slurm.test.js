@@ -1,16 +1,25 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords, JWT_NEAR } from './slurm.js';
+import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords } from './slurm.js';
 
 const now = 1_800_000_000;
 
+// the server's thresholds (GET /settings/slurm `thresholds`), given as the page gets them
+const DAY = 86400;
+
 test('a JWT far from expiry is fine, near expiry warns, past expiry says expired', () => {
-  assert.deepEqual(jwtStatus(now + 86400, now), { level: 'ok', text: 'expires in 24 h' });
-  assert.equal(jwtStatus(now + JWT_NEAR - 60, now).level, 'warn');
-  assert.match(jwtStatus(now + 3600, now).text, /in 1 h — renew it soon/);
+  assert.deepEqual(jwtStatus(now + 2 * DAY, now, true, DAY), { level: 'ok', text: 'expires in 2 d' });
+  assert.equal(jwtStatus(now + DAY - 60, now, true, DAY).level, 'warn');
+  assert.match(jwtStatus(now + 3600, now, true, DAY).text, /in 1 h — renew it soon/);
   assert.deepEqual(jwtStatus(now - 120, now), { level: 'expired', text: 'expired 2 min ago' });
   assert.equal(jwtStatus(null, now).level, 'unknown');
   assert.equal(jwtStatus(null, now, false).text, 'no JWT saved');
+});
+
+test('the JWT warning starts where the server says, not at a number of the page\'s own', () => {
+  // 12 h left: inside the server's day, outside the six hours the page used to keep
+  assert.equal(jwtStatus(now + 12 * 3600, now, true, DAY).level, 'warn');
+  assert.equal(jwtStatus(now + 12 * 3600, now, true, 3600).level, 'ok');
 });
 
 test('connection errors are said in plain words and keep the detail', () => {
@@ -34,7 +43,13 @@ test('the provisioner status says when it checked in and how many passes fail in
   assert.equal(f.error, 'slurm: timeout');
   assert.equal(provisionerStatus({ checked_in_at: now - 1, failed_passes: 1 }, now).text,
     'Provisioner checked in just now; 1 pass failing in a row.');
-  assert.equal(provisionerStatus({ checked_in_at: now - 600, failed_passes: 0 }, now).level, 'warn');
+  assert.equal(provisionerStatus({ checked_in_at: now - 600, failed_passes: 0 }, now, 60).level, 'warn');
+});
+
+test('the provisioner is stale after the server\'s threshold, the one the router\'s 503s use', () => {
+  // 90 s: past the server's 60 s, short of the 120 s the page used to keep
+  assert.equal(provisionerStatus({ checked_in_at: now - 90, failed_passes: 0 }, now, 60).level, 'warn');
+  assert.equal(provisionerStatus({ checked_in_at: now - 90, failed_passes: 0 }, now, 120).level, 'ok');
 });
 
 test('lease and token source are described when the server reports them', () => {

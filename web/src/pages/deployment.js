@@ -157,7 +157,9 @@ function Settings({ spec, recipe }) {
     <${Item} term="Account">${spec.account || html`<span class="muted">default</span>`}<//>
     <${Item} term="QoS">${spec.qos || html`<span class="muted">default</span>`}<//>
     <${Item} term="Walltime">${minutes(spec.time_limit)}<//>
-    <${Item} term="Replicas wanted">${spec.replicas}<//>
+    <${Item} term="Replicas wanted">${spec.autoscale
+      ? `follows the load: ${spec.autoscale.min_replicas} to ${spec.autoscale.max_replicas}, ${count('request', spec.autoscale.target_inflight)} in flight each`
+      : spec.replicas}<//>
     <${Item} term="Nodes">${spec.nodes}<//>
     <${Item} term="GPUs per node">${gpus}<//>
     <${Item} term="CPUs per node">${spec.cpus_per_node}<//>
@@ -227,10 +229,12 @@ export function Deployment({ params, loc }) {
     <section class="card" aria-labelledby="sum-h">
       <div class="card-head"><h2 id="sum-h">Status</h2>
         <span><${Badge} value=${model.status} />${spec && !spec.enabled ? html` <${Badge} value="paused" />` : ''}</span></div>
-      <p class="summary" role="status">${spec ? `${healthy} of ${count('replica', spec.replicas)} healthy` : `Stopped: obleth launches nothing for this model${live ? `; ${count('job', live)} still ending` : ''}.`}
+      <p class="summary" role="status">${spec ? `${healthy} of ${count('replica', spec.scaling ? spec.scaling.desired : spec.replicas)} healthy` : `Stopped: obleth launches nothing for this model${live ? `; ${count('job', live)} still ending` : ''}.`}
         ${spec && !spec.enabled ? ' — paused: no job is submitted until you resume it; clients get 503 meanwhile.'
           : !spec ? (model.status === 'staged' ? ' Clients get 503. Launch it again, or delete it.' : '')
+          : model.status === 'staged' && spec.autoscale ? ' — a request wakes it: the router holds it while a replica starts, then answers it or says when to retry (503).'
           : model.status === 'staged' ? ' — clients get 503 until a replica is healthy.' : ''}</p>
+      ${spec && spec.autoscale && spec.scaling && html`<p class="scaling">Replicas: ${spec.scaling.current} now, ${spec.scaling.desired} wanted${spec.scaling.reason ? ` — ${spec.scaling.reason}` : ''}.</p>`}
       ${model.description && html`<p class="muted">${model.description}</p>`}
       ${spec && spec.provision_error && html`<div class="refused" role="alert">
         <p><strong>Slurm refused the last job:</strong> <span class="reason">${spec.provision_error.message}</span>

@@ -42,7 +42,7 @@ function ModelsTable({ rows }) {
         <th scope="row"><${Link} href=${`/deployments/${m.id}`}>${m.name}<//>
           ${m.description && html`<div class="muted small">${m.description}</div>`}</th>
         <td><${Badge} value=${m.status} />${s && !s.enabled ? html` <${Badge} value="paused" />` : ''}</td>
-        <td class="num">${s ? `${healthyCount(m.replicas)} / ${s.replicas}` : html`<span class="muted">not managed</span>`}</td>
+        <td class="num">${s ? `${healthyCount(m.replicas)} / ${s.autoscale ? `${s.autoscale.min_replicas}–${s.autoscale.max_replicas}` : s.replicas}` : html`<span class="muted">not managed</span>`}</td>
         <td>${s ? s.partition : '—'}</td>
         <td>${m.endpoints.length ? html`<ul class="plain mono small">${m.endpoints.map((e) => html`<li key=${e}>${e}</li>`)}</ul>` : html`<span class="muted">none</span>`}</td>
         <td>${s && s.provision_error ? html`<span class="error-text">${s.provision_error.message}</span>` : html`<span class="muted">—</span>`}</td>

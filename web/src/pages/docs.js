@@ -1,5 +1,5 @@
 // /docs/{page}: a guide page (docs/*.md) as GET /api/v1/docs/{page} gives it: blocks of plain
-// strings converted on the server (obleth.web.docs). Every string is rendered as text; nothing here
+// strings converted on the server (obleth.api.guide). Every string is rendered as text; nothing here
 // parses markdown or HTML. A link to #anchor (from a failure message) scrolls to that section.
 import { useEffect } from 'preact/hooks';
 import { html } from '../html.js';

@@ -364,8 +364,8 @@ function Form({ source, preview, pending, values, setValues, yaml, setYaml, inpu
     : groups.map(([g, title, fs]) => html`<fieldset key=${g} class="group"><legend>${title}</legend><div class="fields">
         ${fs.map((f) => {
           const meta = lockName && f.field === 'api_model_name'
-            ? { ...fieldMeta(f.field, {}, { [f.field]: f.label }), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
-            : fieldMeta(f.field, inputDefs, { [f.field]: f.label });
+            ? { ...fieldMeta(f.field, {}, { [f.field]: f.label }, f.hint), readOnly: true, help: 'The model\'s name: clients send it in "model"; it does not change here.' }
+            : fieldMeta(f.field, inputDefs, { [f.field]: f.label }, f.hint);
           // an error about a value the user has changed since is not shown (no stale error while the next preview comes)
           const shownF = f.error && seen && values[f.field] !== seen[f.field] ? { ...f, error: null } : f;
           return html`<${Field} key=${f.field} f=${shownF} meta=${meta} raw=${values[f.field]} set=${set(f.field)} reset=${reset(f.field)} preview=${preview} />`;

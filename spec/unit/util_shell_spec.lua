@@ -1,8 +1,8 @@
--- obleth.job.shell: quoting for /bin/sh. Expected words are written out by hand
+-- obleth.util.shell: quoting for /bin/sh. Expected words are written out by hand
 -- from the POSIX rule: inside '...' nothing is special, and ' is spelled '\''.
-local shell = require "obleth.job.shell"
+local shell = require "obleth.util.shell"
 
-describe("obleth.job.shell", function()
+describe("obleth.util.shell", function()
   describe("quote", function()
     it("wraps a plain value in single quotes", function()
       assert.equal("'abc'", shell.quote("abc"))

@@ -1,4 +1,4 @@
---- obleth.web.events — change notices for the dashboard's live updates
+--- obleth.api.changes — change notices for the dashboard's live updates
 -- (GET /api/v1/events, docs/dashboard.md).
 --
 -- After a store write, the server publishes what changed: a topic ("models",

@@ -1,4 +1,4 @@
---- obleth.web.docs — the guide pages (docs/*.md) as data the dashboard renders as text
+--- obleth.api.guide — the guide pages (docs/*.md) as data the dashboard renders as text
 -- (GET /api/v1/docs/{page}, docs/dashboard.md "Guide pages").
 --
 -- The markdown is converted here, on the server, into blocks and inline runs of plain strings:

@@ -1,7 +1,7 @@
 -- luacheck: std lua54+busted
-local hostlist = require "obleth.slurm.hostlist"
+local hostlist = require "obleth.util.hostlist"
 
-describe("obleth.slurm.hostlist", function()
+describe("obleth.util.hostlist", function()
   describe("expand", function()
     it("expands ranges and single names in order", function()
       assert.same({ "n0", "n1", "n2", "n5", "gpu01" }, hostlist.expand("n[0-2,5],gpu01"))

@@ -1,4 +1,4 @@
---- obleth.router.metrics — a small Prometheus registry: counters, gauges and histograms
+--- obleth.util.prometheus — a small Prometheus registry: counters, gauges and histograms
 -- with labels, rendered in the text exposition format (version 0.0.4).
 --
 --   local reg = metrics.new()

@@ -1,4 +1,4 @@
---- obleth.web.sessions — the dashboard's sign-in sessions (docs/dashboard.md).
+--- obleth.api.sessions — the dashboard's sign-in sessions (docs/dashboard.md).
 --
 -- The admin token, typed once on /signin, is exchanged for a session: a random
 -- id (32 bytes, hex) sent back as the HttpOnly cookie `obleth_session`. Sessions

@@ -1,5 +1,5 @@
--- obleth.router.metrics: the Prometheus text exposition format, worked out by hand.
-local metrics = require "obleth.router.metrics"
+-- obleth.util.prometheus: the Prometheus text exposition format, worked out by hand.
+local metrics = require "obleth.util.prometheus"
 
 describe("metrics registry", function()
   it("renders counters with labels, sorted, with HELP and TYPE", function()

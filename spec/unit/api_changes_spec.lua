@@ -1,4 +1,4 @@
-local events = require "obleth.web.events"
+local events = require "obleth.api.changes"
 
 -- a notifier that records wake-ups instead of waiting (the real one: spec/host/loop_spec.lua)
 local function fake_notifier()
@@ -8,7 +8,7 @@ local function fake_notifier()
   return n
 end
 
-describe("obleth.web.events", function()
+describe("obleth.api.changes", function()
   local hub
   before_each(function() hub = events.new { max = 2, notifier = fake_notifier } end)
 

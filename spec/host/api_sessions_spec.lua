@@ -1,6 +1,6 @@
-local sessions = require "obleth.web.sessions"
+local sessions = require "obleth.api.sessions"
 
-describe("obleth.web.sessions", function()
+describe("obleth.api.sessions", function()
   local t, s
   before_each(function()
     t = 1764500000

@@ -1,8 +1,8 @@
--- obleth.web.docs: the guide's markdown as blocks of plain strings (nothing the page parses as HTML),
+-- obleth.api.guide: the guide's markdown as blocks of plain strings (nothing the page parses as HTML),
 -- headings with GitHub's anchors, links only to guide pages, anchors and http(s).
-local docs = require "obleth.web.docs"
+local docs = require "obleth.api.guide"
 
-describe("obleth.web.docs.convert", function()
+describe("obleth.api.guide.convert", function()
   it("gives headings their GitHub anchor ids, duplicates numbered", function()
     local d = docs.convert("# Replicas and failures\n\n## The job's last words\n\n### Out of memory\n\n## Out of memory\n")
     assert.equal("Replicas and failures", d.title)

@@ -1,0 +1,176 @@
+--- obleth.router.load — a short window of each model's load, kept by `obleth serve`'s router and
+-- handed to the provisioner in the snapshot (the `load` the scale policy reads, docs/autoscaling.md).
+--
+-- Per model: requests in flight and queued now, the time of the last request, and buckets of
+-- `bucket` seconds (default 10) over the last `span` seconds (default 3600), each with the most
+-- requests in flight + queued seen during it, the requests that arrived and those that finished
+-- (with their seconds, for the mean latency). Buckets without any request are not kept: a missing
+-- bucket means no load, and `observed_since` says how far back the window reaches.
+--
+--   local w = load.new{now = loop.now}
+--   w:begin("m")            -- a request to model m arrived and goes to a replica
+--   w:finish("m", 2.5)      -- it finished after 2.5 s
+--   w:hold("m") / w:release("m")   -- a request waiting in the router (no replica yet);
+--                           -- w:begin("m", true) when it then goes to a replica
+--   w:view("m", since)      -- {inflight, queued, finished, rate, latency, last_request_at,
+--                           --  observed_since, samples = {{at, span, inflight, queued, arrivals, finished}}}
+-- No I/O; the clock is given.
+local json = require "obleth.util.json"
+
+local M = {}
+
+M.BUCKET = 10
+M.SPAN = 3600
+--- Seconds the rate and the mean latency are taken over.
+M.RATE_WINDOW = 60
+
+local Load = {}
+Load.__index = Load
+
+--- A new window.
+---@param opts {now: fun(): number, bucket: number|nil, span: number|nil}|nil now: epoch seconds
+---@return table
+function M.new(opts)
+  opts = opts or {}
+  local now = opts.now or os.time
+  return setmetatable({ now = now, bucket = opts.bucket or M.BUCKET, span = opts.span or M.SPAN,
+    since = now(), models = {} }, Load)
+end
+
+function Load:_model(name)
+  local m = self.models[name]
+  if not m then
+    m = { inflight = 0, queued = 0, finished = 0, buckets = {} }
+    self.models[name] = m
+  end
+  return m
+end
+
+-- the current bucket of a model (made when the time has moved past the newest), old ones dropped
+function Load:_bucket(m, t)
+  local at = t - t % self.bucket
+  local b = m.buckets[#m.buckets]
+  if not b or b.at ~= at then
+    b = { at = at, span = self.bucket, inflight = m.inflight, queued = m.queued, arrivals = 0, finished = 0,
+      seconds = 0 }
+    m.buckets[#m.buckets + 1] = b
+    local keep_from = t - self.span
+    local drop = 0
+    while m.buckets[drop + 1] and m.buckets[drop + 1].at + self.bucket <= keep_from do drop = drop + 1 end
+    if drop > 0 then table.move(m.buckets, drop + 1, #m.buckets + drop, 1) end
+  end
+  return b
+end
+
+local function _peak(m, b)
+  local d = m.inflight + m.queued
+  if d > b.inflight + b.queued then b.inflight, b.queued = m.inflight, m.queued end
+  b.level_inflight, b.level_queued = m.inflight, m.queued
+end
+
+--- A request to the model arrived and goes to a replica.
+---@param name string the model's name
+---@param held boolean|nil it was held (counted as it arrived, by `hold`)
+function Load:begin(name, held)
+  local t = self.now()
+  local m = self:_model(name)
+  m.inflight = m.inflight + 1
+  local b = self:_bucket(m, t)
+  if not held then
+    m.last_request_at = t
+    b.arrivals = b.arrivals + 1
+  end
+  _peak(m, b)
+end
+
+--- A request the router holds because no replica serves the model yet (wake on demand).
+---@param name string
+function Load:hold(name)
+  local t = self.now()
+  local m = self:_model(name)
+  m.queued = m.queued + 1
+  m.last_request_at = t
+  local b = self:_bucket(m, t)
+  b.arrivals = b.arrivals + 1
+  _peak(m, b)
+end
+
+--- A held request stops waiting: it goes to a replica (then `begin(name, true)`, which does not
+--- count it as a new arrival) or it is answered 503.
+---@param name string
+function Load:release(name)
+  local m = self:_model(name)
+  m.queued = math.max(0, m.queued - 1)
+end
+
+--- A request to the model finished (answered, failed or abandoned).
+---@param name string
+---@param seconds number|nil how long it took
+---@param tokens integer|nil the completion tokens of its answer, when the engine reported them
+function Load:finish(name, seconds, tokens)
+  local m = self:_model(name)
+  m.inflight = math.max(0, m.inflight - 1)
+  m.finished = m.finished + 1
+  local b = self:_bucket(m, self.now())
+  b.finished = b.finished + 1
+  b.seconds = b.seconds + (seconds or 0)
+  if math.type(tokens) == "integer" or (type(tokens) == "number" and tokens >= 0) then
+    b.tokens = (b.tokens or 0) + tokens
+  end
+  _peak(m, b)
+end
+
+--- The model's load as the scale policy reads it (obleth.policy.scale's `load`).
+---@param name string
+---@param since number|nil epoch seconds: only buckets ending after it (default: the whole window)
+---@param no_samples boolean|nil leave the buckets out (a model that is not autoscaled: the counts only)
+---@return {inflight: integer, queued: integer, finished: integer, rate: number, latency: number|nil,
+---  tokens_per_s: number|nil,
+---  last_request_at: number|nil, observed_since: number, samples: table[]}
+---  rate: arrivals per second over the last RATE_WINDOW s; latency: mean seconds of the requests
+---  finished in it (nil when none); tokens_per_s: completion tokens per second over it (nil when no
+---  engine reported any); observed_since: when this window began (serve's start, or
+---  `span` ago); finished: since serve started
+function Load:view(name, since, no_samples)
+  local t = self.now()
+  local m = self.models[name]
+  local observed = math.max(self.since, t - self.span)
+  if not m then
+    return { inflight = 0, queued = 0, finished = 0, rate = 0, observed_since = observed, samples = json.array() }
+  end
+  local samples, arrivals, fin, secs, tokens = json.array(), 0, 0, 0, nil
+  local from = math.max(since or -math.huge, t - self.span)
+  local carry
+  for _, b in ipairs(m.buckets) do
+    if b.at + b.span <= from then
+      -- a bucket before the window: what was in flight at its end lasts until the next event
+      carry = b
+    elseif not no_samples then
+      samples[#samples + 1] = { at = b.at, span = b.span, inflight = b.inflight, queued = b.queued,
+        arrivals = b.arrivals, finished = b.finished }
+    end
+    if b.at + b.span > t - M.RATE_WINDOW then
+      arrivals, fin, secs = arrivals + b.arrivals, fin + b.finished, secs + b.seconds
+      if b.tokens then tokens = (tokens or 0) + b.tokens end
+    end
+  end
+  if carry and not no_samples and (carry.level_inflight or 0) + (carry.level_queued or 0) > 0 then
+    table.insert(samples, 1, { at = from, span = 0, inflight = carry.level_inflight, queued = carry.level_queued,
+      arrivals = 0, finished = 0 })
+  end
+  return { inflight = m.inflight, queued = m.queued, finished = m.finished,
+    rate = arrivals / M.RATE_WINDOW, latency = fin > 0 and secs / fin or nil,
+    tokens_per_s = tokens and tokens / M.RATE_WINDOW or nil,
+    last_request_at = m.last_request_at, observed_since = observed, samples = samples }
+end
+
+--- The names of the models with load seen in the window.
+---@return string[]
+function Load:names()
+  local out = {}
+  for k in pairs(self.models) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+return M

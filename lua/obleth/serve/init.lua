@@ -1,0 +1,103 @@
+--- obleth.serve — the process of `obleth serve`, built in one place from its parts: the context
+-- they share (obleth.serve.context), the Management API (obleth.api), the OpenAI-compatible router
+-- (obleth.router), the dashboard's files (obleth.web) and the process's metrics
+-- (obleth.serve.metrics). Each part receives the context; none requires another.
+--
+-- Dispatch (`:handler()`): a path that is not canonical is refused first; `/v1`, `/v1/...` and
+-- `/metrics` go to the router, `/api` and `/api/...` to the API, anything else to the dashboard's
+-- files. After an API request that wrote, the router forgets what it read from the store.
+--
+--   local srv = require("obleth.serve").new{store = store, admin_token = token}
+--   http.server{handler = srv:handler()}
+--   ... srv:drain(); wait while srv.context.inflight > 0
+local api = require "obleth.api"
+local errors = require "obleth.api.errors"
+local context = require "obleth.serve.context"
+local dispatch = require "obleth.serve.dispatch"
+local web = require "obleth.web"
+local router = require "obleth.router"
+
+local M = {}
+
+M.origin_of = context.origin_of
+
+M.canonical_path = dispatch.canonical_path
+
+local Serve = {}
+Serve.__index = Serve
+
+--- Build the process's parts.
+---@param opts {store: table, admin_token: string, log: table|nil, modules: string[]|nil, now: function|nil,
+---  clock: function|nil, router: table|nil, web_dir: string|nil, public_url: string|nil,
+---  max_streams: integer|nil, http: table|nil}  router: more options for obleth.router.new (e.g.
+---  transport); modules: the API's route modules; web_dir: the built dashboard
+---  (obleth.web.default_dir()); public_url: the origin the dashboard is reached at when a proxy in
+---  front rewrites Host; the rest: obleth.serve.context.new
+---@return table serve {context, api, router, web, routes} with :handler() and :drain()
+function M.new(opts)
+  local ctx = context.new(opts)
+  local ropts = { context = ctx, admin_token = opts.admin_token }
+  for k, v in pairs(opts.router or {}) do ropts[k] = v end
+  -- the per-model load window: the router counts into it, the provisioner's snapshot reads it
+  ropts.load = ropts.load or require("obleth.router.load").new { now = ctx.now }
+  ctx.load = ropts.load
+  local self = setmetatable({
+    context = ctx,
+    api = api.new(ctx, { modules = opts.modules }),
+    router = router.new(ropts),
+    web = web.new { dir = opts.web_dir or web.default_dir() },
+  }, Serve)
+  self.routes = self.api.routes
+  local rt = self.router
+  ctx._flush_key_usage = function() return rt:flush_usage() end
+  require("obleth.serve.metrics").register(ctx, opts.http or ropts.http)
+  return self
+end
+
+--- Start shutting down: new requests get 503 shutting_down; event streams end.
+function Serve:drain()
+  self.context:drain()
+end
+
+local function _ms(ctx, t0) return math.floor((ctx.clock() - t0) * 100000 + 0.5) / 100 end
+
+--- A function for http.server{handler = ...} (see the dispatch above).
+---@return fun(req: table, res: table): table|nil
+function Serve:handler()
+  local ctx, rt, app, files = self.context, self.router, self.api, self.web
+  return function(req, res)
+    local p = req.path or "/"
+    local part = dispatch.part(p)
+    local to_router = part == "router"
+    if not dispatch.canonical_path(p) then
+      local msg = "the path must not have empty, '.' or '..' segments, nor an encoded '/' or '\\'"
+      ctx.log.info("http_request", { method = req.method, path = p, status = 400, code = "bad_path" })
+      if to_router then -- a client of the OpenAI API gets its error shape
+        res:send(400, { ["Content-Type"] = "application/json" },
+          router.error_body(msg, "invalid_request_error", nil, "bad_path"))
+        return
+      end
+      local out = api.reply(errors.fail(400, "bad_path", msg))
+      -- outside /api/ this is the dashboard's ground: its headers too
+      if p:sub(1, 5) ~= "/api/" then
+        for k, v in pairs(web.HEADERS) do out.headers[k] = v end
+      end
+      return out
+    end
+    if to_router then return rt:serve(req, res) end
+    if part == "web" then
+      local t0 = ctx.clock()
+      local out = ctx.draining and web.text(503, "the server is shutting down") or files:serve(req)
+      ctx.log.info("http_request", { method = req.method, path = p, status = out.status, ms = _ms(ctx, t0) })
+      return out
+    end
+    local out = app:handle(req, res)
+    -- every store write comes through a write request: the router reads afresh after one
+    -- that changed something (not after a refused one, nor a sign-in: a request that wrote
+    -- nothing must not be a way to keep the router's cache cold)
+    if out.wrote then rt:invalidate() end
+    return out
+  end
+end
+
+return M
