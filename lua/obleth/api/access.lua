@@ -74,10 +74,14 @@ end
 
 --- Fill in an identity's role and actor from the access policy.
 ---@param ident table
----@param policy table the access policy module (its role_of and DEFAULTS)
+---@param policy table|nil the access policy module (its role_of and DEFAULTS); nil for the admin token
 ---@return table ident
 function M.resolve(ident, policy)
-  ident.role, ident.role_from = policy.role_of(ident, policy.DEFAULTS)
+  if ident.admin then
+    ident.role = "admin"
+  else
+    ident.role, ident.role_from = policy.role_of(ident, policy.DEFAULTS)
+  end
   ident.actor = ident.admin and M.ADMIN_ACTOR or ident.user
   return ident
 end

@@ -58,6 +58,9 @@ function M.new(opts)
     auth_proxy = opts.auth_proxy, _access_policy = opts.access_policy,
   }, Context)
   ctx:register_secrets()
+  -- the policies are loaded now, not by the first request (which may come when descriptors are short)
+  local ok, perr = pcall(ctx.access_policy, ctx)
+  if not ok then log.warn("policy_load_failed", { error = tostring(perr) }) end
   return ctx
 end
 
