@@ -242,6 +242,7 @@ function App:_publish(route, ctx, rbody)
     for _, t in ipairs(route.changes) do list[#list + 1] = { t, mid } end
   end
   for _, c in ipairs(list) do self.ctx.events:publish(c[1], c[2]) end
+  if #list > 0 then self.ctx:share_changes(list) end
   return #list > 0
 end
 
