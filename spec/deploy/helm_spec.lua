@@ -173,4 +173,44 @@ describe("the Helm chart deploy/helm/obleth", function()
     code = helm("template rel " .. util.shq(chart) .. " --set provisioner.replicaCount=2")
     assert.not_equal(0, code)
   end)
+
+  it("renders obleth serve with 3 replicas on PostgreSQL: the URL from its Secret, no volume, a disruption budget",
+    function()
+    local objs = render("server:\n  replicas: 3\ndatabase:\n  existingSecret: obleth-db\n")
+    local dep = find(objs, "Deployment", "server")[1]
+    assert.equal(3, dep.spec.replicas)
+    assert.equal("RollingUpdate", dep.spec.strategy.type)
+    local c = dep.spec.template.spec.containers[1]
+    local url
+    for _, x in ipairs(c.env) do if x.name == "OBLETH_DATABASE_URL" then url = x.valueFrom.secretKeyRef end end
+    assert.same({ name = "obleth-db", key = "database-url" }, url)
+    assert.is_nil(env_of(c).OBLETH_DB)
+    assert.equal(0, #find(objs, "PersistentVolumeClaim"))
+    for _, v in ipairs(dep.spec.template.spec.volumes) do
+      if v.name == "data" then assert.is_nil(v.persistentVolumeClaim) end
+    end
+    local pdb = find(objs, "PodDisruptionBudget", "server")
+    assert.equal(1, #pdb)
+    assert.equal(1, pdb[1].spec.minAvailable)
+    assert.same(dep.spec.selector.matchLabels, pdb[1].spec.selector.matchLabels)
+    assert.is_truthy(c.readinessProbe)
+    local code = helm("lint --strict " .. util.shq(chart) .. " --set server.replicas=3 --set database.existingSecret=obleth-db")
+    assert.equal(0, code)
+  end)
+
+  it("refuses two obleth serve on SQLite, and keeps one replica with its volume by default", function()
+    local f = values_file("server:\n  replicas: 2\n")
+    local code, out = helm("template rel " .. util.shq(chart) .. " -f " .. util.shq(f))
+    assert.not_equal(0, code)
+    assert.matches("existingSecret", out, 1, true)
+    code = helm("lint --strict " .. util.shq(chart) .. " -f " .. util.shq(f))
+    assert.not_equal(0, code)
+    local objs = render()
+    local dep = find(objs, "Deployment", "server")[1]
+    assert.equal(1, dep.spec.replicas)
+    assert.equal("Recreate", dep.spec.strategy.type)
+    assert.equal("/var/lib/obleth/obleth.db", env_of(dep.spec.template.spec.containers[1]).OBLETH_DB)
+    assert.equal(1, #find(objs, "PersistentVolumeClaim"))
+    assert.equal(0, #find(objs, "PodDisruptionBudget"))
+  end)
 end)

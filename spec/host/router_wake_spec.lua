@@ -16,7 +16,8 @@ describe("router wake on demand", function()
   local AS = { min_replicas = 0, max_replicas = 2, target_inflight = 4, scale_down_after = 300,
     idle_to_zero_after = 1200 }
 
-  setup(function() store, app = rig:start { admin_token = "admin-token-for-router-wake-spec-1" } end)
+  local ADMIN = "admin-token-for-router-wake-spec-1"
+  setup(function() store, app = rig:start { admin_token = ADMIN } end)
   teardown(function() rig:close() end)
 
   local function report(replicas)
@@ -67,6 +68,34 @@ describe("router wake on demand", function()
       :format(os.date("!%H:%M UTC", start)), e.message)
     local retry = tonumber(r.headers["retry-after"])
     assert.is_true(retry > 500 and retry <= 600, "Retry-After is the time until Slurm's estimated start")
+  end)
+
+  it("a held request asks the provisioner for a pass now: GET /api/v1/provisioner/wait answers woken", function()
+    local m = assert(store:create_model { name = "sleepy-3" })
+    assert(store:put_spec(m.id, { enabled = true, partition = "gpu", launch_command = "x", autoscale = AS }))
+    local admin = { Authorization = "Bearer " .. ADMIN }
+    local first = cjson.decode(rig:req("GET", "/api/v1/provisioner/wait", nil, admin).body)
+    assert.is_false(first.woken, "without since: the counter, at once")
+    local got
+    loop.spawn(function()
+      got = rig:req("GET", ("/api/v1/provisioner/wait?since=%d&timeout=60"):format(first.seq), nil, admin,
+        { timeout = 70 })
+    end)
+    app.router.wake_wait = 0.2
+    local r = rig:req("POST", "/v1/chat/completions", { model = "sleepy-3", messages = { { role = "user", content = "x" } } })
+    app.router.wake_wait = 30
+    assert.equal(503, r.status)
+    while not got do loop.sleep(0.02) end
+    assert.equal(200, got.status)
+    local doc = cjson.decode(got.body)
+    assert.is_true(doc.woken)
+    assert.equal("sleepy-3", doc.why)
+    assert.equal(first.seq + 1, doc.seq)
+    -- a wait that names an older counter answers at once
+    local again = cjson.decode(rig:req("GET", ("/api/v1/provisioner/wait?since=%d&timeout=60"):format(first.seq),
+      nil, admin).body)
+    assert.is_true(again.woken)
+    assert.equal(400, rig:req("GET", "/api/v1/provisioner/wait?since=x", nil, admin).status)
   end)
 
   it("/metrics exports desired and current replicas per managed model", function()

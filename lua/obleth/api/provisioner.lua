@@ -77,8 +77,7 @@ local function _lease_refused(serr)
 end
 
 local function lease(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.lease_request(b)
   if not req then return errors.invalid(err) end
   -- the secret this request gets if it acquires the lease: shown once, kept hashed
@@ -98,8 +97,7 @@ local function lease(ctx)
 end
 
 local function release(ctx)
-  local g = ctx.query.generation
-  g = g and g:match("^%d+$") and math.tointeger(tonumber(g))
+  local g = math.tointeger(tonumber(ctx.query.generation)) -- digits (the route declares it)
   if not g then return errors.fail(400, "invalid", "generation: the lease generation to release is required",
     "generation") end
   local released, serr = ctx.app.store:release_lease(g, _proof(ctx), ctx.app.now())
@@ -108,9 +106,29 @@ local function release(ctx)
   return 200, { released = released }
 end
 
+--- The longest a GET /api/v1/provisioner/wait may wait (seconds).
+M.WAIT_MAX = 60
+
+-- A provisioner's wait between passes, cut short when the router asks for a pass (wake on demand).
+local function wait(ctx)
+  local since = ctx.query.since
+  if since ~= nil then
+    since = since:match("^%d+$") and math.tointeger(tonumber(since))
+    if not since then return errors.fail(400, "invalid", "since: the counter a wait answered", "since") end
+  end
+  local timeout = ctx.query.timeout
+  timeout = timeout and tonumber(timeout)
+  if ctx.query.timeout ~= nil and not (timeout and timeout >= 0) then
+    return errors.fail(400, "invalid", "timeout: seconds, 0 or more", "timeout")
+  end
+  local wk = ctx.app.wakeups
+  if not wk then return errors.fail(404, "not_found", "no wake-ups in this process") end
+  local seq, woken = wk:wait(since, math.min(timeout or 30, M.WAIT_MAX))
+  return 200, { seq = seq, woken = woken, why = woken and wk.why or require("cjson").null }
+end
+
 local function submits(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.submits(b)
   if not req then return errors.invalid(err) end
   local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now(), _proof(ctx))
@@ -133,8 +151,7 @@ local function submits(ctx)
 end
 
 local function report(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local rep, err = validate.report(b)
   if not rep then return errors.invalid(err) end
   rep.lease_proof = _proof(ctx)
@@ -197,17 +214,21 @@ M.routes = {
   { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
     summary = "Acquire or renew the provisioner lease (one provisioner at a time): an acquisition answers the "
       .. "lease token once, a renewal carries it in Obleth-Lease-Token; 409 lease_held names the holder" },
-  { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" }, changes = { "provisioner" },
+  { "DELETE", "/api/v1/provisioner/lease", release, query = { { "generation", required = true, pattern = "^%d+$",
+    rule = "the lease generation to release is required" } }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
   { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
+  { "GET", "/api/v1/provisioner/wait", wait, query = { "since", "timeout" },
+    summary = "Wait between passes: answers {seq, woken, why} when the router asks for a pass after `since` "
+      .. "(a request to an autoscaled model with no replica), else after `timeout` s (30, at most 60)" },
 }
 
 -- the lease holder's routes take its token (OpenAPI: a header parameter)
 local TOKEN_DOC = { { M.TOKEN_HEADER, "the lease token the acquisition answered (the holder's proof)" } }
 for _, r in ipairs(M.routes) do
   r[3] = bearer_only(r[3])
-  if r[2] ~= "/api/v1/provisioner/snapshot" then r.headers = TOKEN_DOC end
+  if r[2] ~= "/api/v1/provisioner/snapshot" and r[2] ~= "/api/v1/provisioner/wait" then r.headers = TOKEN_DOC end
 end
 
 return M

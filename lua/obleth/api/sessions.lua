@@ -2,9 +2,12 @@
 --
 -- The admin token, typed once on /signin, is exchanged for a session: a random
 -- id (32 bytes, hex) sent back as the HttpOnly cookie `obleth_session`. Sessions
--- live in memory only (a restart signs everyone out) and are bound to the admin
--- token they were made with: once the server runs with another token, they no
--- longer count. Nothing here knows HTTP.
+-- live in memory (a restart signs everyone out), or, when several obleth serve
+-- share a PostgreSQL store, in the store (obleth.store.sessions: only the SHA-256
+-- of an id), so a session made on one instance is valid on all and the throttle
+-- counts wrong tokens across them. Either way they are bound to the admin token
+-- they were made with: once the server runs with another token, they no longer
+-- count. Nothing here knows HTTP.
 local sys = require "obleth.sys"
 local crypto = require "obleth.crypto"
 
@@ -22,8 +25,13 @@ M.WINDOW = 60
 local Sessions = {}
 Sessions.__index = Sessions
 
----@param opts {now: function}  now(): epoch seconds
+local Shared = {}
+Shared.__index = Shared
+
+---@param opts {now: function, store: table|nil}  now(): epoch seconds; store: keep the sessions in this
+---  store (one shared by several instances) instead of in memory
 function M.new(opts)
+  if opts.store then return setmetatable({ store = opts.store, now = opts.now }, Shared) end
   return setmetatable({ by_id = {}, count = 0, now = opts.now, failures = {} }, Sessions)
 end
 
@@ -113,6 +121,46 @@ function Sessions:failed(addr)
     self.failures[addr] = f
   end
   f.n = f.n + 1
+end
+
+-- The same in the shared store. A store that fails makes a sign-in fail (create raises) and a
+-- session not count (check answers nil); a throttle that cannot be read lets the try through.
+local function _id_hash(id) return crypto.sha256_hex(id) end
+
+function Shared:create(token)
+  local now = math.floor(self.now())
+  local id = sys.random_hex(32)
+  local expires_at = now + M.TTL
+  assert(self.store:session_put(_id_hash(id), _bind(token), expires_at, now, M.MAX))
+  return id, expires_at
+end
+
+function Shared:check(id, token)
+  if type(id) ~= "string" or not id:match("^%x+$") or #id ~= 64 then return nil end
+  local ok, s = pcall(self.store.session_get, self.store, _id_hash(id))
+  if not ok or not s then return nil end
+  if s.expires_at <= self.now() or not sys.consteq(s.bound, _bind(token)) then
+    self:revoke(id)
+    return nil
+  end
+  return { expires_at = s.expires_at }
+end
+
+function Shared:revoke(id)
+  if type(id) == "string" then self.store:session_delete(_id_hash(id)) end
+end
+
+function Shared:throttled(addr)
+  local ok, f = pcall(self.store.signin_failures, self.store, addr or "?")
+  if not ok or not f then return nil end
+  local now = self.now()
+  if now - f.since > M.WINDOW then return nil end
+  if f.n >= M.FAILURES then return math.max(1, math.ceil(f.since + M.WINDOW - now)) end
+  return nil
+end
+
+function Shared:failed(addr)
+  self.store:signin_failed(addr or "?", self.now(), M.WINDOW)
 end
 
 --- The value of cookie `name` in a Cookie header, or nil.

@@ -182,6 +182,9 @@ function M.main(argv)
 
   local stopping = false
   local handles = {}
+  -- several obleth serve on one PostgreSQL: the changes each makes reach the others' browsers
+  local follow = ctx:follow_changes(function() process.router:invalidate() end)
+  if follow then handles[#handles + 1] = { cancel = follow.close } end
   -- the client keys' usage the router counted goes to the store every few seconds, and at the end
   local router = process.router
   handles[#handles + 1] = loop.every(require("obleth.router").USAGE_FLUSH, function() router:flush_usage() end)

@@ -65,6 +65,17 @@ function Client:lease(req)
   return res, err
 end
 
+--- Wait between passes until the router asks for one (after `since`), or `timeout` seconds:
+--- {seq, woken, why}. since nil answers the counter at once.
+function Client:wait(since, timeout)
+  local saved = self.timeout
+  self.timeout = timeout + 10
+  local res, err = self:_call("GET", ("/api/v1/provisioner/wait?timeout=%g%s"):format(timeout,
+    since and ("&since=" .. math.tointeger(since)) or ""))
+  self.timeout = saved
+  return res, err
+end
+
 --- Give the lease up.
 function Client:release(generation)
   return self:_call("DELETE", "/api/v1/provisioner/lease?generation=" .. math.tointeger(generation))

@@ -631,7 +631,8 @@ function M:run()
     end
     wait = wait * (1 + self.jitter * (2 * math.random() - 1))
     local t_end = loop.monotonic() + wait
-    while not self.stopping and loop.monotonic() < t_end do loop.sleep(0.1) end
+    local woken = self:_wait_for_wake(ok, t_end)
+    while not self.stopping and not woken.yes and loop.monotonic() < t_end do loop.sleep(0.1) end
   end
   if self.lease then
     local ok, err = self.api:release(self.lease.generation)
@@ -642,6 +643,28 @@ function M:run()
   if self.watchdog_timer then self.watchdog_timer:cancel() end
   log.info("provisioner_stop", {})
   return 0
+end
+
+-- After a pass that went through, wait on GET /api/v1/provisioner/wait in a task: a request to an
+-- autoscaled model with no replica (the router's wake) ends the wait, so the next pass submits at
+-- once. Returns a flag table whose `yes` the task sets. An API without the route (an older obleth
+-- serve) or an error leaves the plain interval. The counter seen last is kept, so a wake that came
+-- during a pass ends the next wait at once.
+function M:_wait_for_wake(pass_ok, t_end)
+  local flag = {}
+  if not pass_ok or type(self.api.wait) ~= "function" then return flag end
+  loop.spawn(function()
+    while not self.stopping do
+      local left = t_end - loop.monotonic()
+      if left <= 0.05 then return end
+      local res = self.api:wait(self.wake_seq, left)
+      if type(res) ~= "table" or math.type(res.seq) ~= "integer" then return end
+      local known = self.wake_seq ~= nil
+      self.wake_seq = res.seq
+      if res.woken == true and known then flag.yes = true return end
+    end
+  end)
+  return flag
 end
 
 M.tag = tag

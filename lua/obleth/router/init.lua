@@ -684,6 +684,8 @@ function Router:_hold(model)
   if not loop.in_task() then return nil end
   local name = model.name
   self.load:hold(name)
+  -- the provisioner's pass now, not at the end of its interval
+  if self.ctx.wakeups then self.ctx.wakeups:wake(name) end
   local deadline = self.clock() + self.wake_wait
   local found
   while not self.ctx.draining and self.clock() < deadline do

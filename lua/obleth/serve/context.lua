@@ -6,12 +6,14 @@
 -- seconds), draining (true once shutdown began), inflight (requests being answered that a shutdown
 -- waits for), sessions (obleth.api.sessions), events (obleth.api.changes), metrics (the process's
 -- Prometheus registry, obleth.util.prometheus), load (the per-model load window the router counts
--- into and the provisioner's snapshot reads, obleth.router.load; set by obleth.serve),
+-- into and the provisioner's snapshot reads, obleth.router.load; set by obleth.serve), wakeups (the
+-- router's requests for a provisioner pass now, obleth.router.wakeups; set by obleth.serve),
 -- public_origin ("scheme://host[:port]" or nil), cache (per-process memo tables of the API's
 -- handlers, by name), _token (the admin token).
 -- Methods: slurm_settings(), slurm_connect(over), slurm_tokens(), register_secrets(s),
--- secure_cookie(req), flush_key_usage(), drain().
+-- secure_cookie(req), flush_key_usage(), drain(), share_changes(list), follow_changes(on_remote).
 local json = require "obleth.util.json"
+local cjson = require "cjson"
 
 local M = {}
 
@@ -49,9 +51,12 @@ function M.new(opts)
     store = opts.store, log = log, now = now,
     clock = opts.clock or function() return require("obleth.loop").monotonic() end,
     draining = false, inflight = 0, cache = {}, _token = opts.admin_token, public_origin = public_origin,
-    sessions = require("obleth.api.sessions").new { now = now },
+    -- a store shared by several instances (PostgreSQL) keeps the sessions: valid on every one
+    sessions = require("obleth.api.sessions").new { now = now, store = opts.store and opts.store.shared and opts.store },
     events = require("obleth.api.changes").new { max = opts.max_streams },
     metrics = require("obleth.util.prometheus").new(),
+    -- this instance, among several sharing the store: its own change notices are not news to it
+    instance_tag = require("obleth.sys").random_hex(8),
   }, Context)
   ctx:register_secrets()
   return ctx
@@ -144,6 +149,42 @@ end
 function Context:drain()
   self.draining = true
   self.events:close_all()
+end
+
+--- Tell the other instances sharing the store (PostgreSQL) about changes this one published to its
+--- event streams, {{topic, model_id|nil}, ...}, in a task of its own (the reply does not wait).
+--- A no-op on a store nobody shares.
+function Context:share_changes(list)
+  if not (self.store and self.store.shared) or #list == 0 then return end
+  local changes = {}
+  for i, c in ipairs(list) do changes[i] = { c[1], c[2] or cjson.null } end
+  local payload = cjson.encode({ from = self.instance_tag, changes = changes })
+  require("obleth.loop").spawn(function()
+    local ok, err = self.store:notify_changes(payload)
+    if not ok then self.log.warn("changes_not_shared", { error = err and err.message }) end
+  end)
+end
+
+--- Follow the changes the other instances sharing the store make: they reach this one's event
+--- streams, then on_remote() runs (obleth.serve: the router reads afresh). After a lost database
+--- connection came back, every topic is published (anything may have changed meanwhile).
+--- Returns a handle with close(), or nil on a store nobody shares.
+---@param on_remote function|nil
+function Context:follow_changes(on_remote)
+  if not (self.store and self.store.shared) then return nil end
+  local topics = require("obleth.api.changes").TOPICS
+  return self.store:listen_changes(function(payload)
+    local ok, doc = pcall(cjson.decode, payload or "null")
+    if payload and (not ok or type(doc) ~= "table" or doc.from == self.instance_tag) then return end
+    if payload then
+      for _, c in ipairs(type(doc.changes) == "table" and doc.changes or {}) do
+        if type(c) == "table" and topics[c[1]] then self.events:publish(c[1], math.tointeger(c[2])) end
+      end
+    else
+      for topic in pairs(topics) do self.events:publish(topic) end
+    end
+    if on_remote then on_remote() end
+  end)
 end
 
 return M

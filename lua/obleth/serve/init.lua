@@ -41,6 +41,8 @@ function M.new(opts)
   -- the per-model load window: the router counts into it, the provisioner's snapshot reads it
   ropts.load = ropts.load or require("obleth.router.load").new { now = ctx.now }
   ctx.load = ropts.load
+  -- the router's requests for a pass now (wake on demand), which GET /api/v1/provisioner/wait answers
+  ctx.wakeups = require("obleth.router.wakeups").new()
   local self = setmetatable({
     context = ctx,
     api = api.new(ctx, { modules = opts.modules }),

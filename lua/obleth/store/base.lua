@@ -13,7 +13,8 @@
 --   db:storage_error(e) -> fields for a "storage" error when e is the backend's error, else nil
 --   db:schema_version() -> integer;  db:migrate(version, script) -> true, applied | nil, err (applied
 --                                    false: another instance applied it meanwhile)
---   db:close();  db.migrations (scripts, in order);  db.sql (statements that differ);  db.location
+--   db:close();  db.migrations (scripts, in order);  db.sql (statements that differ);  db.location;
+--   db.shared (true when several obleth serve may use the database at once: PostgreSQL)
 local cjson = require "cjson"
 
 local NULL = cjson.null
@@ -114,7 +115,7 @@ M.err = _err
 function M.new(db, opts)
   opts = opts or {}
   local self = setmetatable({ db = db, path = opts.path, location = db.location, log = opts.log,
-    backend = db.backend }, Store)
+    backend = db.backend, shared = db.shared or false }, Store)
   local ok, merr = self:migrate()
   if not ok then
     db:close()
@@ -144,6 +145,28 @@ end
 --- The schema version (the last migration applied).
 function Store:schema_version()
   return self.db:schema_version()
+end
+
+---------------------------------------------------------------------------
+-- change notices between instances sharing the store (PostgreSQL's LISTEN / NOTIFY)
+---------------------------------------------------------------------------
+
+M.CHANNEL = "obleth_changes"
+
+--- Tell every instance listening on the store (listen_changes) about `payload` (a string of at most
+--- 7900 bytes). A no-op on a store no other instance shares. Inside a task.
+---@return true|nil ok, table|nil err
+function Store:notify_changes(payload)
+  if not self.db.notify then return true end
+  return self.db:notify(M.CHANNEL, payload)
+end
+
+--- Call fn(payload) for every notice (notify_changes, by any instance: this one's too), and
+--- fn(nil) after a lost connection to the database came back (notices may have been missed).
+--- Returns a handle with close(), or nil on a store no other instance shares.
+function Store:listen_changes(fn)
+  if not self.db.listen then return nil end
+  return self.db:listen(M.CHANNEL, fn)
 end
 
 function Store:close()

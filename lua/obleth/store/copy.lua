@@ -10,7 +10,7 @@ local M = {}
 --- their migration, replaced by the source's.
 M.TABLES = { "models", "managed_specs", "endpoints", "launches", "replicas", "job_outcomes",
   "clear_lost_requests", "settings", "provisioner_status", "recipes", "installation", "api_keys",
-  "api_key_usage", "provisioner_lease", "replica_logs" }
+  "api_key_usage", "provisioner_lease", "replica_logs", "dashboard_sessions", "signin_failures" }
 local SINGLETONS = { provisioner_status = true, installation = true }
 local IDENTITIES = { "models", "launches", "replicas", "job_outcomes", "api_keys" }
 

@@ -13,7 +13,8 @@
 -- Misuse raises.
 local M = {}
 
-for _, group in ipairs({ "models", "specs", "replicas", "settings", "provisioner", "launches", "recipes", "keys" }) do
+for _, group in ipairs({ "models", "specs", "replicas", "settings", "provisioner", "launches", "recipes", "keys",
+  "sessions" }) do
   require("obleth.store." .. group)
 end
 

@@ -197,6 +197,21 @@ local MIGRATIONS = {
       updated_at BIGINT NOT NULL
     );
   ]],
+  -- 10: the dashboard's sessions and wrong-token counts, when several obleth serve share the store
+  -- (PostgreSQL; one instance on SQLite keeps them in memory): a session's id only as its SHA-256
+  [10] = [[
+    CREATE TABLE dashboard_sessions (
+      id_hash TEXT PRIMARY KEY CHECK (length(id_hash) = 64),
+      bound TEXT NOT NULL,
+      expires_at BIGINT NOT NULL
+    );
+    CREATE INDEX dashboard_sessions_expiry ON dashboard_sessions(expires_at);
+    CREATE TABLE signin_failures (
+      addr TEXT PRIMARY KEY,
+      n BIGINT NOT NULL,
+      since DOUBLE PRECISION NOT NULL
+    );
+  ]],
 }
 
 M.migrations = MIGRATIONS
@@ -488,6 +503,46 @@ function Conn:reset_identity(t)
     :format(t, t)))
 end
 
+--- NOTIFY channel, payload (through any pooled connection, or the task's transaction: then it is
+--- delivered at its commit).
+function Conn:notify(channel, payload)
+  local ok, err = self:query("SELECT pg_notify(?, ?)", channel, payload)
+  if not ok then return nil, err end
+  return true
+end
+
+--- LISTEN on channel, on a connection of its own (not the pool's), in a task of its own: fn(payload)
+--- for each notification, fn(nil) after the connection came back from a loss (one try a second).
+--- Returns a handle whose close() stops it.
+function Conn:listen(channel, fn)
+  local pg, loop = require "obleth.pg", require "obleth.loop"
+  local h = { closed = false }
+  function h.close()
+    h.closed = true
+    if h.conn then h.conn:close() end
+  end
+  loop.spawn(function()
+    local lost = false
+    while not h.closed and not self.pool.closed do
+      local c = pg.connect(self.pool.url, { timeout = self.pool.timeout })
+      if c and c:query("LISTEN " .. c:escape_identifier(channel)) then
+        h.conn = c
+        if lost then fn(nil) end
+        while not h.closed do
+          local list = c:notifications(60)
+          if not list then break end
+          for _, n in ipairs(list) do fn(n.payload) end
+        end
+        h.conn = nil
+      end
+      if c then c:close() end
+      lost = true
+      if not h.closed then loop.sleep(1) end
+    end
+  end)
+  return h
+end
+
 function Conn:close()
   if self.pool then self.pool:close() end
 end
@@ -503,7 +558,7 @@ function M.open(url, opts)
     return nil, { code = "unsupported", message = "PostgreSQL stores need the obleth runtime (obleth.pg)" }
   end
   local conn = setmetatable({ pool = _pool(url, opts.pool or 8, opts.connect_timeout or 10),
-    tx = setmetatable({}, { __mode = "k" }), location = M.redact(url), backend = "postgresql",
+    tx = setmetatable({}, { __mode = "k" }), location = M.redact(url), backend = "postgresql", shared = true,
     migrations = MIGRATIONS, sql = M.sql }, Conn)
   local c, err = conn.pool:acquire()
   if not c then

@@ -189,6 +189,21 @@ local MIGRATIONS = {
       updated_at INTEGER NOT NULL
     );
   ]],
+  -- 10: the dashboard's sessions and wrong-token counts, when several obleth serve share the store
+  -- (PostgreSQL; one instance on SQLite keeps them in memory): a session's id only as its SHA-256
+  [10] = [[
+    CREATE TABLE dashboard_sessions (
+      id_hash TEXT PRIMARY KEY CHECK (length(id_hash) = 64),
+      bound TEXT NOT NULL,
+      expires_at INTEGER NOT NULL
+    );
+    CREATE INDEX dashboard_sessions_expiry ON dashboard_sessions(expires_at);
+    CREATE TABLE signin_failures (
+      addr TEXT PRIMARY KEY,
+      n INTEGER NOT NULL,
+      since REAL NOT NULL
+    );
+  ]],
 }
 
 M.migrations = MIGRATIONS
