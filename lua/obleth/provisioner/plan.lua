@@ -555,7 +555,9 @@ local function _nn(v)
 end
 
 local function _same(a, b)
-  a, b = _nn(a), _nn(b)
+  if a == b then return true end -- most fields of a steady row: no call below
+  if a == NULL_SENTINEL then a = nil end
+  if b == NULL_SENTINEL then b = nil end
   if a == b then return true end
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   for k, v in pairs(a) do if not _same(v, b[k]) then return false end end
@@ -576,11 +578,15 @@ end
 ---@param snapshot table the Management API snapshot
 ---@return table<string, table> nonce → {field = value}
 function M.baseline(snapshot)
-  local base = {}
+  local base, fields = {}, M.REPORT_FIELDS
   for _, m in ipairs(snapshot.models or {}) do
     for _, r in ipairs(m.replicas or {}) do
       local b = {}
-      for _, k in ipairs(M.REPORT_FIELDS) do b[k] = _copy(r[k]) end
+      for _, k in ipairs(fields) do
+        local v = r[k]
+        if type(v) == "table" then v = _copy(v) end
+        b[k] = v
+      end
       base[r.nonce] = b
     end
   end
@@ -596,7 +602,8 @@ end
 function M.changed(base, row)
   if not base then return true end
   for _, k in ipairs(M.REPORT_FIELDS) do
-    if not _same(base[k], row[k]) then return true end
+    local a, b = base[k], row[k]
+    if a ~= b and not _same(a, b) then return true end
   end
   return false
 end
