@@ -280,7 +280,7 @@ for _, r in ipairs(rows) do
   print(("%-8d %15.1f %11.4f %13.3f %19.1f %9.1f %10.1f %14d"):format(r.models, r.slurm, r.cpu, r.serve, r.checks,
     r.rss / 1024, r.report_kb, r.reported))
 end
--- the issue 27 goal: 20 ms of CPU per pass per 1,000 replicas in steady state (no check due), provisioner and
+-- the goal: 20 ms of CPU per pass per 1,000 replicas in steady state (no check due), provisioner and
 -- obleth serve together (serve's CPU as the kernel counts it, /proc/PID/schedstat)
 local per = (BIG * 2 / 1000)
 print(("per 1,000 replicas: %.1f ms CPU per pass (provisioner + serve), goal 20 (provisioner %.1f, serve %.1f)")

@@ -60,10 +60,7 @@ local function mark_arrays(t)
 end
 
 -- nil for absent or JSON null, the value otherwise.
-local function opt(v)
-  if json.is_null(v) then return nil end
-  return v
-end
+local opt = json.nonnull
 
 local function handler(ctx)
   local body = ctx.json
@@ -96,7 +93,7 @@ end
 
 M.handler = handler
 M.routes = {
-  { "POST", "/api/v1/hf/inspect", handler, tag = "deployments", changes = {},
+  { "POST", "/api/v1/hf/inspect", handler, action = "deployments.launch", tag = "deployments", changes = {},
     summary = "Read a Hugging Face repo: its formats, the engines that can run it, their choices and launch prefill" },
 }
 
