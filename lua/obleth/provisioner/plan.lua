@@ -550,12 +550,7 @@ local function _same(a, b)
   return true
 end
 
-local function _copy(v)
-  if type(v) ~= "table" then return v end
-  local o = {}
-  for k, x in pairs(v) do o[k] = _copy(x) end
-  return o
-end
+local _copy = tables.deep_copy
 
 --- What the snapshot says of each live replica, in the fields a report carries, by nonce: the
 --- baseline a pass's report is taken against. Copied (nested tables too), so the plan's edits of
