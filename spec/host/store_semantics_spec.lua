@@ -136,6 +136,24 @@ describe("obleth.store on " .. backend.name, function()
     assert.equal(2002, st.lease.expires_at)
   end)
 
+  it("keeps the audit trail newest first, filtered by actor, model and time, and a deleted model's rows", function()
+    local m = assert(store:create_model { name = "audited" })
+    assert(store:add_audit { at = 100, actor = "alice", via = "proxy", role = "operator", method = "POST",
+      route = "/api/v1/deployments/launch", target = "/api/v1/deployments/launch", model_id = m.id, status = 201,
+      summary = { api_model_name = "audited" } })
+    assert(store:add_audit { at = 200, actor = "admin-token", via = "token", method = "PUT",
+      route = "/api/v1/settings/router", target = "/api/v1/settings/router", status = 200 })
+    assert(store:delete_model(m.id))
+    local all = store:list_audit()
+    assert.same({ "admin-token", "alice" }, { all[1].actor, all[2].actor })
+    assert.equal(NULL, all[1].model_id)
+    assert.same({ api_model_name = "audited" }, all[2].summary)
+    assert.equal(1, #store:list_audit { actor = "alice" })
+    assert.equal(1, #store:list_audit { model_id = m.id })
+    assert.equal(1, #store:list_audit { since = 150 })
+    assert.equal(1, #store:list_audit { limit = 1 })
+  end)
+
   it("applies a report: replicas, outcomes, endpoints, errors, acknowledgements, in one transaction", function()
     local m = assert(store:create_model { name = "m" })
     assert(store:put_spec(m.id, { replicas = 1, enabled = true, partition = "gpu", launch_command = "serve" }))
@@ -202,6 +220,20 @@ describe("obleth.store on " .. backend.name, function()
     assert.same({ m.id }, store:replica_model_ids())
     assert.is_string(snap.instance)
     assert.equal(8, #snap.instance)
+  end)
+
+  it("takes the provisioner's fractional clock for a report's times", function()
+    local m = assert(store:create_model { name = "m" })
+    assert(store:apply_report(report {
+      replicas = { { nonce = "n1", model_id = m.id, slot = 1, state = "ended", ended_at = 1000.5 } },
+      outcomes = { { nonce = "n1", model_id = m.id, state = "COMPLETED" } },
+    }, 1000.75))
+    assert.equal(1000.75, store:replica_by_nonce("n1").updated_at)
+    assert(store:apply_report(report { acknowledged = { restart = { store:replica_by_nonce("n1").id }, clear_lost = {} } },
+      1001.25))
+    assert.equal(1001.25, store:replica_by_nonce("n1").updated_at)
+    -- an outcome without its own end time is at the time it was recorded
+    assert.equal(1000.75, store:snapshot_model({ id = m.id, name = "m", status = "staged" }).recent_ends[1].at)
   end)
 
   it("rolls a whole report back when one replica in it is invalid", function()

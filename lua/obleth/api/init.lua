@@ -24,6 +24,7 @@ local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
 local access = require "obleth.api.access"
+local audit = require "obleth.api.audit"
 local request = require "obleth.api.request"
 local sessions = require "obleth.api.sessions"
 
@@ -42,6 +43,8 @@ M.ROUTE_MODULES = {
   "obleth.api.deployments",
   "obleth.api.keys",
   "obleth.api.session",
+  "obleth.api.audit",
+  "obleth.api.tokens",
   "obleth.api.events",
   "obleth.api.openapi",
   "obleth.api.docs",
@@ -177,8 +180,17 @@ end
 --- Who is asking, with the role the access policy gives them, or nil.
 ---@return table|nil identity (obleth.api.access), string|nil session_id
 function App:identity(req)
-  local how, sid = self:_auth(req)
   local c = self.ctx
+  -- a personal access token: the user it was made by, with its role
+  local bearer = (req.headers or {})["authorization"]
+  local pat = type(bearer) == "string" and bearer:match("^[Bb]earer%s+(obp_%x+)%s*$")
+  if pat then
+    local t = c.store:personal_token_by_hash(require("obleth.crypto").sha256_hex(pat))
+    if not t then return nil end
+    return access.resolve({ user = t.user, groups = {}, via = "pat", token_role = t.role, token_id = t.id },
+      c:access_policy())
+  end
+  local how, sid = self:_auth(req)
   local ident
   if how then
     ident = { admin = true, via = how == "bearer" and "token" or "session", groups = {} }
@@ -320,6 +332,8 @@ function App:_dispatch(req, res, found)
     self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = "handler returned no status" })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
+  -- every write someone made goes to the audit trail (obleth.api.audit)
+  if audit.wanted(route, ctx, status) then audit.record(self.ctx, route, ctx, status, rbody) end
   local wrote = status >= 200 and status < 300 and req.method ~= "GET" and req.method ~= "HEAD"
     and self:_publish(route, ctx, rbody)
   local out = _reply(status, rbody, headers)

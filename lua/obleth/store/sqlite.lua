@@ -296,6 +296,41 @@ local MIGRATIONS = {
         ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
     END;
   ]],
+  -- 12: the audit trail (docs/access.md "Audit"): every write through the Management API, who made it
+  -- (a user, or admin-token), when, the route and its target, and a summary of the change without
+  -- secrets; model_id without a foreign key, so a deleted model's history stays
+  [12] = [[
+    CREATE TABLE audit (
+      id INTEGER PRIMARY KEY,
+      at INTEGER NOT NULL,
+      actor TEXT NOT NULL,
+      via TEXT NOT NULL,
+      role TEXT,
+      method TEXT NOT NULL,
+      route TEXT NOT NULL,
+      target TEXT NOT NULL,
+      model_id INTEGER,
+      status INTEGER NOT NULL,
+      summary TEXT
+    );
+    CREATE INDEX audit_actor ON audit(actor, id);
+    CREATE INDEX audit_model ON audit(model_id, id);
+  ]],
+  -- 13: personal access tokens (docs/access.md "Tokens for scripts"): a user's own tokens, only their
+  -- SHA-256 kept, each limited to a role no higher than the user's when it was made
+  [13] = [[
+    CREATE TABLE personal_tokens (
+      id INTEGER PRIMARY KEY,
+      username TEXT NOT NULL,
+      name TEXT NOT NULL,
+      prefix TEXT NOT NULL,
+      hash TEXT NOT NULL UNIQUE CHECK (length(hash) = 64),
+      role TEXT NOT NULL CHECK (role IN ('viewer', 'operator', 'admin')),
+      created_at INTEGER NOT NULL,
+      revoked_at INTEGER
+    );
+    CREATE INDEX personal_tokens_user ON personal_tokens(username, id);
+  ]],
 }
 
 M.migrations = MIGRATIONS
