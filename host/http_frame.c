@@ -222,6 +222,7 @@ static void episode_check_end(obleth_http_conns *c) {
                c->episode_evicted, c->open);
 }
 
+static void read_ahead(frame *f, uint64_t body);
 static obleth_http_conns *g_conns; /* every server's limits: listener -> limits */
 
 static obleth_http_conns *conns_of(struct evconnlistener *lst) {
@@ -364,7 +365,7 @@ static const char *head_line(frame *f) {
         if (f->te && f->cl >= 0) return "bad_content_length";
         if (!f->has_body && (f->te || f->cl > 0)) return "bad_content_length";
         if (f->te) f->state = S_CHUNK_LINE;
-        else if (f->cl > 0) { f->state = S_BODY; f->left = (uint64_t)f->cl; }
+        else if (f->cl > 0) { f->state = S_BODY; f->left = (uint64_t)f->cl; read_ahead(f, f->left); }
         f->lineno = -1; /* the next line starts a new section */
     } else {
         if (*p == ' ' || *p == '\t') return "folded_header";
@@ -422,8 +423,19 @@ static void chunk_line(frame *f) {
             return;
         }
         if (size == 0) f->state = S_TRAILER;
-        else { f->left = size; f->state = S_CHUNK_DATA; }
+        else { f->left = size; f->state = S_CHUNK_DATA; read_ahead(f, size); }
     }
+}
+
+/* evhttp takes a Content-Length body, or a chunk, only once it is whole in the input buffer: the
+   read-ahead must cover it, else a body over READ_HIGH is never read (the client waits forever).
+   Up to the server's body limit (a larger one is answered 413 from its Content-Length); back to
+   READ_HIGH when the next header section starts. */
+static void read_ahead(frame *f, uint64_t body) {
+    if (!f->bev) return;
+    uint64_t lim = f->conns ? f->conns->body_limit : 0;
+    if (body > lim) body = lim;
+    bufferevent_setwatermark(f->bev, EV_READ, 0, READ_HIGH + (size_t)body);
 }
 
 /* Cut the input at the refused line: evhttp reads a marker instead, then nothing. */
@@ -471,7 +483,7 @@ static void input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
                     at += s;
                     f->left -= s;
                     if (f->left == 0) f->state = f->state == S_BODY ? S_HEAD : S_CHUNK_END;
-                    if (f->state == S_HEAD) f->lineno = -1;
+                    if (f->state == S_HEAD) { f->lineno = -1; read_ahead(f, 0); }
                     continue;
                 }
                 unsigned char c = p[i++];

@@ -45,6 +45,7 @@ struct frame;
 typedef struct obleth_http_conns {
     int max_conns;
     double header_timeout, idle_timeout;
+    size_t body_limit;                 /* the largest request body (evhttp answers 413 above it) */
     int open;                          /* connections now open */
     struct frame *wait_head, *wait_tail; /* waiting for a header section, the longest first */
     struct evconnlistener *lst;        /* for the accept back-off */

@@ -475,6 +475,7 @@ static int l_server(lua_State *L) {
     memset(s, 0, sizeof *s);
     s->http = NULL; s->bound = NULL; s->handler_ref = LUA_NOREF; s->self_ref = LUA_NOREF; s->port = 0;
     s->conns.max_conns = (int)max_conns;
+    s->conns.body_limit = (size_t)limit;
     s->conns.header_timeout = header_timeout;
     s->conns.idle_timeout = idle_timeout;
     s->conns.reserve_fd = -1;

@@ -257,6 +257,38 @@ describe("obleth.store on " .. backend.name, function()
     assert.equal("not_found", select(2, store:delete_recipe("r1")).code)
   end)
 
+  it("versions the snapshot: every write to a model's entry moves it, and names the model", function()
+    local function changed(v)
+      local out = {}
+      for _, m in ipairs(store:snapshot_models(v)) do out[#out + 1] = m.name end
+      return out, store:snapshot_changed(v)
+    end
+    local a = assert(store:create_model { name = "a" })
+    local b = assert(store:create_model { name = "b" })
+    local c = assert(store:create_model { name = "c" })
+    for _, m in ipairs({ a, b, c }) do
+      assert(store:put_spec(m.id, { replicas = 1, enabled = true, partition = "gpu", launch_command = "x" }))
+    end
+    local v0 = store:snapshot_version()
+    assert.same({}, (changed(v0)))
+    assert(store:apply_report(report { replicas = { { nonce = "n1", model_id = a.id, slot = 1, state = "healthy",
+      job_id = 5, node = "n1", port = 20001, endpoint = "http://n1:20001" } },
+      endpoints = { [tostring(a.id)] = { "http://n1:20001" } } }, 1000))
+    local v1 = store:snapshot_version()
+    assert.is_true(v1 > v0)
+    assert.same({ "a" }, (changed(v0)))
+    assert.same({}, (changed(v1)))
+    assert(store:request_restart(store:replica_by_nonce("n1").id)) -- a replica's row
+    assert(store:add_endpoint(b.id, "http://x:1"))                  -- an endpoint
+    assert(store:put_spec(c.id, { replicas = 2, enabled = true, partition = "gpu", launch_command = "x" }))
+    assert.same({ "a", "b", "c" }, (changed(v1)))
+    local v2 = store:snapshot_version()
+    assert(store:delete_spec(c.id)) -- no longer listed, still named as changed
+    local names, ids = changed(v2)
+    assert.same({}, names)
+    assert.same({ c.id }, ids)
+  end)
+
   it("shares one database between two stores: each sees the other's writes at once, one writer at a time", function()
     local loop = require "obleth.loop"
     local other = assert(require("obleth.store").open(location))

@@ -6,12 +6,13 @@
 #                                        else PORT only names the socket), wait until it accepts
 #                                        connections, and print its URL (database postgres, superuser
 #                                        obleth, trust authentication: loopback and the socket only)
+#   spec/support/pg.sh restart DIR       stop it (fast shutdown: every connection is cut) and start it again
 #   spec/support/pg.sh stop DIR          stop it (fast shutdown) and remove DIR
 # OBLETH_PG_BIN overrides /usr/lib/postgresql/15/bin.
 set -euo pipefail
 bin=${OBLETH_PG_BIN:-/usr/lib/postgresql/15/bin}
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start DIR [PORT] | stop DIR" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start DIR [PORT] | restart DIR | stop DIR" >&2; exit 2; }
 
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
@@ -34,9 +35,13 @@ case "$cmd" in
       echo "postgresql://obleth@/postgres?host=$dir&port=5440"
     fi
     ;;
+  restart)
+    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 -s restart >/dev/null \
+      || { cat "$dir/server.log" >&2; exit 1; }
+    ;;
   stop)
     [ -d "$dir/data" ] && as_pg "$bin/pg_ctl" -D "$dir/data" -m fast -w -s stop >/dev/null 2>&1 || true
     rm -rf "$dir"
     ;;
-  *) echo "usage: $0 start DIR [PORT] | stop DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 start DIR [PORT] | restart DIR | stop DIR" >&2; exit 2 ;;
 esac

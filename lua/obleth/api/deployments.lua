@@ -301,8 +301,7 @@ end
 
 --- Read the body's recipe / hf / values; returns the pieces or a failure.
 local function _read_body(ctx, extra_keys)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return nil, _failure(st, eb) end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   for k in pairs(b) do
     if not BODY_KEYS[k] and not (extra_keys and extra_keys[k]) then
       return nil, _fail(400, "invalid", ("unknown field %s (recipe_id, hf, api_model_name, values%s)"):format(k,
@@ -596,12 +595,6 @@ end
 ---------------------------------------------------------------------------
 
 local function suggestions(ctx)
-  for k in pairs(ctx.query) do
-    if k ~= "recipe_id" then
-      return errors.fail(400, "invalid", ("unknown query parameter %q (recipe_id)"):format(k), k)
-    end
-  end
-  if not ctx.query.recipe_id then return errors.fail(400, "invalid", "recipe_id is required", "recipe_id") end
   local pv, c = M.prepare(ctx.app, { recipe_id = ctx.query.recipe_id }, {})
   if not pv then return c.status, c.body, c.headers end
   local launches = ctx.app.store:list_launches { recipe_id = c.recipe.id, limit = M.HISTORY }
@@ -615,8 +608,7 @@ end
 
 local function check_yaml(ctx)
   local app = ctx.app
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   for k in pairs(b) do
     if k ~= "yaml" and k ~= "recipe_id" and k ~= "hf" then
       return errors.fail(400, "invalid", ("unknown field %s (yaml, recipe_id, hf)"):format(k), k)
@@ -732,7 +724,8 @@ M.routes = {
     changes = { "models", "managed", "launches", "recipes" },
     summary = "Launch: create the model (staged), its managed spec and a launch record (and optionally a "
       .. "saved recipe) in one transaction; 422 with per-field errors when a setting is refused" },
-  { "GET", "/api/v1/deployments/suggestions", suggestions, tag = "deployments", query = { "recipe_id" },
+  { "GET", "/api/v1/deployments/suggestions", suggestions, tag = "deployments",
+    query = { { "recipe_id", required = true } },
     summary = "Suggestions from past runs of a recipe's launches, each with its evidence (never applied)" },
 }
 

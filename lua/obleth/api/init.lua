@@ -15,10 +15,13 @@
 -- {{topic, model_id}, ...} instead, and ctx.model_id); `public = true`: no credentials needed;
 -- `stream = true`: the handler answers through ctx.res itself (an event stream: not counted among the
 -- requests a shutdown waits for); `parts = true`: a large answer the handler sends through ctx.res in
--- parts (obleth.api.parts), counted like any other.
+-- parts (obleth.api.parts), counted like any other; `query` (the parameters it takes) and `body` (its
+-- request schema's name; `body_optional = true` when none is fine): checked before the handler runs
+-- (obleth.api.request), so a handler reads ctx.query and ctx.json as declared.
 local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
+local request = require "obleth.api.request"
 local sessions = require "obleth.api.sessions"
 
 local M = {}
@@ -80,7 +83,7 @@ function M.load_routes(modules)
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
-        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers }
+        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers, body_optional = r.body_optional }
     end
   end
   return routes
@@ -265,6 +268,9 @@ function App:_dispatch(req, res, found)
   end
   local ctx = { req = req, res = res, params = params, query = req.query or {}, json = body, app = self.ctx,
     routes = self.routes, route = route, auth = auth, session_id = sid }
+  -- the route's declared query and body, checked before its handler runs
+  local bad, bad_body = request.check(route, ctx)
+  if bad then return _reply(bad, bad_body) end
   local ok, status, rbody, headers = xpcall(route.handler, debug.traceback, ctx)
   if not ok then
     self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })

@@ -86,8 +86,7 @@ local function get_settings(ctx)
 end
 
 local function put_settings(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   for k in pairs(b) do
     if k ~= "keyless" and k ~= "updated_at" then
       return errors.fail(400, "invalid", "unknown field: " .. k, k)
@@ -116,7 +115,7 @@ M.routes = {
   { "GET", "/api/v1/keys/{id}/usage", usage, tag = "router",
     summary = "A client key's usage for chargeback: requests answered, requests a limit refused, and the "
       .. "prompt / completion tokens the engines reported (counted since the key was made)" },
-  { "POST", "/api/v1/keys", create, body = "ApiKeyInput", tag = "router", changes = { "keys" },
+  { "POST", "/api/v1/keys", create, body = "ApiKeyInput", body_optional = true, tag = "router", changes = { "keys" },
     summary = "Create a client API key, with optional limits (requests_per_minute, max_concurrent); the "
       .. "answer's `key` is shown this once (only its hash is stored)" },
   { "DELETE", "/api/v1/keys/{id}", revoke, tag = "router", changes = { "keys" },

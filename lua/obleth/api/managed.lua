@@ -60,15 +60,8 @@ end
 local function put(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
-  for k in pairs(ctx.query) do
-    if k ~= "check" then return errors.fail(400, "invalid", ("unknown query parameter %q (check)"):format(k), k) end
-  end
-  local check = ctx.query.check
-  if check ~= nil and check ~= "true" and check ~= "false" then
-    return errors.fail(400, "invalid", "check: must be true or false", "check")
-  end
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local check = ctx.query.check -- "true" / "false" / nil (the route declares it)
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local spec, err = validate.managed_spec(b)
   if not spec then return errors.invalid(err) end
   if check ~= "false" and spec.enabled ~= false then
@@ -94,8 +87,7 @@ local function dismiss(ctx)
   local id, s, e = _model(ctx)
   if not id then return s, e end
   if ctx.json ~= nil then
-    local b, st, eb = errors.need_object(ctx)
-    if not b then return st, eb end
+    local b = ctx.json -- an object when sent (the route declares an optional body)
     for k, v in pairs(b) do
       if k ~= "provision_error" or v ~= require("cjson").null then
         return errors.fail(400, "invalid", ("unknown field: %s (send no body, or {\"provision_error\": null})"):format(k), k)
@@ -110,13 +102,15 @@ end
 M.routes = {
   { "GET", "/api/v1/managed", list, summary = "Every managed spec" },
   { "GET", "/api/v1/models/{id}/managed", get, summary = "A model's Slurm spec" },
-  { "PUT", "/api/v1/models/{id}/managed", put, query = { "check" }, changes = { "managed", "models" },
+  { "PUT", "/api/v1/models/{id}/managed", put, query = { { "check", enum = { "true", "false" } } },
+    changes = { "managed", "models" },
     summary = "Create or replace a model's Slurm spec (generation is bumped when it changes); 422 with per-field "
       .. "errors when the cluster would refuse or never run it (?check=false skips the cluster checks)",
     body = "ManagedSpec" },
   { "DELETE", "/api/v1/models/{id}/managed", delete, changes = { "managed", "models" },
     summary = "Delete a model's spec: nothing more is launched and its jobs are cancelled" },
   { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss, changes = { "managed" },
+    body = "ProvisionErrorDismiss", body_optional = true,
     summary = "Dismiss the last refused-job message" },
 }
 

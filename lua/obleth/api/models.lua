@@ -16,8 +16,7 @@ local function list(ctx)
 end
 
 local function create(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local m, err = validate.model(b)
   if not m then return errors.invalid(err) end
   local model, serr = ctx.app.store:create_model(m)
@@ -37,8 +36,7 @@ end
 local function update(ctx)
   local id, s, e = _id(ctx)
   if not id then return s, e end
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local m, err = validate.model(b, true)
   if not m then return errors.invalid(err) end
   local model, serr = ctx.app.store:update_model(id, m)
@@ -57,8 +55,7 @@ end
 local function add_endpoint(ctx)
   local id, s, e = _id(ctx)
   if not id then return s, e end
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   for k in pairs(b) do
     if k ~= "url" then return errors.fail(400, "invalid", "unknown field: " .. k, k) end
   end
@@ -72,9 +69,6 @@ end
 local function remove_endpoint(ctx)
   local id, s, e = _id(ctx)
   if not id then return s, e end
-  for k in pairs(ctx.query) do
-    if k ~= "url" then return errors.fail(400, "invalid", ("unknown query parameter %q (url)"):format(k), k) end
-  end
   local url, verr = validate.endpoint(ctx.query.url, "url")
   if not url then return errors.invalid(verr) end
   local m, serr = ctx.app.store:remove_endpoint(id, url)

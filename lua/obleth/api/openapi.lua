@@ -2,6 +2,7 @@
 -- table (so it names exactly the registered routes), with the main schemas.
 local json = require "obleth.util.json"
 local wire = require "obleth.schema"
+local request = require "obleth.api.request"
 local managed = require "obleth.schema.managed"
 
 local M = {}
@@ -84,8 +85,10 @@ function M.document(routes)
     for p in r.path:gmatch("{([%w_]+)}") do
       params[#params + 1] = { name = p, ["in"] = "path", required = true, schema = { type = "string" } }
     end
-    for _, q in ipairs(r.query or {}) do
-      params[#params + 1] = { name = q, ["in"] = "query", required = false, schema = { type = "string" } }
+    for _, q in ipairs(request.query_params(r)) do
+      local s = { type = "string", enum = q.enum, pattern = q.pattern and wire.regex(q.pattern) }
+      params[#params + 1] = { name = q.name, ["in"] = "query", required = q.required == true, description = q.rule,
+        schema = s }
     end
     for _, h in ipairs(r.headers or {}) do
       params[#params + 1] = { name = h[1], ["in"] = "header", required = false, description = h[2],
@@ -103,7 +106,7 @@ function M.document(routes)
       },
     }
     if r.body then
-      op.requestBody = { required = true, content = { ["application/json"] = {
+      op.requestBody = { required = not r.body_optional, content = { ["application/json"] = {
         schema = { ["$ref"] = "#/components/schemas/" .. r.body } } } }
     end
     paths[r.path][r.method:lower()] = op

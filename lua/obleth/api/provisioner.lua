@@ -3,6 +3,7 @@
 local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
 local parts = require "obleth.api.parts"
+local json = require "obleth.util.json"
 
 local crypto = require "obleth.crypto"
 local sys = require "obleth.sys"
@@ -17,6 +18,28 @@ local function _proof(ctx)
   local t = ctx.req and ctx.req.headers and ctx.req.headers[M.TOKEN_HEADER:lower()]
   if type(t) ~= "string" or t == "" then return nil end
   return crypto.sha256_hex(t)
+end
+
+-- This process's part of a snapshot version: a version another obleth serve (or this one before a
+-- restart) answered is never taken as a base for a delta.
+local BOOT = sys.random_hex(4)
+
+--- The snapshot version an answer carries: "<boot>.<lease generation>.<counter>" (docs/managed-spec.md,
+--- "Snapshot versions").
+---@return string
+function M.snapshot_version(boot, generation, counter)
+  return ("%s.%d.%d"):format(boot, generation, counter)
+end
+
+-- The counter a `since` version names when a delta can be made from it: this process's, the current
+-- lease generation's, not ahead of the store. Otherwise nil (the full snapshot is sent).
+function M.delta_base(since, boot, generation, counter)
+  if type(since) ~= "string" then return nil end
+  local b, g, n = since:match("^(%x+)%.(%d+)%.(%d+)$")
+  if b ~= boot or tonumber(g) ~= generation then return nil end
+  n = math.tointeger(tonumber(n))
+  if not n or n > counter then return nil end
+  return n
 end
 
 --- A model's load for the snapshot (the scale policy's `load`): the router's counts, and for a model whose
@@ -36,7 +59,14 @@ local function snapshot(ctx)
   local app = ctx.app
   local s = app:slurm_settings()
   local store = app.store
+  -- the version first: a write made while the models are read is sent again by the next delta
+  local counter = store:snapshot_version()
+  local lease = store:lease()
+  local generation = lease and lease.generation or 0
+  local base = M.delta_base(ctx.query and ctx.query.since, BOOT, generation, counter)
   local doc = store:snapshot_head(math.floor(app.now()))
+  doc.version = M.snapshot_version(BOOT, generation, counter)
+  doc.delta = base ~= nil
   doc.settings = {
     enabled = s.enabled, url = s.url, socket = s.socket, user = s.user, token = s.token, verify = s.verify,
     ca_file = s.ca_file, api_version = s.api_version, timeout = s.timeout, defaults = s.defaults,
@@ -53,7 +83,27 @@ local function snapshot(ctx)
   end
   -- the models in parts, the loop serving other clients between them (thousands of replicas)
   local window = app.load
-  return parts.answer(ctx, { head = doc, key = "models", src = store:snapshot_models(),
+  local src = store:snapshot_models(base)
+  if base then
+    -- the changed models no longer listed: the provisioner forgets them
+    local listed, removed = {}, json.array()
+    for _, m in ipairs(src) do listed[m.id] = true end
+    for _, id in ipairs(store:snapshot_changed(base)) do if not listed[id] then removed[#removed + 1] = id end end
+    doc.removed = removed
+    if window then
+      -- the load is the router's, live, not versioned: a delta carries it for the models it leaves out
+      -- that the router has seen (`load`, by id), and the load of a model it has not seen (`load_idle`)
+      local now, load = app.now(), {}
+      for _, name in ipairs(window:names()) do
+        local m = store:model_by_name(name)
+        if m and not listed[m.id] then
+          load[tostring(m.id)] = M.load_of(window, { name = name, spec = store:get_spec(m.id) }, now)
+        end
+      end
+      doc.load, doc.load_idle = load, window:view("", nil, true)
+    end
+  end
+  return parts.answer(ctx, { head = doc, key = "models", src = src,
     make = function(m)
       local md = store:snapshot_model(m)
       if window then md.load = M.load_of(window, md, app.now()) end
@@ -77,8 +127,7 @@ local function _lease_refused(serr)
 end
 
 local function lease(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.lease_request(b)
   if not req then return errors.invalid(err) end
   -- the secret this request gets if it acquires the lease: shown once, kept hashed
@@ -98,8 +147,7 @@ local function lease(ctx)
 end
 
 local function release(ctx)
-  local g = ctx.query.generation
-  g = g and g:match("^%d+$") and math.tointeger(tonumber(g))
+  local g = math.tointeger(tonumber(ctx.query.generation)) -- digits (the route declares it)
   if not g then return errors.fail(400, "invalid", "generation: the lease generation to release is required",
     "generation") end
   local released, serr = ctx.app.store:release_lease(g, _proof(ctx), ctx.app.now())
@@ -130,8 +178,7 @@ local function wait(ctx)
 end
 
 local function submits(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local req, err = validate.submits(b)
   if not req then return errors.invalid(err) end
   local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now(), _proof(ctx))
@@ -154,8 +201,7 @@ local function submits(ctx)
 end
 
 local function report(ctx)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local rep, err = validate.report(b)
   if not rep then return errors.invalid(err) end
   rep.lease_proof = _proof(ctx)
@@ -210,15 +256,17 @@ local function bearer_only(handler)
 end
 
 M.routes = {
-  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true,
-    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token)" },
+  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true, query = { "since" },
+    summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); with "
+      .. "?since=<version>, only the models changed since that version when it can (delta: true)" },
   { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },
   { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
     summary = "Acquire or renew the provisioner lease (one provisioner at a time): an acquisition answers the "
       .. "lease token once, a renewal carries it in Obleth-Lease-Token; 409 lease_held names the holder" },
-  { "DELETE", "/api/v1/provisioner/lease", release, query = { "generation" }, changes = { "provisioner" },
+  { "DELETE", "/api/v1/provisioner/lease", release, query = { { "generation", required = true, pattern = "^%d+$",
+    rule = "the lease generation to release is required" } }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
   { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },

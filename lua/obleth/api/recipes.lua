@@ -87,8 +87,7 @@ end
 
 
 local function _save(ctx, id, create_only)
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local doc, err = validate.recipe(b, id)
   if not doc then return errors.invalid(err) end
   if _library(ctx.app)[doc.id] then

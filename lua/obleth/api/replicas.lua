@@ -6,16 +6,7 @@ local parts = require "obleth.api.parts"
 local M = {}
 
 local function _live_filter(ctx)
-  local q = ctx.query
-  for k in pairs(q) do
-    if k ~= "state" then
-      return nil, errors.fail(400, "invalid", ("unknown query parameter %q (state)"):format(k), k)
-    end
-  end
-  if q.state and q.state ~= "live" and q.state ~= "all" then
-    return nil, errors.fail(400, "invalid", "state: must be live or all", "state")
-  end
-  return { live = q.state == "live" }
+  return { live = ctx.query.state == "live" } -- "live" / "all" / nil (the routes declare it)
 end
 
 local function list_all(ctx)
@@ -54,8 +45,9 @@ end
 
 M.routes = {
   { "GET", "/api/v1/replicas", list_all, parts = true, summary = "Every replica (?state=live leaves out ended ones)",
-    query = { "state" } },
-  { "GET", "/api/v1/models/{id}/replicas", list_model, summary = "A model's replicas", query = { "state" } },
+    query = { { "state", enum = { "live", "all" } } } },
+  { "GET", "/api/v1/models/{id}/replicas", list_model, summary = "A model's replicas",
+    query = { { "state", enum = { "live", "all" } } } },
   { "POST", "/api/v1/replicas/{id}/restart", restart, changes = { "replicas" },
     summary = "Cancel a replica's job; a new one is submitted (on the provisioner's next pass)" },
   { "POST", "/api/v1/models/{id}/replicas/clear-lost", clear_lost, changes = { "replicas" },

@@ -8,8 +8,7 @@ local M = {}
 local function create(ctx)
   local app = ctx.app
   local addr = ctx.req.remote_addr
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   for k in pairs(b) do
     if k ~= "token" then return errors.fail(400, "invalid", "unknown field: " .. k, k) end
   end

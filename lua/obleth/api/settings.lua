@@ -53,15 +53,8 @@ local function get(ctx)
 end
 
 local function put(ctx)
-  for k in pairs(ctx.query) do
-    if k ~= "confirm" then return errors.fail(400, "invalid", ("unknown query parameter %q (confirm)"):format(k), k) end
-  end
-  local confirm = ctx.query.confirm
-  if confirm ~= nil and confirm ~= "true" and confirm ~= "false" then
-    return errors.fail(400, "invalid", "confirm: must be true or false", "confirm")
-  end
-  local b, st, eb = errors.need_object(ctx)
-  if not b then return st, eb end
+  local confirm = ctx.query.confirm -- "true" / "false" / nil (the route declares it)
+  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local s, err = validate.settings(b)
   if not s then return errors.invalid(err) end
   local app = ctx.app
@@ -338,10 +331,11 @@ end
 M.routes = {
   { "GET", "/api/v1/settings/slurm", get,
     summary = "The connection and cluster defaults (JWT and Hugging Face token masked), provisioner check-in" },
-  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { "confirm" }, changes = { "settings" },
+  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { { "confirm", enum = { "true", "false" } } },
+    changes = { "settings" },
     summary = "Replace the connection and cluster defaults; the mask keeps a stored secret; "
       .. "turning Slurm off while replicas run needs ?confirm=true" },
-  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection", changes = {},
+  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection", body_optional = true, changes = {},
     summary = "Ping slurmrestd with the saved (or posted) connection; API version, release, JWT expiry" },
   { "GET", "/api/v1/slurm/resources", resources,
     summary = "Partitions with the accounts and QoS they allow and deny, nodes and their state, "

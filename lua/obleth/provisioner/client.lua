@@ -43,8 +43,47 @@ function Client:_call(method, path, body)
   return M.plain(doc)
 end
 
---- Everything one pass needs (settings with the JWT, specs, replicas).
-function Client:snapshot() return self:_call("GET", "/api/v1/provisioner/snapshot") end
+-- A copy of plain data (the pass changes the tables it is given; the held models stay as served).
+local function copy(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = copy(x) end
+  return out
+end
+
+--- Everything one pass needs (settings with the JWT, specs, replicas), as a full snapshot.
+--- The client holds the models of the last snapshot and its version, and asks only for what changed
+--- since (`?since=`, docs/managed-spec.md "Snapshot versions"); the API answers a full snapshot
+--- instead whenever it cannot make a delta from that version (obleth serve restarted, another lease
+--- generation, a version it does not know). Each call returns its own copy of every model.
+function Client:snapshot()
+  local held = self.held
+  local path = "/api/v1/provisioner/snapshot"
+  if held then path = path .. "?since=" .. held.version end
+  local doc, err = self:_call("GET", path)
+  if not doc then return nil, err end
+  local models = held and doc.delta and held.models or {}
+  if not (held and doc.delta) then self.resyncs = (self.resyncs or 0) + 1 end
+  for _, id in ipairs(doc.removed or {}) do models[id] = nil end
+  if held and doc.delta then
+    -- the router's load is live: a delta gives it for every model it leaves out (`load` by id for
+    -- those the router has seen, else `load_idle`; neither when obleth serve has no router)
+    local load, idle = doc.load or {}, doc.load_idle
+    for id, m in pairs(models) do m.load = load[tostring(id)] or idle end
+  end
+  for _, m in ipairs(doc.models or {}) do models[m.id] = m end
+  self.held = type(doc.version) == "string" and { version = doc.version, models = models } or nil
+  local ids = {}
+  for id in pairs(models) do ids[#ids + 1] = id end
+  table.sort(ids)
+  local out = {}
+  for i, id in ipairs(ids) do out[i] = copy(models[id]) end
+  doc.models, doc.removed, doc.load, doc.load_idle = out, nil, nil, nil
+  return doc
+end
+
+--- Forget the held snapshot: the next snapshot is a full one.
+function Client:resync() self.held = nil end
 
 --- Report one pass (report.lease_generation: the lease held; 409 code "lease_lost" when stale).
 function Client:report(report) return self:_call("POST", "/api/v1/provisioner/report", report) end
@@ -56,6 +95,7 @@ function Client:report(report) return self:_call("POST", "/api/v1/provisioner/re
 function Client:lease(req)
   local res, err = self:_call("POST", "/api/v1/provisioner/lease", req)
   if res and res.token then
+    self.held = nil -- a new lease: a full snapshot (docs/managed-spec.md, "Snapshot versions")
     self.lease_token = res.token
     res.token = nil
     -- never in this process's log, whatever prints an answer or a header

@@ -12,6 +12,9 @@ M.TABLES = { "models", "managed_specs", "endpoints", "launches", "replicas", "jo
   "clear_lost_requests", "settings", "provisioner_status", "recipes", "installation", "api_keys",
   "api_key_usage", "provisioner_lease", "replica_logs", "dashboard_sessions", "signin_failures" }
 local SINGLETONS = { provisioner_status = true, installation = true }
+--- Kept by the destination's own triggers as the rows arrive (the snapshot versions, migration 11): not
+--- copied. A provisioner's version from the source's obleth serve is no base there (a full resync).
+M.DERIVED = { sync_version = true, model_versions = true }
 local IDENTITIES = { "models", "launches", "replicas", "job_outcomes", "api_keys" }
 
 local function _err(code, fmt, ...) return { code = code, message = fmt:format(...) } end
@@ -29,7 +32,7 @@ function M.copy(src, dst)
   local known = {}
   for _, t in ipairs(M.TABLES) do known[t] = true end
   for _, t in ipairs(src.db:tables()) do
-    if not known[t] then return nil, _err("invalid", "table %s is not in obleth.store.copy's list", t) end
+    if not known[t] and not M.DERIVED[t] then return nil, _err("invalid", "table %s is not in obleth.store.copy's list", t) end
   end
   for _, t in ipairs(M.TABLES) do
     if not SINGLETONS[t] then

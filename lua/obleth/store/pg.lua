@@ -212,6 +212,50 @@ local MIGRATIONS = {
       since DOUBLE PRECISION NOT NULL
     );
   ]],
+  -- 11: the versioned provisioner snapshot (docs/managed-spec.md, "Snapshot versions"), as SQLite's
+  -- migration 11: one counter bumped by every write to a model's snapshot entry, and per model its
+  -- value at the last such write; one trigger function (its argument: the column naming the model)
+  [11] = [[
+    CREATE TABLE sync_version (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      version BIGINT NOT NULL
+    );
+    INSERT INTO sync_version (id, version) VALUES (1, 0);
+    CREATE TABLE model_versions (
+      model_id BIGINT PRIMARY KEY,
+      version BIGINT NOT NULL
+    );
+    CREATE INDEX model_versions_version ON model_versions(version);
+    CREATE FUNCTION obleth_sync_model() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+      mid BIGINT;
+      v BIGINT;
+    BEGIN
+      IF TG_OP = 'DELETE' THEN
+        mid := (to_jsonb(OLD) ->> TG_ARGV[0])::BIGINT;
+      ELSE
+        mid := (to_jsonb(NEW) ->> TG_ARGV[0])::BIGINT;
+      END IF;
+      IF mid IS NULL THEN RETURN NULL; END IF;
+      UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version INTO v;
+      INSERT INTO model_versions (model_id, version) VALUES (mid, v)
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+      RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER sync_models AFTER UPDATE OR DELETE ON models
+      FOR EACH ROW EXECUTE FUNCTION obleth_sync_model('id');
+    CREATE TRIGGER sync_managed_specs AFTER INSERT OR UPDATE OR DELETE ON managed_specs
+      FOR EACH ROW EXECUTE FUNCTION obleth_sync_model('model_id');
+    CREATE TRIGGER sync_replicas AFTER INSERT OR UPDATE OR DELETE ON replicas
+      FOR EACH ROW EXECUTE FUNCTION obleth_sync_model('model_id');
+    CREATE TRIGGER sync_endpoints AFTER INSERT OR UPDATE OR DELETE ON endpoints
+      FOR EACH ROW EXECUTE FUNCTION obleth_sync_model('model_id');
+    CREATE TRIGGER sync_job_outcomes AFTER INSERT OR UPDATE OR DELETE ON job_outcomes
+      FOR EACH ROW EXECUTE FUNCTION obleth_sync_model('model_id');
+    CREATE TRIGGER sync_launches AFTER INSERT ON launches
+      FOR EACH ROW EXECUTE FUNCTION obleth_sync_model('model_id');
+  ]],
 }
 
 M.migrations = MIGRATIONS

@@ -152,12 +152,37 @@ end
 
 --- The models a provisioner snapshot lists, in id order: every model with a managed spec, and every
 --- model with live replicas whose spec was deleted (docs/managed-spec.md).
+--- With `since` (a snapshot version, Store:snapshot_version()), only those changed after it.
+---@param since integer|nil
 ---@return table[] model rows
-function Store:snapshot_models()
-  return self:_q([[SELECT m.* FROM models m WHERE
-      EXISTS (SELECT 1 FROM managed_specs s WHERE s.model_id = m.id)
-      OR EXISTS (SELECT 1 FROM replicas r WHERE r.model_id = m.id AND r.state IN ]] .. LIVE_SQL .. [[)
-      ORDER BY m.id]])
+function Store:snapshot_models(since)
+  local sql = [[SELECT m.* FROM models m WHERE
+      (EXISTS (SELECT 1 FROM managed_specs s WHERE s.model_id = m.id)
+      OR EXISTS (SELECT 1 FROM replicas r WHERE r.model_id = m.id AND r.state IN ]] .. LIVE_SQL .. [[))]]
+  if since then
+    return self:_q(sql .. [[ AND m.id IN (SELECT model_id FROM model_versions WHERE version > ?) ORDER BY m.id]], since)
+  end
+  return self:_q(sql .. " ORDER BY m.id")
+end
+
+--- The snapshot version: a counter every write to a model's snapshot entry bumps (the backend's
+--- migration 11: triggers). Read it before the entries, so a write made while they are read is sent
+--- again next time.
+---@return integer
+function Store:snapshot_version()
+  return self:_one("SELECT version FROM sync_version WHERE id = 1").version
+end
+
+--- The ids of the models whose snapshot entry changed after version `since`, listed or not (a
+--- deleted model, one whose spec was deleted and whose last replica ended), in id order.
+---@param since integer
+---@return integer[]
+function Store:snapshot_changed(since)
+  local out = {}
+  for _, r in ipairs(self:_q("SELECT model_id FROM model_versions WHERE version > ? ORDER BY model_id", since)) do
+    out[#out + 1] = r.model_id
+  end
+  return out
 end
 
 --- One model's entry in the provisioner snapshot: {id, name, status, spec, replicas, recent_ends, endpoints}.

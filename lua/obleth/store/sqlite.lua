@@ -204,6 +204,98 @@ local MIGRATIONS = {
       since REAL NOT NULL
     );
   ]],
+  -- 11: the versioned provisioner snapshot (docs/managed-spec.md, "Snapshot versions"): one counter
+  -- bumped by every write to what a model's snapshot entry is made of (the model, its spec, replicas,
+  -- endpoints, job outcomes, launches), and per model the counter's value at its last such write.
+  -- model_versions keeps a deleted model's row (no foreign key), so a delta can say it was removed.
+  -- Triggers, so that no write path can forget it (PostgreSQL: the same with a trigger function).
+  [11] = [[
+    CREATE TABLE sync_version (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      version INTEGER NOT NULL
+    );
+    INSERT INTO sync_version (id, version) VALUES (1, 0);
+    CREATE TABLE model_versions (
+      model_id INTEGER PRIMARY KEY,
+      version INTEGER NOT NULL
+    );
+    CREATE INDEX model_versions_version ON model_versions(version);
+    CREATE TRIGGER sync_models_update AFTER UPDATE ON models BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_models_delete AFTER DELETE ON models BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_managed_specs_insert AFTER INSERT ON managed_specs BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_managed_specs_update AFTER UPDATE ON managed_specs BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_managed_specs_delete AFTER DELETE ON managed_specs BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_replicas_insert AFTER INSERT ON replicas BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_replicas_update AFTER UPDATE ON replicas BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_replicas_delete AFTER DELETE ON replicas BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_endpoints_insert AFTER INSERT ON endpoints BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_endpoints_update AFTER UPDATE ON endpoints BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_endpoints_delete AFTER DELETE ON endpoints BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_job_outcomes_insert AFTER INSERT ON job_outcomes BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_job_outcomes_update AFTER UPDATE ON job_outcomes BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_job_outcomes_delete AFTER DELETE ON job_outcomes BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT OLD.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+    CREATE TRIGGER sync_launches_insert AFTER INSERT ON launches WHEN NEW.model_id IS NOT NULL BEGIN
+      UPDATE sync_version SET version = version + 1 WHERE id = 1;
+      INSERT INTO model_versions (model_id, version) SELECT NEW.model_id, version FROM sync_version WHERE id = 1
+        ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
+    END;
+  ]],
 }
 
 M.migrations = MIGRATIONS
