@@ -20,6 +20,7 @@ static inline void obuf_add(obuf *b, const void *s, size_t n) {
     b->n += n;
     b->p[b->n] = 0;
 }
+static inline void obuf_adds(obuf *b, const char *s) { obuf_add(b, s, strlen(s)); }
 static inline void obuf_free(obuf *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
 static inline void obuf_reset(obuf *b) { b->n = 0; if (b->p) b->p[0] = 0; }
 #endif

@@ -1,7 +1,7 @@
 /*
  * http_proxy.c — res:proxy: pass the request being answered on to an
  * upstream HTTP/1.1 server and its answer back, all in C (part of
- * obleth.http). The router (lua/obleth/router.lua) picks the endpoint and
+ * obleth.http). The router (lua/obleth/router/init.lua) picks the endpoint and
  * keeps the books; the bytes never go through Lua.
  *
  *   status, why, message, ttfb = res:proxy{

@@ -21,6 +21,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "host.h"
+#include "buf.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -58,24 +59,6 @@ static void init_level(void) {
     }
 }
 
-/* A growable buffer; all memory freed by buf_free. */
-typedef struct { char *p; size_t n, cap; } buf;
-
-static void buf_add(buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) { fputs("obleth: out of memory\n", stderr); abort(); }
-        b->p = p; b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void buf_adds(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-static void buf_free(buf *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
-
 #define MIN_SECRET 8
 
 /* The first occurrence of needle in hay[0..hn), or NULL. */
@@ -90,20 +73,20 @@ static const char *find(const char *hay, size_t hn, const char *needle, size_t n
 }
 
 /* Replace every registered secret in b (in place, into a new buffer). */
-static void redact(buf *b) {
+static void redact(obuf *b) {
     for (size_t i = 0; i < g_nsecrets; i++) {
         const char *sec = g_secrets[i];
         size_t sl = strlen(sec);
         if (!b->p || !find(b->p, b->n, sec, sl)) continue;
-        buf out = {0};
+        obuf out = {0};
         const char *p = b->p, *end = b->p + b->n, *hit;
         while ((hit = find(p, (size_t)(end - p), sec, sl)) != NULL) {
-            buf_add(&out, p, (size_t)(hit - p));
-            buf_adds(&out, "[redacted]");
+            obuf_add(&out, p, (size_t)(hit - p));
+            obuf_adds(&out, "[redacted]");
             p = hit + sl;
         }
-        buf_add(&out, p, (size_t)(end - p));
-        buf_free(b);
+        obuf_add(&out, p, (size_t)(end - p));
+        obuf_free(b);
         *b = out;
     }
 }
@@ -117,41 +100,41 @@ static int needs_quote(const char *s, size_t n) {
     return 0;
 }
 
-static void add_value_raw(buf *b, const char *s, size_t n);
+static void add_value_raw(obuf *b, const char *s, size_t n);
 
 /* A value, with every registered secret replaced before it is escaped. */
-static void add_value(buf *b, const char *s, size_t n) {
+static void add_value(obuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < g_nsecrets; i++) {
         if (find(s, n, g_secrets[i], strlen(g_secrets[i]))) {
-            buf v = {0};
-            buf_add(&v, s, n);
+            obuf v = {0};
+            obuf_add(&v, s, n);
             redact(&v);
             add_value_raw(b, v.p, v.n);
-            buf_free(&v);
+            obuf_free(&v);
             return;
         }
     }
     add_value_raw(b, s, n);
 }
 
-static void add_value_raw(buf *b, const char *s, size_t n) {
-    if (!needs_quote(s, n)) { buf_add(b, s, n); return; }
-    buf_adds(b, "\"");
+static void add_value_raw(obuf *b, const char *s, size_t n) {
+    if (!needs_quote(s, n)) { obuf_add(b, s, n); return; }
+    obuf_adds(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char tmp[8];
         switch (c) {
-        case '"': buf_adds(b, "\\\""); break;
-        case '\\': buf_adds(b, "\\\\"); break;
-        case '\n': buf_adds(b, "\\n"); break;
-        case '\r': buf_adds(b, "\\r"); break;
-        case '\t': buf_adds(b, "\\t"); break;
+        case '"': obuf_adds(b, "\\\""); break;
+        case '\\': obuf_adds(b, "\\\\"); break;
+        case '\n': obuf_adds(b, "\\n"); break;
+        case '\r': obuf_adds(b, "\\r"); break;
+        case '\t': obuf_adds(b, "\\t"); break;
         default:
-            if (c < 0x20 || c == 0x7f) { snprintf(tmp, sizeof tmp, "\\x%02x", c); buf_adds(b, tmp); }
-            else buf_add(b, (const char *)&s[i], 1);
+            if (c < 0x20 || c == 0x7f) { snprintf(tmp, sizeof tmp, "\\x%02x", c); obuf_adds(b, tmp); }
+            else obuf_add(b, (const char *)&s[i], 1);
         }
     }
-    buf_adds(b, "\"");
+    obuf_adds(b, "\"");
 }
 
 static int is_secret_key_uncached(const char *k) {
@@ -184,18 +167,18 @@ static int is_secret_key(const char *k, size_t kl) {
 }
 
 /* " key=value" (the value quoted when it needs it). */
-static void add_field(buf *b, const char *k, size_t kl, const char *v, size_t vl) {
-    buf_adds(b, " ");
-    buf_add(b, k, kl);
-    buf_adds(b, "=");
+static void add_field(obuf *b, const char *k, size_t kl, const char *v, size_t vl) {
+    obuf_adds(b, " ");
+    obuf_add(b, k, kl);
+    obuf_adds(b, "=");
     add_value(b, v, vl);
 }
 
-static void line_start(buf *b, int lv, const char *event) {
+static void line_start(obuf *b, int lv, const char *event) {
     if (g_journal) {
         char pre[8];
         snprintf(pre, sizeof pre, "<%d>", lvprio[lv]);
-        buf_adds(b, pre);
+        obuf_adds(b, pre);
     } else {
         /* "ts=2026-11-30T12:00:00." is made once a second, the milliseconds each line */
         static time_t last_sec = (time_t)-1;
@@ -209,26 +192,26 @@ static void line_start(buf *b, int lv, const char *event) {
                      tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
             last_sec = tv.tv_sec;
         }
-        buf_adds(b, prefix);
+        obuf_adds(b, prefix);
         int ms = (int)(tv.tv_usec / 1000);
         char tail[6] = {(char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10), 'Z', ' ', 0};
-        buf_adds(b, tail);
+        obuf_adds(b, tail);
     }
-    buf_adds(b, "level=");
-    buf_adds(b, lvnames[lv]);
-    buf_adds(b, " event=");
+    obuf_adds(b, "level=");
+    obuf_adds(b, lvnames[lv]);
+    obuf_adds(b, " event=");
     add_value(b, event, strlen(event));
 }
 
-static void line_emit(buf *b) {
-    buf_adds(b, "\n");
+static void line_emit(obuf *b) {
+    obuf_adds(b, "\n");
     fwrite(b->p, 1, b->n, stderr);
     fflush(stderr);
 }
 
 /* Start a line from C at the level named (unknown names are info): 0 when the
    level is below the one set, and nothing was started. */
-static int c_line_start(buf *b, const char *level, const char *event) {
+static int c_line_start(obuf *b, const char *level, const char *event) {
     init_level();
     int lv = level_of(level);
     if (lv < 0) lv = LV_INFO;
@@ -238,7 +221,7 @@ static int c_line_start(buf *b, const char *level, const char *event) {
 }
 
 void obleth_log(const char *level, const char *event, const char *fmt, ...) {
-    buf b = {0};
+    obuf b = {0};
     if (!c_line_start(&b, level, event)) return;
     if (fmt && *fmt) {
         char *msg = NULL;
@@ -252,20 +235,20 @@ void obleth_log(const char *level, const char *event, const char *fmt, ...) {
                 va_start(ap, fmt);
                 vsnprintf(msg, (size_t)n + 1, fmt, ap);
                 va_end(ap);
-                buf_adds(&b, " ");
+                obuf_adds(&b, " ");
                 /* fmt is "k=v" pairs written by C code; keep it on one line */
                 for (char *p = msg; *p; p++) if (*p == '\n') *p = ' ';
-                buf m = {0};
-                buf_adds(&m, msg);
+                obuf m = {0};
+                obuf_adds(&m, msg);
                 redact(&m);
-                buf_add(&b, m.p, m.n);
-                buf_free(&m);
+                obuf_add(&b, m.p, m.n);
+                obuf_free(&m);
                 free(msg);
             }
         }
     }
     line_emit(&b);
-    buf_free(&b);
+    obuf_free(&b);
 }
 
 /* ---- Lua API ---------------------------------------------------------------- */
@@ -298,7 +281,7 @@ static int log_at(lua_State *L, int lv) {
         lua_settop(L, 2);
         qsort(keys, (size_t)nk, sizeof keys[0], cmp_keys);
     }
-    buf b = {0};
+    obuf b = {0};
     line_start(&b, lv, event);
     for (int i = 0; i < nk; i++) {
         lua_getfield(L, 2, keys[i].k);
@@ -313,7 +296,7 @@ static int log_at(lua_State *L, int lv) {
         lua_settop(L, 2);
     }
     line_emit(&b);
-    buf_free(&b);
+    obuf_free(&b);
     return 0;
 }
 
@@ -357,11 +340,11 @@ static int l_add_secret(lua_State *L) {
 static int l_redact(lua_State *L) {
     size_t n;
     const char *s = luaL_checklstring(L, 1, &n);
-    buf b = {0};
-    buf_add(&b, s, n);
+    obuf b = {0};
+    obuf_add(&b, s, n);
     redact(&b);
     lua_pushlstring(L, b.p, b.n);
-    buf_free(&b);
+    obuf_free(&b);
     return 1;
 }
 

@@ -6,6 +6,8 @@
  *
  *   rest.connect{url = "http://host:6820" | socket = "/run/slurmrestd.sock",
  *                user = "name", token = "JWT", version = "auto" | "v0.0.38",
+ *                token_expires_at = epoch seconds (the JWT's exp, decoded by obleth.slurm.jwt;
+ *                a token past it fails at once with expired = true),
  *                timeout = 10 (seconds), ca_file = path, verify = true}
  *     -> conn | nil, err        (yields: discovers the server's versions)
  *   conn:call(method, path, body?)   path may hold "{v}" for the version
@@ -13,7 +15,7 @@
  *        doc is the decoded JSON body (nil when the body is not JSON)
  *   conn:version()  -> "v0.0.38";  conn:versions() -> array the server serves
  *   conn:has_slurmdb() -> boolean (accounting paths are served)
- *   conn:set_token(jwt); conn:info() -> {url=, socket=, user=, version=}
+ *   conn:set_token(jwt, expires_at?); conn:info() -> {url=, socket=, user=, version=}
  *   rest.known_versions -> {"v0.0.46", ..., "v0.0.38"} (newest first; a copy of
  *                          obleth.slurm.versions.known, read when this module loads)
  *
@@ -100,59 +102,17 @@ static void push_err(lua_State *L, const char *code, const char *msg, int http_s
     }
 }
 
-/* ---- JWT expiry (no verification): the "exp" claim of the payload ---------- */
-
-static int b64url_val(int ch) {
-    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
-    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
-    if (ch == '-' || ch == '+') return 62;
-    if (ch == '_' || ch == '/') return 63;
-    return -1;
-}
-
-/* Returns exp (epoch seconds) or -1 when the token has none / is not a JWT. */
-static long long jwt_exp(const char *tok) {
-    const char *p = strchr(tok, '.');
-    if (!p) return -1;
-    p++;
-    const char *e = strchr(p, '.');
-    if (!e) return -1;
-    size_t n = (size_t)(e - p);
-    if (n > 8192) return -1;
-    char out[6200];
-    size_t o = 0;
-    unsigned int acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64url_val((unsigned char)p[i]);
-        if (v < 0) { if (p[i] == '=') break; return -1; }
-        acc = (acc << 6) | (unsigned int)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o < sizeof out - 1) out[o++] = (char)((acc >> bits) & 0xff);
-        }
-    }
-    out[o] = 0;
-    const char *x = strstr(out, "\"exp\"");
-    if (!x) return -1;
-    x += 5;
-    while (*x == ' ' || *x == ':') x++;
-    char *end;
-    long long v = strtoll(x, &end, 10);
-    return end == x ? -1 : v;
-}
-
-/* When the token of the connection at conn_idx has an exp in the past, push
+/* When the token of the connection at conn_idx expired (its token_expires_at, which
+   obleth.slurm reads from the JWT's exp claim and hands over with the token, is in the past), push
    nil, {code = "auth", expired = true, message} and return 1 (the caller
    returns 2); else leave the stack as it was and return 0. */
 static int push_if_expired(lua_State *L, int conn_idx) {
     int top = lua_gettop(L);
     lua_getiuservalue(L, conn_idx, 1);
-    lua_getfield(L, -1, "token");
-    const char *tok = lua_tostring(L, -1);
-    long long exp = tok ? jwt_exp(tok) : -1;
+    lua_getfield(L, -1, "token_expires_at"); /* decoded in Lua, once: obleth.slurm.jwt */
+    int isnum = 0;
+    long long exp = (long long)lua_tointegerx(L, -1, &isnum);
+    if (!isnum) exp = -1;
     lua_settop(L, top);
     long long now = (long long)time(NULL);
     if (exp <= 0 || exp > now) return 0;
@@ -689,6 +649,9 @@ static int l_connect(lua_State *L) {
     int has_sock = opt_str(L, opts, "socket", uv, NULL);
     opt_str(L, opts, "user", uv, NULL);
     opt_str(L, opts, "token", uv, NULL);
+    lua_getfield(L, opts, "token_expires_at");
+    if (lua_isinteger(L, -1)) lua_setfield(L, uv, "token_expires_at");
+    else lua_pop(L, 1);
     opt_str(L, opts, "ca_file", uv, NULL);
     lua_getfield(L, opts, "timeout");
     if (!lua_isnil(L, -1)) {
@@ -872,9 +835,12 @@ static int conn_has_slurmdb(lua_State *L) {
 static int conn_set_token(lua_State *L) {
     check_conn(L, 1);
     luaL_checkstring(L, 2);
+    lua_Integer exp = luaL_optinteger(L, 3, -1);
     lua_getiuservalue(L, 1, 1);
     lua_pushvalue(L, 2);
     lua_setfield(L, -2, "token");
+    if (exp > 0) lua_pushinteger(L, exp); else lua_pushnil(L);
+    lua_setfield(L, -2, "token_expires_at");
     return 0;
 }
 

@@ -176,7 +176,7 @@ for _, r in ipairs(rows) do
   print(("%-8d %15.1f %11.4f %19.1f %9.1f %10.1f %14d"):format(r.models, r.slurm, r.cpu, r.checks, r.rss / 1024,
     r.report_kb, r.reported))
 end
--- the issue 27 goal: 20 ms of CPU per pass per 1,000 replicas in steady state (no check due), provisioner and
+-- the goal: 20 ms of CPU per pass per 1,000 replicas in steady state (no check due), provisioner and
 -- obleth serve together; only the provisioner's share is measured here (the Management API is in-process)
 print(("per 1,000 replicas: %.1f ms CPU per pass (provisioner only; obleth serve's share not measured here), goal 20")
   :format(rows[2].cpu * 1000 / (BIG * 2 / 1000)))

@@ -14,6 +14,10 @@ for b in spec/bench/*.lua; do
   fi
   echo "== $b"
   build/obleth lua "$b"
+  if [ "$b" = spec/bench/serve_pass.lua ] && [ -x /usr/lib/postgresql/15/bin/initdb ]; then
+    echo "== $b (PostgreSQL)"
+    OBLETH_PG_FSYNC=on BENCH_BACKEND=postgresql build/obleth lua "$b"
+  fi
 done
 for b in spec/bench/*.sh; do
   [ "$b" = spec/bench/run.sh ] && continue

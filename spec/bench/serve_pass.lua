@@ -6,6 +6,8 @@
 -- completion after another through the router to a smoke engine and keeps the longest answer.
 -- Prints obleth serve's CPU per pass (user + system, /proc/PID/stat) and the longest router answer
 -- during the passes, each beside its goal (docs/performance.md).
+-- BENCH_BACKEND=postgresql: the store on PostgreSQL (a database on Debian's server, started by
+-- spec.support.pg with fsync on, as SQLite's synchronous=FULL), else SQLite.
 --   obleth lua spec/bench/serve_pass.lua [replicas ...]
 local cjson = require "cjson"
 local http = require "obleth.http"
@@ -17,6 +19,7 @@ local sizes = {}
 for _, a in ipairs(arg or {}) do sizes[#sizes + 1] = tonumber(a) end
 if #sizes == 0 then sizes = { 1000, 5000, 10000 } end
 local PASSES = tonumber(os.getenv("PASSES") or "") or 3
+local BACKEND = os.getenv("BENCH_BACKEND") or "sqlite"
 local HZ = 100 -- USER_HZ: /proc's clock ticks on Linux
 
 local function cpu_ticks(pid)
@@ -59,7 +62,8 @@ local engine = assert(io.popen(("exec sh -c 'echo $$; exec %q smoke-engine --hos
 local engine_pid = tonumber(engine:read("l"))
 
 local function measure(replicas)
-  local db = server.tmpdb()
+  local db, drop
+  if BACKEND == "postgresql" then db, drop = require("spec.support.pg").database() else db = server.tmpdb() end
   fill(db, replicas)
   local srv = server.start { db = db }
   local function api(method, path, body)
@@ -113,13 +117,14 @@ local function measure(replicas)
   done:wait()
   local _, _, serr = srv:stop()
   if os.getenv("BENCH_DEBUG") then io.stderr:write(serr) end
-  os.remove(db)
+  if drop then drop() else os.remove(db) end
   return { replicas = replicas, cpu = cpu, stall = longest, quiet = quiet, probes = probes, snapshot_kb = bytes / 1024,
     part_ms = only == "report" and 0
       or cpu * 1000 / math.max(1, math.ceil(replicas / 2 / require("obleth.api.parts").PART_ITEMS)) }
 end
 
 require("obleth.log").set_level("warn")
+print("store: " .. BACKEND)
 print(("%-9s %17s %19s %23s %14s %12s %16s"):format("replicas", "serve CPU s/pass", "per 1,000 replicas",
   "longest router answer", "quiet longest", "snapshot KB", "CPU per part"))
 local rows = {}

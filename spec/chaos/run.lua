@@ -1,4 +1,4 @@
--- `make chaos` (issue 18, item 1): crash the provisioner and `obleth serve` at random points against
+-- `make chaos`: crash the provisioner and `obleth serve` at random points against
 -- the harness cluster and check, at every sample and at the end, that no replica ever runs twice,
 -- no obleth-tagged job goes unknown and no record is lost.
 --

@@ -1,4 +1,4 @@
--- deploy/docker end to end (issue 17, "Done when"): the image builds from the repository with no
+-- deploy/docker end to end: the image builds from the repository with no
 -- registry, `up` without a profile runs only obleth, with COMPOSE_PROFILES=slurm the provisioner
 -- brings the smoke-test model's replicas to healthy on the harness cluster, and after `down` no
 -- job is left. Run by scripts/deploy-check.sh (make deploy-check), which starts the dockerd

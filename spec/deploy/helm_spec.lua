@@ -1,4 +1,4 @@
--- deploy/helm/obleth with a real Helm (issue 17, "Done when"): lint --strict passes, and the
+-- deploy/helm/obleth with a real Helm: lint --strict passes, and the
 -- rendered manifests say what the chart promises: no provisioner unless enabled; then exactly
 -- one replica with the Recreate strategy, no PodDisruptionBudget, the admin token from the named
 -- secret (never a literal); a values file asking for two provisioner replicas is refused.
@@ -90,7 +90,7 @@ describe("the Helm chart deploy/helm/obleth", function()
     assert.equal("/metrics", c.livenessProbe.httpGet.path)
     assert.equal("/run/secrets/obleth/admin-token", env_of(c).OBLETH_ADMIN_TOKEN_FILE)
     assert.is_nil(env_of(c).OBLETH_ADMIN_TOKEN)
-    -- the connection limits (issue 26): the descriptor limit serve raises itself to (a pod spec
+    -- the connection limits: the descriptor limit serve raises itself to (a pod spec
     -- has no ulimits), the header and idle deadlines; the cap is serve's default unless set
     assert.equal("65536", env_of(c).OBLETH_NOFILE)
     assert.equal("10", env_of(c).OBLETH_HEADER_TIMEOUT)

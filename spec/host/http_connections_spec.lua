@@ -1,4 +1,4 @@
--- Connections under hostile load (issue 26, findings 1 and 9), over a real `obleth serve` and real
+-- Connections under hostile load, over a real `obleth serve` and real
 -- sockets: with `ulimit -n 256` and 2,000 slowloris connections held (a header section that never
 -- ends, connections opened again as the server closes them), the server's CPU stays low, its log
 -- grows by a bounded number of lines, the admin's GET /api/v1/models is answered within the header

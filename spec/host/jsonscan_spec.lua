@@ -156,7 +156,7 @@ describe("obleth.jsonscan.fields", function()
   end)
 end)
 
--- Issue 26, finding 8: a name given twice took the last value silently, and invalid UTF-8 passed.
+-- A name given twice once took the last value silently, and invalid UTF-8 passed: both are refused now.
 describe("obleth.jsonscan: duplicate keys and UTF-8", function()
   it("refuses a key given twice in one object, at any depth, naming the key", function()
     for _, case in ipairs({

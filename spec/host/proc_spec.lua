@@ -1,4 +1,4 @@
--- obleth.proc: a child process on the event loop (issue 26, finding 2): the caller's task waits,
+-- obleth.proc: a child process on the event loop: the caller's task waits,
 -- other tasks run; the environment is built (no OBLETH_ variable); the deadline kills the whole
 -- process group; output is bounded; outside a task the call still works (on a private loop).
 local proc = require "obleth.proc"

@@ -105,7 +105,7 @@ describe("router in-process (" .. transport .. ")", function()
     assert.equal("bad_json", decode(r3).error.code)
   end)
 
-  -- issue 26, finding 8: the last of a repeated key won, invalid UTF-8 passed and the byte came back
+  -- once the last of a repeated key won, invalid UTF-8 passed and the byte came back: now refused
   it("refuses a key given twice (at any depth) as 400 duplicate_key naming it, and invalid UTF-8 as 400 bad_json",
     function()
       local ct = { ["Content-Type"] = "application/json" }

@@ -1,4 +1,4 @@
--- POST /api/v1/settings/slurm/test with settings posted, not saved (issue 26, finding 7): a posted
+-- POST /api/v1/settings/slurm/test with settings posted, not saved: a posted
 -- token_command runs only where the daemon allows commands (OBLETH_ALLOW_TOKEN_COMMAND=1), and a
 -- posted token_key_file is refused when it is the server's own database, naming field and reason.
 local server = require "spec.support.server"

@@ -149,4 +149,31 @@ describe("a job the listing no longer shows", function()
     assert.is_nil(by_id)
     assert.matches("looking up job 42: .*Unable to connect to database", lerr.message)
   end)
+
+  it("a JWT past its exp claim fails as expired auth before any request, at connect and after set_token", function()
+    local jwt = require "obleth.slurm.jwt"
+    local now = os.time()
+    local function token(exp_in)
+      return jwt.mint { key = "k", user = "u", lifespan = 3600, now = now + exp_in - 3600 }
+    end
+    local srv, url, hits = stand_in(function(path)
+      if path == "/openapi/v3" then return 200, JSON, openapi({ "v0.0.44" }) end
+      return 200, JSON, ping_doc("v0.0.44", "25.11.0")
+    end)
+    local c, err = slurm.connect { url = url, user = "u", token = token(-60) }
+    assert.is_nil(c)
+    assert.equal("auth", err.code)
+    assert.is_true(err.expired)
+    assert.is_nil(next(hits), "no request went out")
+    c = assert(slurm.connect { url = url, user = "u", token = token(3600) })
+    local before = hits["/openapi/v3"]
+    c:set_token(token(-1))
+    local r, cerr = c:ping()
+    assert.is_nil(r)
+    assert.is_true(cerr.expired)
+    c:set_token(token(3600))
+    assert.is_table((c:ping()))
+    srv:close()
+    assert.equal(before, hits["/openapi/v3"])
+  end)
 end)

@@ -1,4 +1,4 @@
--- token_command runs on the event loop (issue 26, findings 2 and 3): a real `obleth serve` keeps
+-- token_command runs on the event loop: a real `obleth serve` keeps
 -- answering while the command runs, kills a hanging one (its whole process group) at the deadline,
 -- keeps its memory when the command prints 50 MB, and gives the command neither the admin token nor
 -- any other OBLETH_ variable; the command's stderr reaches the log bounded and redacted.

@@ -1,6 +1,6 @@
 -- The key file of token_source key_file comes through the API: reading it must not block the
 -- loop (a FIFO), exhaust memory (/dev/zero, a huge file) or read /proc (the environment holds
--- the admin token); and (issue 26, finding 7) it must be a key as Slurm keeps one: a regular file
+-- the admin token); and it must be a key as Slurm keeps one: a regular file
 -- owned by the service user that no group or other user may read, never obleth's own database or
 -- a file under its state directory. Each refusal names the field and the reason.
 local ts = require "obleth.slurm.token_source"

@@ -36,7 +36,7 @@ describe("obleth serve: auth, routing and models", function()
     assert.equal("DELETE, GET, HEAD, PUT", headers["allow"])
   end)
 
-  -- issue 26, finding 8: a repeated key silently took the last value
+  -- a repeated key once took the last value silently: now it is refused
   it("a key given twice in a body, at any depth, is a 400 duplicate_key naming the key; invalid UTF-8 is bad_json",
     function()
       local st, doc = srv:request("POST", "/api/v1/models", '{"name": "a", "name": "b"}')

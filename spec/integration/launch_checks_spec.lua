@@ -1,4 +1,4 @@
--- The checks Slurm makes that the launch preview makes first (issue 16), on
+-- The checks Slurm makes that the launch preview makes first, on
 -- the harness cluster (spec/cluster/README.md): partition staff (AllowGroups
 -- obleth-staff, which the job user obleth is not in), partition inference
 -- (n[1-3], AllowQos=inference, DefaultTime 45 min, MaxTime 2 h; obleth holds

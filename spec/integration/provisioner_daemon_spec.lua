@@ -1,4 +1,4 @@
--- What an operator relies on from the provisioner daemon (issue 17, item 5):
+-- What an operator relies on from the provisioner daemon:
 -- the systemd watchdog is fed while the loop is alive, also while every pass
 -- fails because slurmrestd is down; passes back off (capped) and the outage is
 -- logged once; it recovers on the first pass after slurmrestd returns and no

@@ -1,4 +1,4 @@
--- One provisioner at a time (issue 17, item 3): the Management API leases the
+-- One provisioner at a time: the Management API leases the
 -- provisioner role, refuses reports and submit records of a stale lease, and two
 -- provisioners on the harness cluster never run more jobs than replicas.
 --
@@ -82,7 +82,7 @@ describe("the provisioner lease (Management API)", function()
     assert.equal("prov-b", again.error.lease.holder)
   end)
 
-  -- issue 26, finding 6: the generation is public (GET settings, the 409 body), and posting it
+  -- the generation is public (GET settings, the 409 body), and posting it
   -- renewed the holder's lease for anyone
   it("someone else's generation, read from the settings or the 409 body, renews nothing and fences nothing", function()
     local _, cur = req("GET", "/api/v1/settings/slurm")

@@ -1,4 +1,4 @@
--- /metrics and the Slurm settings tell an operator what needs them (issue 17, items 4 and 5):
+-- /metrics and the Slurm settings tell an operator what needs them:
 -- a static JWT close to expiry, the provisioner's pass duration, lease and policy error.
 local server = require "spec.support.server"
 local jwt = require "obleth.slurm.jwt"

@@ -1,5 +1,5 @@
 -- With slurmrestd unreachable a pass fails, is reported, and changes no
--- replica: a failed poll never marks a replica failed (issue 5, check-in).
+-- replica: a failed poll never marks a replica failed.
 -- No cluster needed: the Slurm connection points at a closed port.
 local server = require "spec.support.server"
 local util = require "spec.support.util"

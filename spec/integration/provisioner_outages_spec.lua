@@ -1,4 +1,4 @@
--- Outages (issue 18, item 2): slurmrestd, slurmctld and `obleth serve` (hung: SIGSTOP; crashed:
+-- Outages: slurmrestd, slurmctld and `obleth serve` (hung: SIGSTOP; crashed:
 -- SIGKILL, then started again on its database and port) each go away while a model's two
 -- replicas run on the harness cluster. In each case one of the two jobs ends while the part is
 -- away, and the spec checks:

@@ -1,4 +1,4 @@
--- Recipe inputs through the Management API (issue 26, findings 4 and 5): a saved recipe that puts an
+-- Recipe inputs through the Management API: a saved recipe that puts an
 -- input's text where the shell evaluates it is refused when saved, naming the line; a number input
 -- of 1e400 (inf once decoded) is a field error naming the input, never 'inf' in a job script.
 local server = require "spec.support.server"

@@ -1,5 +1,5 @@
 -- What each harness release (22.05, 24.11, 26.05: OBLETH_CLUSTER_RELEASE, default 22.05) answers for
--- the fixes of issue 23, live: the API version negotiated, a cancel Slurm will not do (someone
+-- the fixes it depends on, live: the API version negotiated, a cancel Slurm will not do (someone
 -- else's job, an unknown job), a JWT slurmctld rejects, AllowGroups and Hidden partitions, and the
 -- expanded log paths. Where releases differ the spec says so per release.
 local slurm = require "obleth.slurm"

@@ -1,4 +1,4 @@
--- A JWT that stays fresh (issue 17, item 4): with token_source "key_file" the provisioner
+-- A JWT that stays fresh: with token_source "key_file" the provisioner
 -- (and obleth serve, for the connection test) mint short-lived tokens from the harness
 -- cluster's HS256 key, as `scontrol token` does, and renew them before they expire, so
 -- passes keep succeeding across expiries. The token is never logged or returned.

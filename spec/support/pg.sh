@@ -8,7 +8,7 @@
 #                                        obleth, trust authentication: loopback and the socket only)
 #   spec/support/pg.sh restart DIR       stop it (fast shutdown: every connection is cut) and start it again
 #   spec/support/pg.sh stop DIR          stop it (fast shutdown) and remove DIR
-# OBLETH_PG_BIN overrides /usr/lib/postgresql/15/bin.
+# OBLETH_PG_BIN overrides /usr/lib/postgresql/15/bin; OBLETH_PG_FSYNC=on keeps fsync (default off).
 set -euo pipefail
 bin=${OBLETH_PG_BIN:-/usr/lib/postgresql/15/bin}
 cmd=${1:-}; dir=${2:-}
@@ -20,6 +20,7 @@ case "$cmd" in
   start)
     [ -x "$bin/initdb" ] || { echo "pg.sh: $bin/initdb is missing (Debian package postgresql-15; scripts/deps.sh all)" >&2; exit 1; }
     port=${3:-}
+    fsync=${OBLETH_PG_FSYNC:-off} # off for the specs (what they test is not the disk); on for benchmarks
     mkdir -p "$dir"
     [ "$(id -u)" -ne 0 ] || chown postgres: "$dir"
     as_pg "$bin/initdb" -D "$dir/data" -U obleth -A trust -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 \
@@ -27,7 +28,7 @@ case "$cmd" in
     listen="''"
     [ -z "$port" ] || listen=127.0.0.1
     as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -s \
-      -o "-c listen_addresses=$listen -p ${port:-5440} -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+      -o "-c listen_addresses=$listen -p ${port:-5440} -k $dir -c fsync=$fsync -c synchronous_commit=$fsync -c full_page_writes=$fsync -c max_connections=200" \
       start || { cat "$dir/server.log" >&2; exit 1; }
     if [ -n "$port" ]; then
       echo "postgresql://obleth@127.0.0.1:$port/postgres"

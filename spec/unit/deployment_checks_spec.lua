@@ -1,4 +1,4 @@
--- The checks Slurm makes that the launch preview must make first (issue 16):
+-- The checks Slurm makes that the launch preview must make first:
 -- AllowGroups, an empty account / QoS read as the defaults Slurm fills in, a
 -- request that fits no node of the partition as an error on the field that
 -- breaks it, the one partition that can run a replica preferred, the

@@ -1,4 +1,4 @@
--- Issue 23, items 12, 14, 15, 16: a partition's own QoS and its limits, a job larger on its own than
+-- A partition's own QoS and its limits, a job larger on its own than
 -- its QoS's per-user limit, Hidden partitions, and what tells partitions apart.
 --
 -- Cluster facts come from real slurmrestd captures (Slurm 24.11, v0.0.42): partition `standard` =

@@ -60,10 +60,7 @@ local function mark_arrays(t)
 end
 
 -- nil for absent or JSON null, the value otherwise.
-local function opt(v)
-  if json.is_null(v) then return nil end
-  return v
-end
+local opt = json.nonnull
 
 local function handler(ctx)
   local body = ctx.json

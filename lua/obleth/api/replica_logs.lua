@@ -99,7 +99,7 @@ function M.read_tail(path, dir)
   return text, from > 0
 end
 
-local function _v(v) if v == json.null then return nil end return v end
+local _v = json.nonnull
 
 -- The paths of a replica's job output: Slurm's (the replica's `slurm`), else the spec's.
 local function _paths(app, r)

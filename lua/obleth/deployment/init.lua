@@ -38,10 +38,7 @@ M.HEALTH_KEYS = { "path", "interval", "timeout", "startup_grace", "failure_thres
 --- Recipe ids the Hugging Face detection names, mapped to library recipe ids.
 M.RECIPE_ALIASES = { ["llama-cpp"] = "llamacpp", ["llama.cpp"] = "llamacpp" }
 
-local function _v(x)
-  if type(x) == "userdata" then return nil end -- JSON / YAML null
-  return x
-end
+local _v = require("obleth.util.json").nonnull -- JSON / YAML null read as nil
 
 local _copy = tables.copy
 

@@ -98,10 +98,7 @@ local INPUT_KEYS = {
 ---------------------------------------------------------------------------
 
 -- yaml.null / cjson.null (lightuserdata) read as nil.
-local function _v(x)
-  if type(x) == "userdata" then return nil end
-  return x
-end
+local _v = require("obleth.util.json").nonnull
 
 local function _is_int(x)
   return math.type(x) == "integer" or (type(x) == "number" and x == math.floor(x) and x > -2 ^ 53 and x < 2 ^ 53)

@@ -15,7 +15,7 @@
 --   b:acquire(url) ... b:release(url)
 --   b:failed(url, now)
 --
--- It is the router's only balancer (lua/obleth/router.lua): one event loop, so
+-- It is the router's only balancer (lua/obleth/router/init.lua): one event loop, so
 -- one set of counts for every request.
 local M = {}
 

@@ -15,10 +15,7 @@ M.PROVISIONER_STALE = require("obleth.schema.thresholds").provisioner_stale
 local MAX_PARTS = 4
 
 -- nil for nil and JSON null (cjson.null is a light userdata)
-local function _null(v)
-  if type(v) == "userdata" then return nil end
-  return v
-end
+local _null = require("obleth.util.json").nonnull
 
 local function _job(r)
   local j = _null(r.job_id)

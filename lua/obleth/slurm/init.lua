@@ -52,7 +52,11 @@ Conn.__index = Conn
 ---@return table|nil conn, table|nil err
 function M.connect(opts)
   if type(opts) ~= "table" then error("slurm.connect: expects a table of options", 2) end
-  local c, err = rest.connect(opts)
+  -- the JWT's expiry, decoded here once: the transport refuses a token past it without a request
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.token_expires_at = type(o.token) == "string" and jwt.token_expiry(o.token) or nil
+  local c, err = rest.connect(o)
   if not c then return nil, err end
   return setmetatable({ _c = c }, Conn)
 end
@@ -90,7 +94,7 @@ function Conn:versions() return self._c:versions() end
 --- {url, socket, user, version, timeout}; never the token.
 function Conn:info() return self._c:info() end
 --- Replace the token (e.g. after minting a fresh one).
-function Conn:set_token(t) return self._c:set_token(t) end
+function Conn:set_token(t) return self._c:set_token(t, (jwt.token_expiry(t))) end
 --- How each desc field is sent on this connection's version (false = cannot be).
 function Conn:capabilities() return submit.capabilities[self._c:version()] end
 

@@ -33,10 +33,7 @@ local INFINITE = 4294967295
 -- primitive readers
 ---------------------------------------------------------------------------
 
-local function _v(x)
-  if type(x) == "userdata" then return nil end
-  return x
-end
+local _v = require("obleth.util.json").nonnull
 
 local function _str(x)
   x = _v(x)
@@ -1088,7 +1085,7 @@ function M.submit_response(doc, version, http_status)
     if umsg then warnings[#warnings + 1] = { message = umsg } end
     return job_id, warnings
   end
-  -- pick the most specific error: a Slurm errno (>= 2000) over generic ones
+  -- pick the most specific error: one of Slurm's own numbers (slurm_errno.h: 1000 and up) over generic ones
   local main = errs[1]
   for _, e in ipairs(errs) do
     if e.slurm_code and e.slurm_code >= 1000 and (not main or not main.slurm_code or main.slurm_code < 1000) then

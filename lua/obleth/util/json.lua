@@ -34,12 +34,13 @@ function M.is_null(v)
   return v == nil or v == cjson.null
 end
 
---- v itself, or nil when v is JSON null: the one reader of a decoded value that may be null
---- (M.plain does the same for a whole table).
+--- v itself, or nil when v is a decoded null: lua-cjson's and obleth.yaml's nulls are light
+--- userdata, and decoded data holds no other userdata. The one reader of a value that may be
+--- null (M.plain does the same for a whole table).
 ---@param v any
 ---@return any|nil
 function M.nonnull(v)
-  if v == cjson.null then return nil end
+  if type(v) == "userdata" then return nil end
   return v
 end
 
