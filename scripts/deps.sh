@@ -24,8 +24,10 @@ cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-
 # iproute2: ss, which the job script's port check uses
 # postgresql-15: the store specs run on PostgreSQL too, a server each run starts from Debian's binaries
 # (spec/support/pg.sh: initdb into a temp dir, pg_ctl; the package's own cluster is not used)
+# nginx: the trusted-proxy specs put Debian's nginx in front of obleth serve on loopback, naming the user
+# in a header (spec/host/access_nginx_spec.lua; its own config and prefix, the package's service not used)
 test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc
-  lmod iproute2 postgresql-15)
+  lmod iproute2 postgresql-15 nginx)
 
 # make deploy-check (Docker Compose end to end, its own dockerd) and make helm-check (Helm from npm, unzipped)
 deploy_pkgs=(docker.io docker-compose unzip)

@@ -715,12 +715,14 @@ M.routes = {
   { "GET", "/api/v1/deployments/launches", list_launches, tag = "launches",
     summary = "Launch history, newest first; ?model_id=, ?recipe_id=, ?limit= (50, at most 500)",
     query = { "model_id", "recipe_id", "limit" } },
-  { "POST", "/api/v1/deployments/preview", preview, tag = "deployments", body = "LaunchRequest", changes = {},
+  { "POST", "/api/v1/deployments/preview", preview, action = "deployments.launch",
+    tag = "deployments", body = "LaunchRequest", changes = {},
     summary = "Every setting of a launch with its value and provenance, per-field errors, partition fit, "
       .. "offered accounts, suggestions, the job script and the exact slurmrestd request" },
-  { "POST", "/api/v1/deployments/check-yaml", check_yaml, tag = "deployments", body = "LaunchYaml", changes = {},
+  { "POST", "/api/v1/deployments/check-yaml", check_yaml, action = "deployments.launch",
+    tag = "deployments", body = "LaunchYaml", changes = {},
     summary = "Check the launch settings as YAML (Edit as YAML): per-line diagnostics or the parsed settings" },
-  { "POST", "/api/v1/deployments/launch", do_launch, tag = "deployments", body = "LaunchRequest",
+  { "POST", "/api/v1/deployments/launch", do_launch, action = "deployments.launch", tag = "deployments", body = "LaunchRequest",
     changes = { "models", "managed", "launches", "recipes" },
     summary = "Launch: create the model (staged), its managed spec and a launch record (and optionally a "
       .. "saved recipe) in one transaction; 422 with per-field errors when a setting is refused" },

@@ -17,10 +17,13 @@
 -- requests a shutdown waits for); `parts = true`: a large answer the handler sends through ctx.res in
 -- parts (obleth.api.parts), counted like any other; `query` (the parameters it takes) and `body` (its
 -- request schema's name; `body_optional = true` when none is fine): checked before the handler runs
--- (obleth.api.request), so a handler reads ctx.query and ctx.json as declared.
+-- (obleth.api.request), so a handler reads ctx.query and ctx.json as declared. `action`: what the route
+-- does, as the access policy names it (obleth.policy.access: "read", "deployments.launch", ...); a GET
+-- route without one is "read", and every other route that is not public must declare one.
 local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
+local access = require "obleth.api.access"
 local request = require "obleth.api.request"
 local sessions = require "obleth.api.sessions"
 
@@ -72,6 +75,10 @@ function M.load_routes(modules)
       if not M.METHODS[method] or type(path) ~= "string" or path:sub(1, 1) ~= "/" or type(handler) ~= "function" then
         error(("route module %s: route %d is not {method, path, handler}"):format(name, i), 2)
       end
+      local action = r.action or ((method == "GET" or method == "HEAD") and "read" or nil)
+      if not action and not r.public then
+        error(("route module %s: %s %s declares no action (obleth.policy.access)"):format(name, method, path), 2)
+      end
       local key = method .. " " .. path:gsub("{[^}]+}", "{}")
       if seen[key] then error(("route %s %s is registered twice (%s and %s)"):format(method, path, seen[key], name), 2) end
       seen[key] = name
@@ -83,7 +90,8 @@ function M.load_routes(modules)
       routes[#routes + 1] = { method = method, path = path, handler = handler, summary = r.summary,
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
-        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers, body_optional = r.body_optional }
+        public = r.public, stream = r.stream, parts = r.parts, headers = r.headers, body_optional = r.body_optional,
+        action = action }
     end
   end
   return routes
@@ -166,6 +174,22 @@ local function _reply(status, body, headers)
   return { status = status, headers = headers, body = body or "" }
 end
 
+--- Who is asking, with the role the access policy gives them, or nil.
+---@return table|nil identity (obleth.api.access), string|nil session_id
+function App:identity(req)
+  local how, sid = self:_auth(req)
+  local c = self.ctx
+  local ident
+  if how then
+    ident = { admin = true, via = how == "bearer" and "token" or "session", groups = {} }
+  elseif c.auth_proxy and not (req.headers or {})["authorization"] then
+    ident = access.from_proxy(c.auth_proxy, req, c.log)
+  end
+  if not ident then return nil end
+  -- the admin token is admin whatever the policy says: it never depends on policy.d loading
+  return access.resolve(ident, not ident.admin and c:access_policy() or nil), sid
+end
+
 --- Who is asking: "bearer" (the admin token), "session" (a live session cookie) or nil.
 ---@return string|nil how, string|nil session_id
 function App:_auth(req)
@@ -232,17 +256,28 @@ function App:_dispatch(req, res, found)
   end
   local path = req.path or "/"
   local route, params, allowed = found[1], found[2], found[3]
-  -- every /api/ route needs the admin token (or a session cookie), except the sign-in ones
-  local auth, sid = self:_auth(req)
-  if not auth and not (route and route.public) then
+  -- every /api/ route needs someone (the admin token, a session, or a user a trusted proxy vouches
+  -- for), except the sign-in ones; what they may do is the access policy's
+  local ident, sid = self:identity(req)
+  if not ident and not (route and route.public) then
     return _reply(401, { error = { code = "unauthorized",
       message = "this route needs the admin token: Authorization: Bearer <OBLETH_ADMIN_TOKEN>, "
         .. "or the dashboard's session (sign in on /signin)" } },
       { ["WWW-Authenticate"] = 'Bearer realm="obleth"' })
   end
-  if auth == "session" and req.method ~= "GET" and req.method ~= "HEAD" then
+  local auth = ident and (ident.via == "token" and "bearer" or ident.via) or nil
+  if (auth == "session" or auth == "proxy") and req.method ~= "GET" and req.method ~= "HEAD" then
     local ok, why = self:_csrf_ok(req)
     if not ok then return _reply(errors.fail(403, "csrf", why)) end
+  end
+  if ident and not ident.admin and route and not route.public then
+    local pol = self.ctx:access_policy()
+    local ok, needs = pol.allows(ident.role, route.action, pol.DEFAULTS)
+    if not ok then
+      self.ctx.log.info("access_refused", { actor = ident.actor, role = ident.role, action = route.action,
+        needs = needs, method = req.method, path = path })
+      return _reply(access.refusal(ident, route.action, needs))
+    end
   end
   if not route then
     if allowed then
@@ -267,7 +302,9 @@ function App:_dispatch(req, res, found)
     body = v
   end
   local ctx = { req = req, res = res, params = params, query = req.query or {}, json = body, app = self.ctx,
-    routes = self.routes, route = route, auth = auth, session_id = sid }
+    routes = self.routes, route = route, auth = auth, session_id = sid, identity = ident,
+    actor = ident and ident.actor }
+  req.actor = ctx.actor
   -- the route's declared query and body, checked before its handler runs
   local bad, bad_body = request.check(route, ctx)
   if bad then return _reply(bad, bad_body) end
@@ -307,7 +344,7 @@ function App:handle(req, res)
     c.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
     out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
-  c.log.info("http_request", { method = req.method, path = req.path, status = out.status,
+  c.log.info("http_request", { method = req.method, path = req.path, status = out.status, actor = req.actor,
     ms = math.floor((c.clock() - t0) * 100000 + 0.5) / 100 })
   return out
 end

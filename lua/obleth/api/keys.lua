@@ -115,14 +115,15 @@ M.routes = {
   { "GET", "/api/v1/keys/{id}/usage", usage, tag = "router",
     summary = "A client key's usage for chargeback: requests answered, requests a limit refused, and the "
       .. "prompt / completion tokens the engines reported (counted since the key was made)" },
-  { "POST", "/api/v1/keys", create, body = "ApiKeyInput", body_optional = true, tag = "router", changes = { "keys" },
+  { "POST", "/api/v1/keys", create, action = "keys.manage",
+    body = "ApiKeyInput", body_optional = true, tag = "router", changes = { "keys" },
     summary = "Create a client API key, with optional limits (requests_per_minute, max_concurrent); the "
       .. "answer's `key` is shown this once (only its hash is stored)" },
-  { "DELETE", "/api/v1/keys/{id}", revoke, tag = "router", changes = { "keys" },
+  { "DELETE", "/api/v1/keys/{id}", revoke, action = "keys.manage", tag = "router", changes = { "keys" },
     summary = "Revoke a client API key (it stops working at once; listed with revoked_at)" },
   { "GET", "/api/v1/settings/router", get_settings, tag = "router",
     summary = "The router's settings: keyless (whether /v1/ needs a client key)" },
-  { "PUT", "/api/v1/settings/router", put_settings, body = "RouterSettings", tag = "router",
+  { "PUT", "/api/v1/settings/router", put_settings, action = "keys.manage", body = "RouterSettings", tag = "router",
     changes = { "keys" },
     summary = "Set keyless: true to let /v1/ through without a client key (behind the site's own gateway)" },
 }

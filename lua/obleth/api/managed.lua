@@ -102,14 +102,14 @@ end
 M.routes = {
   { "GET", "/api/v1/managed", list, summary = "Every managed spec" },
   { "GET", "/api/v1/models/{id}/managed", get, summary = "A model's Slurm spec" },
-  { "PUT", "/api/v1/models/{id}/managed", put, query = { { "check", enum = { "true", "false" } } },
+  { "PUT", "/api/v1/models/{id}/managed", put, action = "deployments.manage", query = { { "check", enum = { "true", "false" } } },
     changes = { "managed", "models" },
     summary = "Create or replace a model's Slurm spec (generation is bumped when it changes); 422 with per-field "
       .. "errors when the cluster would refuse or never run it (?check=false skips the cluster checks)",
     body = "ManagedSpec" },
-  { "DELETE", "/api/v1/models/{id}/managed", delete, changes = { "managed", "models" },
+  { "DELETE", "/api/v1/models/{id}/managed", delete, action = "deployments.manage", changes = { "managed", "models" },
     summary = "Delete a model's spec: nothing more is launched and its jobs are cancelled" },
-  { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss, changes = { "managed" },
+  { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss, action = "deployments.manage", changes = { "managed" },
     body = "ProvisionErrorDismiss", body_optional = true,
     summary = "Dismiss the last refused-job message" },
 }

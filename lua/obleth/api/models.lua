@@ -78,19 +78,19 @@ end
 
 M.routes = {
   { "GET", "/api/v1/models", list, summary = "Every model, with status and endpoints" },
-  { "POST", "/api/v1/models", create, changes = { "models" },
+  { "POST", "/api/v1/models", create, action = "deployments.manage", changes = { "models" },
     summary = "Create a model (staged) under a unique API model name",
     body = "ModelInput" },
   { "GET", "/api/v1/models/{id}", get, summary = "One model" },
-  { "PATCH", "/api/v1/models/{id}", update, changes = { "models" },
+  { "PATCH", "/api/v1/models/{id}", update, action = "deployments.manage", changes = { "models" },
     summary = "Rename a model or change its description",
     body = "ModelInput" },
-  { "DELETE", "/api/v1/models/{id}", delete, changes = { "models" },
+  { "DELETE", "/api/v1/models/{id}", delete, action = "deployments.manage", changes = { "models" },
     summary = "Delete a model (refused while it has a managed spec or live replicas)" },
-  { "POST", "/api/v1/models/{id}/endpoints", add_endpoint, changes = { "models" },
+  { "POST", "/api/v1/models/{id}/endpoints", add_endpoint, action = "deployments.manage", changes = { "models" },
     summary = "Add an endpoint (the model becomes active)",
     body = "EndpointInput" },
-  { "DELETE", "/api/v1/models/{id}/endpoints", remove_endpoint, changes = { "models" },
+  { "DELETE", "/api/v1/models/{id}/endpoints", remove_endpoint, action = "deployments.manage", changes = { "models" },
     summary = "Remove the endpoint ?url= (staged when none is left)", query = { "url" } },
 }
 

@@ -256,21 +256,22 @@ local function bearer_only(handler)
 end
 
 M.routes = {
-  { "GET", "/api/v1/provisioner/snapshot", snapshot, parts = true, query = { "since" },
+  { "GET", "/api/v1/provisioner/snapshot", snapshot, action = "provisioner", parts = true, query = { "since" },
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); with "
       .. "?since=<version>, only the models changed since that version when it can (delta: true)" },
-  { "POST", "/api/v1/provisioner/report", report, body = "ProvisionerReport", changes = { "provisioner" },
+  { "POST", "/api/v1/provisioner/report", report, action = "provisioner", body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },
-  { "POST", "/api/v1/provisioner/lease", lease, body = "ProvisionerLease", changes = { "provisioner" },
+  { "POST", "/api/v1/provisioner/lease", lease, action = "provisioner", body = "ProvisionerLease", changes = { "provisioner" },
     summary = "Acquire or renew the provisioner lease (one provisioner at a time): an acquisition answers the "
       .. "lease token once, a renewal carries it in Obleth-Lease-Token; 409 lease_held names the holder" },
-  { "DELETE", "/api/v1/provisioner/lease", release, query = { { "generation", required = true, pattern = "^%d+$",
+  { "DELETE", "/api/v1/provisioner/lease", release, action = "provisioner",
+    query = { { "generation", required = true, pattern = "^%d+$",
     rule = "the lease generation to release is required" } }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
-  { "POST", "/api/v1/provisioner/submits", submits, body = "ProvisionerSubmits", changes = { "replicas" },
+  { "POST", "/api/v1/provisioner/submits", submits, action = "provisioner", body = "ProvisionerSubmits", changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
-  { "GET", "/api/v1/provisioner/wait", wait, query = { "since", "timeout" },
+  { "GET", "/api/v1/provisioner/wait", wait, action = "provisioner", query = { "since", "timeout" },
     summary = "Wait between passes: answers {seq, woken, why} when the router asks for a pass after `since` "
       .. "(a request to an autoscaled model with no replica), else after `timeout` s (30, at most 60)" },
 }

@@ -125,12 +125,12 @@ end
 
 M.routes = {
   { "GET", "/api/v1/recipes", list, summary = "Library and saved recipes" },
-  { "POST", "/api/v1/recipes", create, body = "Recipe", changes = { "recipes" },
+  { "POST", "/api/v1/recipes", create, action = "recipes.write", body = "Recipe", changes = { "recipes" },
     summary = "Save a recipe (the body is the recipe)" },
   { "GET", "/api/v1/recipes/{id}", get, summary = "One recipe (library or saved)" },
-  { "PUT", "/api/v1/recipes/{id}", put, body = "Recipe", changes = { "recipes" },
+  { "PUT", "/api/v1/recipes/{id}", put, action = "recipes.write", body = "Recipe", changes = { "recipes" },
     summary = "Create or replace a saved recipe" },
-  { "DELETE", "/api/v1/recipes/{id}", delete, changes = { "recipes" },
+  { "DELETE", "/api/v1/recipes/{id}", delete, action = "recipes.write", changes = { "recipes" },
     summary = "Delete a saved recipe (library ones are read-only)" },
 }
 

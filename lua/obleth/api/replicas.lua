@@ -48,9 +48,9 @@ M.routes = {
     query = { { "state", enum = { "live", "all" } } } },
   { "GET", "/api/v1/models/{id}/replicas", list_model, summary = "A model's replicas",
     query = { { "state", enum = { "live", "all" } } } },
-  { "POST", "/api/v1/replicas/{id}/restart", restart, changes = { "replicas" },
+  { "POST", "/api/v1/replicas/{id}/restart", restart, action = "deployments.manage", changes = { "replicas" },
     summary = "Cancel a replica's job; a new one is submitted (on the provisioner's next pass)" },
-  { "POST", "/api/v1/models/{id}/replicas/clear-lost", clear_lost, changes = { "replicas" },
+  { "POST", "/api/v1/models/{id}/replicas/clear-lost", clear_lost, action = "deployments.manage", changes = { "replicas" },
     summary = "Clear ended jobs (Try once more)" },
 }
 

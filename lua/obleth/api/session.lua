@@ -37,8 +37,16 @@ end
 
 local function show(ctx)
   local s = ctx.auth == "session" and ctx.app.sessions:check(ctx.session_id, ctx.app._token)
-  return 200, { signed_in = true, expires_at = s and s.expires_at or require("cjson").null,
-    via = ctx.auth == "session" and "session" or "token" }
+  local ident = ctx.identity
+  local pol = ctx.app:access_policy()
+  local can = {}
+  for action in pairs(pol.actions_of(ident.role, pol.DEFAULTS)) do can[#can + 1] = action end
+  table.sort(can)
+  local null = require("cjson").null
+  return 200, { signed_in = true, expires_at = s and s.expires_at or null,
+    via = ctx.auth == "session" and "session" or ctx.auth == "proxy" and "proxy" or "token",
+    user = ident.user or null, role = ident.role, groups = require("obleth.util.json").array(ident.groups or {}),
+    actor = ident.actor, can = require("obleth.util.json").array(can) }
 end
 
 local function delete(ctx)
@@ -60,8 +68,9 @@ M.routes = {
   { "POST", "/api/v1/session", create, body = "SessionInput", public = true, changes = {}, tag = "dashboard",
     summary = "Sign in: the admin token for an HttpOnly session cookie (204; 401 wrong token; 429 after "
       .. sessions.FAILURES .. " wrong ones in " .. sessions.WINDOW .. " s)" },
-  { "GET", "/api/v1/session", show, tag = "dashboard",
-    summary = "Whether the request is signed in: {signed_in, expires_at (epoch s; null for the bearer token), via}" },
+  { "GET", "/api/v1/session", show, action = "session.own", tag = "dashboard",
+    summary = "Whether the request is signed in: {signed_in, expires_at (epoch s; null for the bearer token), via "
+      .. "(token, session, proxy), user, role, groups, actor, can (the actions the role may take)}" },
   { "DELETE", "/api/v1/session", delete, public = true, changes = {}, tag = "dashboard",
     summary = "Sign out: the session is revoked and its cookie cleared (204)" },
 }

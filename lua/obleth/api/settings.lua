@@ -331,11 +331,13 @@ end
 M.routes = {
   { "GET", "/api/v1/settings/slurm", get,
     summary = "The connection and cluster defaults (JWT and Hugging Face token masked), provisioner check-in" },
-  { "PUT", "/api/v1/settings/slurm", put, body = "SlurmSettings", query = { { "confirm", enum = { "true", "false" } } },
+  { "PUT", "/api/v1/settings/slurm", put, action = "settings.slurm",
+    body = "SlurmSettings", query = { { "confirm", enum = { "true", "false" } } },
     changes = { "settings" },
     summary = "Replace the connection and cluster defaults; the mask keeps a stored secret; "
       .. "turning Slurm off while replicas run needs ?confirm=true" },
-  { "POST", "/api/v1/settings/slurm/test", test, body = "SlurmConnection", body_optional = true, changes = {},
+  { "POST", "/api/v1/settings/slurm/test", test, action = "settings.slurm",
+    body = "SlurmConnection", body_optional = true, changes = {},
     summary = "Ping slurmrestd with the saved (or posted) connection; API version, release, JWT expiry" },
   { "GET", "/api/v1/slurm/resources", resources,
     summary = "Partitions with the accounts and QoS they allow and deny, nodes and their state, "

@@ -30,8 +30,10 @@ M.REQUIRED = {
   lost = { "check", "backoff" },
   failures = { "classify" },
   scale = { "decide" },
+  access = { "role_of", "allows", "actions_of" },
 }
-M.NAMES = { "learned", "suggestions", "partition_fit", "validate", "rollover", "lost", "failures", "scale" }
+M.NAMES = { "learned", "suggestions", "partition_fit", "validate", "rollover", "lost", "failures", "scale",
+  "access" }
 
 local function _stat_fn()
   local ok, sys = pcall(require, "obleth.sys")

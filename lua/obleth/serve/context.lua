@@ -11,7 +11,9 @@
 -- public_origin ("scheme://host[:port]" or nil), cache (per-process memo tables of the API's
 -- handlers, by name), _token (the admin token).
 -- Methods: slurm_settings(), slurm_connect(over), slurm_tokens(), register_secrets(s),
--- secure_cookie(req), flush_key_usage(), drain(), share_changes(list), follow_changes(on_remote).
+-- secure_cookie(req), flush_key_usage(), access_policy(), drain(), share_changes(list),
+-- follow_changes(on_remote). auth_proxy: the trusted proxy that names users
+-- (obleth.api.access.proxy_from_env; nil: none).
 local json = require "obleth.util.json"
 local cjson = require "cjson"
 
@@ -35,7 +37,9 @@ end
 ---@param opts {store: table, admin_token: string, log: table|nil, now: function|nil, clock: function|nil,
 ---  public_url: string|nil, max_streams: integer|nil}  public_url: the origin the dashboard is reached
 ---  at when a proxy in front rewrites Host (its scheme https makes the session cookie Secure);
----  max_streams: live-update streams at most (obleth.api.changes)
+---  max_streams: live-update streams at most (obleth.api.changes); auth_proxy: the trusted proxy
+---  (obleth.api.access.proxy_from_env); access_policy: the access policy module to use (default: the
+---  policy set's "access", policy.d overrides included)
 ---@return table context
 function M.new(opts)
   if type(opts.admin_token) ~= "string" or opts.admin_token == "" then error("serve context: admin_token", 2) end
@@ -55,11 +59,31 @@ function M.new(opts)
     sessions = require("obleth.api.sessions").new { now = now, store = opts.store and opts.store.shared and opts.store },
     events = require("obleth.api.changes").new { max = opts.max_streams },
     metrics = require("obleth.util.prometheus").new(),
+    auth_proxy = opts.auth_proxy, _access_policy = opts.access_policy,
     -- this instance, among several sharing the store: its own change notices are not news to it
     instance_tag = require("obleth.sys").random_hex(8),
   }, Context)
   ctx:register_secrets()
+  -- the policies are loaded now, not by the first request (which may come when descriptors are short)
+  local ok, perr = pcall(ctx.access_policy, ctx)
+  if not ok then log.warn("policy_load_failed", { error = tostring(perr) }) end
   return ctx
+end
+
+-- Seconds between looks at policy.d/access.lua (a changed file takes effect within this).
+local POLICY_RELOAD = 2
+
+--- The access policy in force (obleth.policy.access, or its policy.d override).
+function Context:access_policy()
+  if self._access_policy then return self._access_policy end
+  local policy = require "obleth.policy"
+  local t = self.clock()
+  if not self._policy_checked or t - self._policy_checked >= POLICY_RELOAD then
+    self._policy_checked = t
+    local ok, perr = pcall(policy.reload)
+    if not ok then self.log.warn("policy_reload_failed", { error = tostring(perr) }) end
+  end
+  return policy.get("access")
 end
 
 --- The stored Slurm settings with defaults filled in (secrets in clear); registers the

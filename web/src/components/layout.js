@@ -5,14 +5,17 @@ import { html } from '../html.js';
 import { Link, navigate } from '../router.js';
 import { api } from '../api.js';
 import { closeEvents, useLiveStatus } from '../live.js';
+import { useSession, can, resetSession } from '../session.js';
 
 const LIVE_TEXT = { live: 'Live', reconnecting: 'Reconnecting…', connecting: 'Connecting…' };
 
 export function Layout({ title, path, children, actions = null }) {
   const live = useLiveStatus();
+  const session = useSession();
   useEffect(() => { document.title = `${title} · obleth`; }, [title]);
   const signOut = async () => {
     try { await api.signOut(); } catch { /* signed out anyway below */ }
+    resetSession();
     closeEvents();
     navigate('/signin');
   };
@@ -25,11 +28,12 @@ export function Layout({ title, path, children, actions = null }) {
         <ul>
           ${nav('/deployments', 'Deployments', path.startsWith('/deployments') || path === '/')}
           ${nav('/cluster', 'Cluster', path === '/cluster')}
-          ${nav('/keys', 'Client keys', path === '/keys')}
+          ${can(session, 'keys.manage') && nav('/keys', 'Client keys', path === '/keys')}
           ${nav('/docs/launch-on-slurm', 'Guide', path.startsWith('/docs/'))}
         </ul>
       </nav>
       <span class=${`live ${live}`} title="Updates from the server">${LIVE_TEXT[live]}</span>
+      ${session && session.user && html`<span class="who" aria-label="Signed in as">${session.user} · ${session.role}</span>`}
       <button type="button" class="link" onClick=${signOut}>Sign out</button>
     </header>
     <main id="main" tabindex="-1">

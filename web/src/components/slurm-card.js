@@ -15,13 +15,13 @@ export function isSetUp(s) {
   return !!(s && (s.url || s.socket));
 }
 
-export function SlurmCard({ settings, error }) {
+export function SlurmCard({ settings, error, manage = true }) {
   const now = useNow(5);
   const [ping, setPing] = useState(null);
   const [pinging, setPinging] = useState(false);
   const setUp = isSetUp(settings);
   const check = async () => {
-    if (!setUp || !settings.enabled) { setPing(null); return; }
+    if (!manage || !setUp || !settings.enabled) { setPing(null); return; }
     if (pinging) return;
     setPinging(true);
     try { setPing(await api.post('/settings/slurm/test', {})); } catch (e) { setPing({ error: { code: 'error', message: e.message } }); }
@@ -29,7 +29,7 @@ export function SlurmCard({ settings, error }) {
   };
   // ping when the saved connection changes (a "settings" event refetches them, so updated_at moves),
   // not on every provisioner check-in
-  useEffect(() => { check(); }, [settings && settings.updated_at, setUp]);
+  useEffect(() => { check(); }, [settings && settings.updated_at, setUp, manage]);
 
   if (error) return html`<section class="card slurm-card" aria-labelledby="slurm-h"><h2 id="slurm-h">Slurm</h2><${ErrorNote} err=${error} /></section>`;
   if (!settings) return html`<section class="card slurm-card" aria-labelledby="slurm-h" aria-busy="true"><h2 id="slurm-h">Slurm</h2><p class="muted">Loading…</p></section>`;
@@ -48,7 +48,7 @@ export function SlurmCard({ settings, error }) {
   return html`<section class="card slurm-card" aria-labelledby="slurm-h">
     <div class="card-head">
       <h2 id="slurm-h">Slurm</h2>
-      <${Link} class="button primary" href="/deployments?slurm=1">${setUp ? 'Slurm connection' : 'Set up Slurm'}<//>
+      ${manage && html`<${Link} class="button primary" href="/deployments?slurm=1">${setUp ? 'Slurm connection' : 'Set up Slurm'}<//>`}
     </div>
     ${!setUp ? html`<p>No slurmrestd connection is saved yet. Set one up to let the provisioner submit jobs;
       saving a connection alone launches nothing.</p>` : html`

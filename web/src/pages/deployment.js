@@ -9,6 +9,7 @@ import { useResource, useNow } from '../live.js';
 import { Layout } from '../components/layout.js';
 import { Badge, CopyButton, ErrorNote, Item } from '../components/notice.js';
 import { ConfirmDialog } from '../components/dialog.js';
+import { useSession, can } from '../session.js';
 import { progress, stepText, timeLeftText, healthyCount, visibleReplicas, outcomeLevel } from '../lib/replica.js';
 import { timestamp, relative, minutes, memory, count } from '../lib/format.js';
 import { baseUrl, curlLine } from '../lib/curl.js';
@@ -100,7 +101,7 @@ function jobOf(r) {
   return r.job_id ? `Job ${r.job_id}` : 'Its job';
 }
 
-function Replicas({ data, now, onRestart, busyId }) {
+function Replicas({ data, now, onRestart, busyId, manage }) {
   const rows = visibleReplicas(data.replicas);
   const tl = data.spec && data.spec.time_limit;
   if (rows.length === 0) return html`<p class="empty">No replicas${data.spec && !data.spec.enabled ? ' (paused)' : ''}.</p>`;
@@ -118,7 +119,7 @@ function Replicas({ data, now, onRestart, busyId }) {
       <td class="num">${timeLeftText(r, tl, now)}</td>
       <td>${slurmCell(r, now)}</td>
       <td class="num mono">${r.end && r.end.exit_code != null ? `${r.end.exit_code}${r.end.signal ? ` (signal ${r.end.signal})` : ''}` : '—'}</td>
-      <td>${['ended', 'lost', 'pending', 'ending'].includes(r.state) ? '' : html`<button type="button" class="small"
+      <td>${!manage || ['ended', 'lost', 'pending', 'ending'].includes(r.state) ? '' : html`<button type="button" class="small"
           aria-disabled=${busyId === r.id || r.restart_requested ? 'true' : undefined}
           onClick=${() => { if (!r.restart_requested) onRestart(r); }}
           aria-label=${r.restart_requested ? `Restart asked for replica ${r.slot}` : `Restart replica ${r.slot}${r.job_id ? ` (job ${r.job_id})` : ''}`}>
@@ -172,6 +173,7 @@ function Settings({ spec, recipe }) {
 }
 
 export function Deployment({ params, loc }) {
+  const session = useSession();
   const id = params.modelId;
   const now = useNow(5);
   const res = useResource(() => loadDeployment(id), ['models', 'managed', 'replicas', 'launches', 'settings', 'recipes'], [id], id);
@@ -213,7 +215,7 @@ export function Deployment({ params, loc }) {
   const stoppedActions = !spec && html`
     ${last && last.recipe_id && html`<button type="button" onClick=${() => { setActionErr(null); setConfirmAgain(true); }}>Launch again</button>`}
     <button type="button" class="danger" onClick=${() => { setActionErr(null); setConfirmDelete(true); }}>Delete model</button>`;
-  const actions = !spec ? stoppedActions : html`
+  const actions = !can(session, 'deployments.manage') ? null : !spec ? stoppedActions : html`
     ${spec.recipe_id && html`<${Link} class="button" href=${`/deployments/${encodeURIComponent(model.id)}?edit=1`}>Edit settings<//>`}
     <button type="button" onClick=${toggle} aria-disabled=${busy === 'pause' ? 'true' : undefined}>${spec.enabled ? 'Pause' : 'Resume'}</button>
     <button type="button" class="danger" onClick=${() => setConfirmStop(true)}>Stop launching</button>`;
@@ -245,8 +247,8 @@ export function Deployment({ params, loc }) {
       ${lost.length > 0 && html`<div class="refused" role="alert">
         <p><strong>${count('replica', lost.length)} lost:</strong> ${lost.length === 1 ? 'it' : 'they'} ended too often in a row and ${lost.length === 1 ? 'is' : 'are'} not replaced.${' '}
           <${Link} href="/docs/replicas-and-failures#backoff-and-lost-replicas">Replicas and failures: lost replicas<//></p>
-        <button type="button" aria-disabled=${busy === 'clear' ? 'true' : undefined} onClick=${() => act('clear',
-          () => api.post(`/models/${model.id}/replicas/clear-lost`), 'Trying once more: the provisioner submits again on its next pass.')}>Try once more</button>
+        ${can(session, 'deployments.manage') && html`<button type="button" aria-disabled=${busy === 'clear' ? 'true' : undefined} onClick=${() => act('clear',
+          () => api.post(`/models/${model.id}/replicas/clear-lost`), 'Trying once more: the provisioner submits again on its next pass.')}>Try once more</button>`}
       </div>`}
     </section>
 
@@ -263,7 +265,7 @@ export function Deployment({ params, loc }) {
 
     <section class="card" aria-labelledby="rep-h">
       <div class="card-head"><h2 id="rep-h">Replicas</h2></div>
-      <${Replicas} data=${res.data} now=${now} busyId=${busy} onRestart=${(r) => { setActionErr(null); setConfirmRestart(r); }} />
+      <${Replicas} data=${res.data} now=${now} busyId=${busy} manage=${can(session, 'deployments.manage')} onRestart=${(r) => { setActionErr(null); setConfirmRestart(r); }} />
       <div class="sr-only" aria-live="polite">${visibleReplicas(replicas).map((r) => `Replica ${r.slot}: ${stepText(r)}. `)}</div>
     </section>
 

@@ -7,6 +7,7 @@ import { api } from '../api.js';
 import { Link, navigate } from '../router.js';
 import { useResource } from '../live.js';
 import { Layout } from '../components/layout.js';
+import { useSession, can } from '../session.js';
 import { SlurmCard } from '../components/slurm-card.js';
 import { SlurmSheet } from '../components/slurm-sheet.js';
 import { Badge, ErrorNote } from '../components/notice.js';
@@ -51,15 +52,16 @@ function ModelsTable({ rows }) {
 }
 
 export function Deployments({ loc }) {
+  const session = useSession();
   const settings = useResource(() => api.get('/settings/slurm'), ['settings', 'provisioner']);
   const models = useResource(loadModels, ['models', 'managed', 'replicas']);
   const [saved, setSaved] = useState(null);
   const sheetOpen = loc.search.get('slurm') === '1';
   const close = () => navigate('/deployments');
-  const actions = html`<${Link} class="button primary" href="/deployments/new">New deployment<//>`;
+  const actions = can(session, 'deployments.launch') && html`<${Link} class="button primary" href="/deployments/new">New deployment<//>`;
   return html`<${Layout} title="Deployments" path=${loc.path} actions=${actions}>
     <div role="status" class="flash">${saved && html`<p class="ok-note">${saved}</p>`}</div>
-    <${SlurmCard} settings=${settings.data} error=${settings.error} />
+    <${SlurmCard} settings=${settings.data} error=${settings.error} manage=${can(session, 'settings.slurm')} />
     <section class="card" aria-labelledby="models-h">
       <div class="card-head"><h2 id="models-h">Models</h2></div>
       <${ErrorNote} err=${models.error} />

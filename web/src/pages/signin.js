@@ -1,5 +1,6 @@
 // /signin: the admin token is typed once and exchanged for a session cookie
 // (POST /api/v1/session). The token is never kept by the page.
+import { resetSession } from '../session.js';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { html } from '../html.js';
 import { api } from '../api.js';
@@ -25,6 +26,7 @@ export function SignIn({ loc }) {
     setError(null);
     try {
       await api.signIn(token);
+      resetSession();
       input.current.value = '';
       closeEvents(); // a stream refused before sign-in is opened again with the new session
       navigate(next, { replace: true });

@@ -1,0 +1,97 @@
+--- obleth.api.access — who is asking, and whether they may (docs/access.md). The decision is the
+-- access policy's (obleth.policy.access, overridable in policy.d); this module only gathers the
+-- identity from the request and words the refusal.
+--
+-- An identity: {user = "alice" | nil, groups = {...}, via = "token"|"session"|"proxy",
+--   admin = true (the admin token, or a session signed in with it), role, actor}
+-- actor is how logs and the audit trail name it: the user's name, or "admin-token".
+local cidr = require "obleth.util.cidr"
+
+local M = {}
+
+--- How the admin token is named where a user's name would be.
+M.ADMIN_ACTOR = "admin-token"
+
+--- The trusted-proxy settings from the environment (OBLETH_AUTH_PROXY_HEADER,
+--- OBLETH_AUTH_PROXY_GROUPS_HEADER, OBLETH_AUTH_PROXY_FROM), or nil when no header is named.
+---@param getenv function|nil default os.getenv
+---@return table|nil proxy {header, groups_header, from = ranges, from_text}, table|nil err {code = "invalid",
+---  field = "OBLETH_AUTH_PROXY_FROM", message}
+function M.proxy_from_env(getenv)
+  getenv = getenv or os.getenv
+  local header = getenv("OBLETH_AUTH_PROXY_HEADER")
+  if not header or header == "" then return nil end
+  local from_text = getenv("OBLETH_AUTH_PROXY_FROM") or ""
+  local from, err = cidr.parse_list(from_text)
+  if not from then
+    return nil, { code = "invalid", field = "OBLETH_AUTH_PROXY_FROM", message = "OBLETH_AUTH_PROXY_FROM: " .. err.message }
+  end
+  if #from == 0 then
+    return nil, { code = "invalid", field = "OBLETH_AUTH_PROXY_FROM",
+      message = "OBLETH_AUTH_PROXY_FROM must name the proxy's addresses when OBLETH_AUTH_PROXY_HEADER is set" }
+  end
+  local groups = getenv("OBLETH_AUTH_PROXY_GROUPS_HEADER")
+  return { header = header:lower(), groups_header = groups and groups ~= "" and groups:lower() or nil,
+    from = from, from_text = from_text }
+end
+
+--- A groups header's names: separated by commas or semicolons, spaces around them dropped.
+---@param v string|nil
+---@return string[]
+function M.split_groups(v)
+  local out = {}
+  for g in tostring(v or ""):gmatch("[^,;]+") do
+    g = g:match("^%s*(.-)%s*$")
+    if g ~= "" then out[#out + 1] = g end
+  end
+  return out
+end
+
+--- The identity a trusted proxy vouches for, or nil (no header, or not from a trusted address:
+--- then the header is ignored and logged).
+---@param proxy table from proxy_from_env
+---@param req table {headers, remote_addr}
+---@param log table
+function M.from_proxy(proxy, req, log)
+  local hs = req.headers or {}
+  local user = hs[proxy.header]
+  if type(user) ~= "string" then return nil end
+  user = user:match("^%s*(.-)%s*$")
+  if user == "" then return nil end
+  if not cidr.contains(proxy.from, req.remote_addr or "") then
+    log.warn("auth_proxy_header_ignored", { remote_addr = req.remote_addr, header = proxy.header,
+      reason = "not from OBLETH_AUTH_PROXY_FROM" })
+    return nil
+  end
+  if #user > 256 or user:find("%c") then
+    log.warn("auth_proxy_header_ignored", { remote_addr = req.remote_addr, header = proxy.header,
+      reason = "not a user name" })
+    return nil
+  end
+  local groups = proxy.groups_header and M.split_groups(hs[proxy.groups_header]) or {}
+  return { user = user, groups = groups, via = "proxy" }
+end
+
+--- Fill in an identity's role and actor from the access policy.
+---@param ident table
+---@param policy table|nil the access policy module (its role_of and DEFAULTS); nil for the admin token
+---@return table ident
+function M.resolve(ident, policy)
+  if ident.admin then
+    ident.role = "admin"
+  else
+    ident.role, ident.role_from = policy.role_of(ident, policy.DEFAULTS)
+  end
+  ident.actor = ident.admin and M.ADMIN_ACTOR or ident.user
+  return ident
+end
+
+--- The 403 body for a refused action: it names the action and the role that has it.
+---@return integer status, table body
+function M.refusal(ident, action, needs)
+  local who = ident.admin and "the admin token" or ("%s (role %s)"):format(ident.user or "?", ident.role)
+  return 403, { error = { code = "forbidden", action = action, role = needs,
+    message = ("%s may not %s: that needs the %s role"):format(who, action, needs) } }
+end
+
+return M

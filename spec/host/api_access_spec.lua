@@ -1,0 +1,140 @@
+-- Roles as Lua policy and trusted-proxy identities (docs/access.md): obleth serve's application on
+-- a real port, users named by a proxy header sent from loopback, roles from policy.d/access.lua.
+local has_host = pcall(require, "obleth.http")
+
+describe("access: roles and a trusted proxy", function()
+  if not has_host then
+    it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
+    return
+  end
+  local http = require "obleth.http"
+  local cjson = require "cjson"
+  local api = require "obleth.api"
+  local access = require "obleth.api.access"
+
+  local ADMIN = "admin-token-for-access-spec-0123"
+  local dir = os.tmpname()
+  local servers, stores = {}, {}
+  local lines = {}
+  local log = setmetatable({ warn = function(ev, f) lines[#lines + 1] = { ev = ev, f = f } end },
+    { __index = require("obleth.log") })
+
+  -- an app whose trusted proxy is believed from `from`; roles from a policy.d file in `dir`
+  local function start(from)
+    local store = assert(require("obleth.store").open(":memory:"))
+    local proxy = assert(access.proxy_from_env(function(k)
+      return ({ OBLETH_AUTH_PROXY_HEADER = "X-Remote-User", OBLETH_AUTH_PROXY_GROUPS_HEADER = "X-Remote-Groups",
+        OBLETH_AUTH_PROXY_FROM = from })[k]
+    end))
+    local set = require("obleth.policy").new { dir = dir, names = { "access" } }
+    local process = require("obleth.serve").new { store = store, admin_token = ADMIN, auth_proxy = proxy, log = log,
+      access_policy = set.get("access") }
+    local srv = assert(http.server { host = "127.0.0.1", port = 0, handler = process:handler() })
+    servers[#servers + 1], stores[#stores + 1] = srv, store
+    return "http://127.0.0.1:" .. srv:port(), store
+  end
+
+  local base
+  local function call(method, path, body, headers)
+    local h = { ["X-Requested-With"] = "obleth" }
+    for k, v in pairs(headers or {}) do h[k] = v end
+    for k, v in pairs(h) do if v == false or k == "base" then h[k] = nil end end
+    if body then h["Content-Type"] = "application/json" end
+    local r = assert(http.request { url = (headers and headers.base or base) .. path, method = method, headers = h,
+      body = body and cjson.encode(body), timeout = 10 })
+    return r.status, r.body ~= "" and cjson.decode(r.body) or nil
+  end
+  local function as(user, groups) return { ["X-Remote-User"] = user, ["X-Remote-Groups"] = groups } end
+
+  setup(function()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+    local f = assert(io.open(dir .. "/access.lua", "w"))
+    f:write('return { DEFAULTS = { group_roles = { ["ml-ops"] = "operator", ["hpc-admins"] = "admin" } } }\n')
+    f:close()
+    base = start("127.0.0.1/32, ::1")
+  end)
+  teardown(function()
+    for _, s in ipairs(servers) do s:close() end
+    for _, s in ipairs(stores) do s:close() end
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("a user in a group mapped to operator launches and manages deployments, and is refused the keys", function()
+    local alice = as("alice", "staff, ml-ops")
+    local st, m = call("POST", "/api/v1/models", { name = "alice-model" }, alice)
+    assert.equal(201, st)
+    assert.equal(200, (call("PATCH", "/api/v1/models/" .. ("%d"):format(m.id), { description = "x" }, alice)))
+    local st2, e = call("POST", "/api/v1/keys", { name = "k" }, alice)
+    assert.equal(403, st2)
+    assert.same({ "forbidden", "keys.manage", "admin" }, { e.error.code, e.error.action, e.error.role })
+    assert.equal("alice (role operator) may not keys.manage: that needs the admin role", e.error.message)
+  end)
+
+  it("a user with no mapped group is a viewer: sees the deployments, gets 403 on Launch naming the action", function()
+    local bob = as("bob", nil)
+    local st, doc = call("GET", "/api/v1/models", nil, bob)
+    assert.equal(200, st)
+    assert.is_true(#doc.models >= 0)
+    local st2, e = call("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "b" }, bob)
+    assert.equal(403, st2)
+    assert.same({ "deployments.launch", "operator" }, { e.error.action, e.error.role })
+    assert.truthy(e.error.message:find("deployments.launch", 1, true))
+    -- the provisioner's snapshot carries secrets: not for a viewer
+    assert.equal(403, (call("GET", "/api/v1/provisioner/snapshot", nil, bob)))
+    assert.equal(403, (call("POST", "/api/v1/models", { name = "bob-model" }, bob)))
+  end)
+
+  it("says who is signed in, with the role and the actions it may take", function()
+    local st, s = call("GET", "/api/v1/session", nil, as("alice", "ml-ops"))
+    assert.equal(200, st)
+    assert.same({ "alice", "operator", "proxy", "alice" }, { s.user, s.role, s.via, s.actor })
+    local can = {}
+    for _, a in ipairs(s.can) do can[a] = true end
+    assert.is_true(can["deployments.launch"])
+    assert.is_nil(can["keys.manage"])
+    local _, b = call("GET", "/api/v1/session", nil, as("bob"))
+    assert.equal("viewer", b.role)
+    local _, h = call("GET", "/api/v1/session", nil, as("carol", "ml-ops;hpc-admins"))
+    assert.equal("admin", h.role)
+  end)
+
+  it("the admin token stays admin", function()
+    local st, k = call("POST", "/api/v1/keys", { name = "script" }, { Authorization = "Bearer " .. ADMIN })
+    assert.equal(201, st)
+    assert.equal("admin-token", k.owner)
+    local _, s = call("GET", "/api/v1/session", nil, { Authorization = "Bearer " .. ADMIN })
+    assert.same({ "admin", "token" }, { s.role, s.via })
+  end)
+
+  it("a key made by a user is owned by that user", function()
+    local _, k = call("POST", "/api/v1/keys", { name = "h" }, as("carol", "hpc-admins"))
+    assert.equal("carol", k.owner)
+  end)
+
+  it("a write a proxy vouches for needs the dashboard's header, as a session's does", function()
+    local st, e = call("POST", "/api/v1/models", { name = "csrf" }, { ["X-Requested-With"] = false,
+      ["X-Remote-User"] = "alice", ["X-Remote-Groups"] = "ml-ops" })
+    assert.equal(403, st)
+    assert.equal("csrf", e.error.code)
+  end)
+
+  it("ignores and logs the header sent from an address not in OBLETH_AUTH_PROXY_FROM", function()
+    local other = start("10.0.0.0/8")
+    lines = {}
+    local st = call("GET", "/api/v1/models", nil, { base = other, ["X-Remote-User"] = "alice",
+      ["X-Remote-Groups"] = "hpc-admins" })
+    assert.equal(401, st)
+    assert.equal("auth_proxy_header_ignored", lines[1] and lines[1].ev)
+    assert.equal("127.0.0.1", lines[1].f.remote_addr)
+  end)
+
+  it("every route declares an action the access policy knows", function()
+    local pol = require "obleth.policy.access"
+    for _, r in ipairs(api.load_routes()) do
+      if not r.public then
+        assert.is_string(pol.DEFAULTS.actions[r.action], r.method .. " " .. r.path .. ": " .. tostring(r.action))
+      end
+    end
+  end)
+end)

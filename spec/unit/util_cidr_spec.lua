@@ -1,0 +1,32 @@
+-- obleth.util.cidr: the addresses a trusted proxy is believed from.
+local cidr = require "obleth.util.cidr"
+
+describe("cidr", function()
+  it("matches IPv4 addresses and ranges", function()
+    local set = assert(cidr.parse_list("127.0.0.1, 10.0.0.0/8 192.168.4.0/22"))
+    assert.is_true(cidr.contains(set, "127.0.0.1"))
+    assert.is_false(cidr.contains(set, "127.0.0.2"))
+    assert.is_true(cidr.contains(set, "10.255.1.2"))
+    assert.is_true(cidr.contains(set, "192.168.7.255"))
+    assert.is_false(cidr.contains(set, "192.168.8.0"))
+  end)
+
+  it("matches IPv6, and an IPv4-mapped address as its IPv4 address", function()
+    local set = assert(cidr.parse_list("::1, fd00::/8, 127.0.0.0/8"))
+    assert.is_true(cidr.contains(set, "::1"))
+    assert.is_true(cidr.contains(set, "fd12:3456::7"))
+    assert.is_false(cidr.contains(set, "fe80::1"))
+    assert.is_true(cidr.contains(set, "::ffff:127.0.0.9"))
+    assert.is_false(cidr.contains(set, "0:0:0:0:0:0:0:2"))
+    assert.is_true(cidr.contains(set, "0:0:0:0:0:0:0:1"))
+  end)
+
+  it("refuses what is not an address or a range, and never matches garbage", function()
+    assert.is_nil((cidr.parse_list("10.0.0.0/33")))
+    assert.is_nil((cidr.parse_list("256.1.1.1")))
+    assert.is_nil((cidr.parse_list("example.org")))
+    assert.is_nil((cidr.parse_list("1::2::3")))
+    assert.is_false(cidr.contains(assert(cidr.parse_list("0.0.0.0/0")), "not an address"))
+    assert.is_true(cidr.contains(assert(cidr.parse_list("0.0.0.0/0")), "8.8.8.8"))
+  end)
+end)
