@@ -1,6 +1,7 @@
 -- What a route declares (its query parameters, its body) is checked by the dispatcher before the
 -- handler runs, on a real obleth serve over HTTP; and the OpenAPI document it serves accepts the managed
--- specs the API accepts and refuses those it refuses (spec/support/json_schema.lua reads the document).
+-- specs and Slurm settings the API accepts and refuses those it refuses (spec/support/json_schema.lua reads
+-- the document).
 local server = require "spec.support.server"
 local api = require "obleth.api"
 local json_schema = require "spec.support.json_schema"
@@ -69,7 +70,7 @@ describe("obleth serve: a route's declared query and body", function()
       end
     end)
 
-  describe("the OpenAPI document and the API agree on managed specs", function()
+  describe("the OpenAPI document and the API agree on managed specs and Slurm settings", function()
     local doc
     setup(function()
       local st
@@ -106,6 +107,40 @@ describe("obleth serve: a route's declared query and body", function()
       { spec({ preamble = { "a\nb" } }), "preamble[0]" },
       { spec({ recipe_id = "a b" }), "recipe_id" },
     }
+    -- PUT /api/v1/settings/slurm: each replaces the document; the field is the one a refusal names
+    local settings_examples = {
+      { {} },
+      { { url = "http://127.0.0.1:1", user = "slurm", token = "********", verify = false, timeout = 2.5,
+        api_version = "auto" } },
+      { { defaults = { modules = { "cuda/12" }, port_range = { 21000, 21999 }, environment = { A = "1", N = 3 },
+        user_groups = N, enforce_part_limits = "ALL", partition = "gpu" } } },
+      { { token_lifespan = N, ca_file = "", token_source = N, updated_at = 1, thresholds = { provisioner_stale = 1 } } },
+      { { timeout = 0.05 }, "timeout" },
+      { { token_lifespan = 29 }, "token_lifespan" },
+      { { token_source = "env" }, "token_source" },
+      { { url = "ftp://x" }, "url" },
+      { { token = "a b" }, "token" },
+      { { defaults = { port_range = { 80, 81 } } }, "defaults.port_range[0]" },
+      { { defaults = { modules = { "a b" } } }, "defaults.modules[0]" },
+      { { defaults = { enforce_part_limits = "SOME" } }, "defaults.enforce_part_limits" },
+    }
+    for i, ex in ipairs(settings_examples) do
+      local body, field = ex[1], ex[2]
+      it(("settings example %d: %s"):format(i, field and ("both refuse a bad " .. field) or "both take it"), function()
+        local st, ans = srv:request("PUT", "/api/v1/settings/slurm", body)
+        local ok, why = json_schema.check({ ["$ref"] = "#/components/schemas/SlurmSettings" },
+          cjson.decode(cjson.encode(body)), doc)
+        if field then
+          assert.equal(400, st)
+          assert.equal(field, ans.error.field)
+          assert.is_false(ok)
+        else
+          assert.equal(200, st, ans and ans.error and ans.error.message)
+          assert(ok, why)
+        end
+      end)
+    end
+
     for i, ex in ipairs(examples) do
       local body, field = ex[1], ex[2]
       it(("example %d: %s"):format(i, field and ("both refuse a bad " .. field) or "both take it"), function()

@@ -149,6 +149,48 @@ describe("obleth.schema", function()
     end
   end)
 
+  describe("the OpenAPI SlurmSettings accepts what PUT /settings/slurm accepts and refuses what it refuses", function()
+    local N = cjson.null
+    local function settings_takes(body)
+      return json_schema.check({ ["$ref"] = "#/components/schemas/SlurmSettings" }, body, DOC)
+    end
+    local taken = {
+      {},
+      { url = "http://h:6820", user = "slurm", token = "********", verify = false, timeout = 2.5, api_version = "auto" },
+      { socket = "/run/slurmrestd.sock", token_source = "key_file", token_key_file = "/etc/jwt.key", user = "slurm" },
+      { defaults = { modules = { "cuda/12" }, port_range = { 21000.0, 21999.0 }, environment = { A = "1", N = 3.0 },
+        user_groups = N, enforce_part_limits = "ALL", partition = "gpu", hf_token = "********" } },
+      { provisioner = { passes = 3.0 }, token_set = true, thresholds = { provisioner_stale = 60.0 }, updated_at = 1.0 },
+      { token_lifespan = N, ca_file = "", token_source = N },
+    }
+    local refused = {
+      { { timeout = 0.05 }, "timeout" }, { { timeout = 121.0 }, "timeout" },
+      { { token_lifespan = 29.0 }, "token_lifespan" }, { { token_source = "env" }, "token_source" },
+      { { url = "ftp://x" }, "url" }, { { user = "a b" }, "user" }, { { token = "a b" }, "token" },
+      { { enabled = "yes" }, "enabled" }, { { colour = 1.0 }, "colour" },
+      { { defaults = { port_range = { 80.0, 81.0 } } }, "defaults.port_range[0]" },
+      { { defaults = { port_range = { 21000.0 } } }, "defaults.port_range" },
+      { { defaults = { modules = { "a b" } } }, "defaults.modules[0]" },
+      { { defaults = { enforce_part_limits = "SOME" } }, "defaults.enforce_part_limits" },
+      { { defaults = { colour = 1.0 } }, "defaults.colour" },
+    }
+    for i, body in ipairs(taken) do
+      it(("takes example %d"):format(i), function()
+        local s, err = input.settings(body)
+        assert(s, err and err.message)
+        local ok, why = settings_takes(body)
+        assert(ok, why)
+      end)
+    end
+    for _, r in ipairs(refused) do
+      it("refuses a bad " .. r[2], function()
+        local _, err = input.settings(r[1])
+        assert.equal(r[2], err and err.field)
+        assert.is_false((settings_takes(r[1])))
+      end)
+    end
+  end)
+
   it("turns the Lua patterns it declares into regular expressions", function()
     assert.equal("^[A-Za-z0-9_.\\-]+$", wire.regex("^[A-Za-z0-9_.%-]+$"))
     assert.equal("^[A-Za-z0-9]x*?$", wire.regex("^%wx-$"))

@@ -4,12 +4,12 @@ local json = require "obleth.util.json"
 local wire = require "obleth.schema"
 local request = require "obleth.api.request"
 local managed = require "obleth.schema.managed"
+local slurm_settings = require "obleth.schema.settings"
 
 local M = {}
 
 local function nullable(t) t.nullable = true; return t end
 local function str() return { type = "string" } end
-local function int(lo, hi) return { type = "integer", minimum = lo, maximum = hi } end
 local function arr(items) return { type = "array", items = items } end
 
 M.schemas = {
@@ -25,32 +25,8 @@ M.schemas = {
   EndpointInput = { type = "object", required = { "url" }, additionalProperties = false,
     properties = { url = { type = "string", format = "uri" } } },
   ManagedSpec = wire.openapi(managed.spec),
-  SlurmConnection = { type = "object", properties = {
-    url = nullable(str()), socket = nullable(str()), user = nullable(str()),
-    token = nullable({ type = "string", description = "the JWT; \"********\" (the mask) keeps the stored one" }),
-    token_source = { type = "string", enum = { "static", "key_file", "command" },
-      description = "static: the saved token; key_file: minted from the site's HS256 key; command: printed by a command" },
-    token_key_file = nullable(str()), token_command = nullable(str()),
-    token_lifespan = nullable(int(30, 86400)),
-    verify = { type = "boolean" }, ca_file = nullable(str()), api_version = str(),
-    timeout = { type = "number" } } },
-  SlurmSettings = { allOf = { { ["$ref"] = "#/components/schemas/SlurmConnection" }, { type = "object", properties = {
-    enabled = { type = "boolean" },
-    thresholds = { type = "object", readOnly = true, description = "seconds (obleth.schema.thresholds): a "
-      .. "provisioner not checked in for longer is taken for stopped; a static JWT closer to its expiry is warned about",
-      properties = { provisioner_stale = { type = "integer" }, token_warn_before = { type = "integer" } } },
-    defaults = { type = "object", properties = {
-      model_cache_dir = nullable(str()), image_dir = nullable(str()), log_dir = nullable(str()),
-      hf_token_path = nullable({ type = "string", description = "a file on the cluster only the job user can read, "
-        .. "holding the Hugging Face token; jobs get HF_TOKEN_PATH (the token itself never goes into a job)" }),
-      modules = arr(str()), partition = nullable(str()), account = nullable(str()), qos = nullable(str()),
-      hf_token = nullable({ type = "string", description = "masked in answers; the mask keeps the stored one" }),
-      port_range = { type = "array", items = int(1024, 65535), minItems = 2, maxItems = 2 },
-      environment = { type = "object", additionalProperties = str() },
-      user_groups = nullable({ type = "array", items = str(),
-        description = "the Slurm user's groups for AllowGroups; null: this host's group database" }),
-      enforce_part_limits = nullable({ type = "string", enum = { "NO", "ANY", "ALL" },
-        description = "slurmctld's EnforcePartLimits; null: unknown" }) } } } } } },
+  SlurmConnection = wire.openapi(slurm_settings.connection),
+  SlurmSettings = wire.openapi(slurm_settings.settings),
   ProvisionerReport = { type = "object", required = { "pass" }, additionalProperties = false, properties = {
     pass = { type = "object", properties = { started_at = { type = "number" }, duration = { type = "number" },
       error = nullable(str()), policy_error = nullable({ type = "object", properties = { file = str(),

@@ -10,6 +10,7 @@ local recipe_schema = require "obleth.recipe.schema"
 local schema = require "obleth.schema"
 local check = require "obleth.schema.check"
 local managed_schema = require "obleth.schema.managed"
+local settings_schema = require "obleth.schema.settings"
 
 local M = {}
 
@@ -28,29 +29,6 @@ M.LIVE_STATES = { "pending", "submitted", "starting", "healthy", "unhealthy", "e
 local _err, _null, _is_object, _is_array = check.err, check.null, check.is_object, check.is_array
 local _int, _num, _bool, _str, _ostr, _unknown, _set = check.int, check.num, check.bool, check.str, check.ostr,
   check.unknown, check.set
-
-
--- Run step(value, field) over an input field when present (and not null when nullable),
--- storing the result into out[key]. Returns true or nil, err.
-local function _field(input, out, key, fn, field)
-  local v = input[key]
-  if v == nil then return true end
-  local r, err = fn(v, field or key)
-  if err then return nil, err end
-  out[key] = r
-  return true
-end
-
-local NAME64 = "^[A-Za-z0-9_.%-]+$"
-local NAME64_RULE = "letters, digits, '_', '.', '-' (1 to 64)"
-
-local function _slurm_name(v, field)
-  return _ostr(v, field, { max = 64, pattern = NAME64, rule = NAME64_RULE })
-end
-
-local function _path(v, field)
-  return _ostr(v, field, { max = 4096 })
-end
 
 -- A job log path (the spec's stdout / stderr): one line, and only the filename patterns sbatch
 -- knows (%%, %A, %a, %J, %j, %N, %n, %s, %t, %u, %x, each with an optional width: %4j).
@@ -74,21 +52,6 @@ local function _log_path(v, field)
   return p
 end
 
-local function _env(v, field)
-  if _null(v) then return {} end
-  if not _is_object(v) then return _err(field, "must be an object of NAME: value strings") end
-  local out = {}
-  for k, x in pairs(v) do
-    if not k:match("^[A-Za-z_][A-Za-z0-9_]*$") or #k > 256 then
-      return _err(field .. "." .. k, "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-    end
-    if type(x) == "number" or type(x) == "boolean" then x = tostring(x) end
-    local s, err = _str(x, field .. "." .. k, { max = 65536 })
-    if err then return nil, err end
-    out[k] = s
-  end
-  return out
-end
 
 local function _lines(v, field, max_items)
   if _null(v) then return {} end
@@ -217,79 +180,44 @@ end
 -- Slurm settings
 ---------------------------------------------------------------------------
 
-M.SETTINGS_DEFAULTS = {
-  enabled = false, verify = true, api_version = "auto", timeout = 10,
-  defaults = { modules = {}, port_range = { 20000, 20999 }, environment = {} },
-}
-
-local SETTINGS_READ_ONLY = _set({ "provisioner", "token_set", "token_expires_at", "token_renewed_at",
-  "token_warning", "thresholds", "updated_at" })
-local SETTINGS_KNOWN = _set({ "enabled", "url", "socket", "user", "token", "verify", "ca_file", "api_version",
-  "timeout", "defaults", "token_source", "token_key_file", "token_command", "token_lifespan" })
+--- The settings' defaults, read from their declaration (obleth.schema.settings).
+M.SETTINGS_DEFAULTS = schema.defaults(settings_schema.settings)
 
 --- How the Slurm JWT is had: the saved token, minted from the site's HS256 key file, or a command's output.
-M.TOKEN_SOURCES = { static = true, key_file = true, command = true }
-local DEFAULTS_KNOWN = _set({ "model_cache_dir", "image_dir", "log_dir", "modules", "partition", "account",
-  "qos", "hf_token", "hf_token_path", "port_range", "environment", "hf_token_set", "user_groups",
-  "enforce_part_limits" })
+M.TOKEN_SOURCES = {}
+for _, v in ipairs(schema.field(settings_schema.settings, "token_source").enum) do M.TOKEN_SOURCES[v] = true end
 -- "auto" and every version obleth knows (obleth.slurm.versions, the one list)
 local slurm_versions = require "obleth.slurm.versions"
 local API_VERSIONS = _set({ "auto", table.unpack(slurm_versions.known) })
 local API_VERSIONS_TEXT = "\"auto\" or one of " .. slurm_versions.range()
 
-local function _secret(v, field)
-  if v == nil or v == M.MASK then return M.KEEP end
-  if _null(v) or v == "" then return nil end
-  -- never echo any part of a secret in an error
-  return _str(v, field, { max = 16384, pattern = "^%S+$", rule = "no spaces", secret = true })
+--- The settings' checks that are not data (named by the schema's `format`).
+local SETTINGS_FORMATS = {
+  api_version = function(v, f)
+    if not API_VERSIONS[v] then return _err(f, "must be " .. API_VERSIONS_TEXT) end
+    return v
+  end,
+  -- a URL with userinfo would be stored, returned and logged: credentials go in `token`
+  no_userinfo = function(v, f)
+    if v:match("^https?://([^/?#]*)"):find("@", 1, true) then
+      return _err(f, "must not hold credentials before an @ (userinfo): give the JWT as token")
+    end
+    return v
+  end,
+  port_range = function(v, f)
+    if v[2] < v[1] then return _err(f, "last port %d is below the first %d", v[2], v[1]) end
+    return v
+  end,
+}
+
+-- A secret the schema has checked: absent or the mask keeps the stored one (M.KEEP), null or blank clears it.
+local function _secret(raw, checked)
+  if raw == nil or raw == M.MASK then return M.KEEP end
+  return checked
 end
 
---- Validate the connection part (also the body of POST /settings/slurm/test).
---- Secrets come back as M.KEEP when absent or masked.
-local function _connection(input, out)
-  local steps = {
-    { "url", function(v, f)
-      local u, e = _ostr(v, f, { max = 2048, pattern = "^https?://[^%s]+$", rule = "an http:// or https:// URL" })
-      if type(u) == "string" and u:match("^https?://([^/?#]*)"):find("@", 1, true) then
-        -- it would be stored, returned and logged: credentials go in `token`
-        return _err(f, "must not hold credentials before an @ (userinfo): give the JWT as token")
-      end
-      return u, e
-    end },
-    { "socket", function(v, f)
-      return _ostr(v, f, { max = 1024, pattern = "^/", rule = "an absolute path to slurmrestd's unix socket" })
-    end },
-    { "user", function(v, f) return _ostr(v, f, { max = 64, pattern = "^[A-Za-z0-9_.%-]+$", rule = "a user name" }) end },
-    { "verify", _bool },
-    { "ca_file", _path },
-    { "api_version", function(v, f)
-      if type(v) ~= "string" or not API_VERSIONS[v] then
-        return _err(f, "must be " .. API_VERSIONS_TEXT)
-      end
-      return v
-    end },
-    { "timeout", function(v, f) return _num(v, f, 0.1, 120) end },
-    { "token_source", function(v, f)
-      if _null(v) then return "static" end
-      if type(v) ~= "string" or not M.TOKEN_SOURCES[v] then
-        return _err(f, "must be \"static\", \"key_file\" or \"command\"")
-      end
-      return v
-    end },
-    { "token_key_file", _path },
-    { "token_command", function(v, f) return _ostr(v, f, { max = 4096 }) end },
-    { "token_lifespan", function(v, f)
-      if _null(v) then return nil end
-      return _int(v, f, 30, 86400)
-    end },
-  }
-  for _, s in ipairs(steps) do
-    local ok, err = _field(input, out, s[1], s[2])
-    if not ok then return nil, err end
-  end
-  local tok, terr = _secret(input.token, "token")
-  if terr then return nil, terr end
-  out.token = tok
+-- The rules between the connection's fields.
+local function _connection_rules(out)
   if out.url and out.socket then
     return _err("socket", "give either url or socket, not both")
   end
@@ -309,85 +237,25 @@ end
 --- Validate a PUT /api/v1/settings/slurm body (the whole document).
 ---@return table|nil settings (token / defaults.hf_token may be M.KEEP), table|nil err
 function M.settings(input)
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
-  local known = {}
-  for k in pairs(SETTINGS_KNOWN) do known[k] = true end
-  for k in pairs(SETTINGS_READ_ONLY) do known[k] = true end
-  local ok, err = _unknown(input, known)
-  if not ok then return nil, err end
-  local out = { enabled = false, verify = true, api_version = "auto", timeout = 10 }
-  ok, err = _field(input, out, "enabled", _bool)
-  if not ok then return nil, err end
-  ok, err = _connection(input, out)
-  if not ok then return nil, err end
+  local out, err = schema.validate(settings_schema.settings, input, nil, { formats = SETTINGS_FORMATS })
+  if not out then return nil, err end
+  out.token = _secret(input.token, out.token)
+  local din = _is_object(input.defaults) and input.defaults or {}
+  out.defaults.hf_token = _secret(din.hf_token, out.defaults.hf_token)
   if out.enabled and not out.url and not out.socket then
     return _err("url", "is required to enable Slurm (or give socket)")
   end
-  local d = { modules = {}, port_range = { 20000, 20999 }, environment = {}, hf_token = M.KEEP }
-  local din = input.defaults
-  if not _null(din) then
-    if not _is_object(din) then return _err("defaults", "must be an object") end
-    ok, err = _unknown(din, DEFAULTS_KNOWN, "defaults.")
-    if not ok then return nil, err end
-    local steps = {
-      { "model_cache_dir", _path }, { "image_dir", _path }, { "log_dir", _path }, { "hf_token_path", _path },
-      { "modules", function(v, f)
-        local l, e = _lines(v, f, 64)
-        if e then return nil, e end
-        for i, m in ipairs(l) do
-          if not m:match("^[A-Za-z0-9_.+/%-]+$") then
-            return _err(("%s[%d]"):format(f, i - 1), "%q is not a module name", m)
-          end
-        end
-        return l
-      end },
-      { "partition", _slurm_name }, { "account", _slurm_name }, { "qos", _slurm_name },
-      { "port_range", function(v, f)
-        if not _is_array(v) or #v ~= 2 then return _err(f, "must be [first, last]") end
-        local a, e1 = _int(v[1], f .. "[0]", 1024, 65535)
-        if e1 then return nil, e1 end
-        local b, e2 = _int(v[2], f .. "[1]", 1024, 65535)
-        if e2 then return nil, e2 end
-        if b < a then return _err(f, "last port %d is below the first %d", b, a) end
-        return { a, b }
-      end },
-      { "environment", _env },
-      -- the Slurm user's groups as slurmctld sees them (AllowGroups); null: this host's group database
-      { "user_groups", function(v, f)
-        if _null(v) then return nil end
-        local l, e = _lines(v, f, 256)
-        if e then return nil, e end
-        for i, g in ipairs(l) do
-          if not g:match(NAME64) or #g > 64 then return _err(("%s[%d]"):format(f, i - 1), "%q is not a group name", g) end
-        end
-        return l
-      end },
-      -- slurmctld's EnforcePartLimits (slurmrestd does not report it); null: unknown
-      { "enforce_part_limits", function(v, f)
-        if _null(v) then return nil end
-        if v ~= "NO" and v ~= "ANY" and v ~= "ALL" then return _err(f, "must be NO, ANY, ALL or null") end
-        return v
-      end },
-    }
-    for _, s in ipairs(steps) do
-      ok, err = _field(din, d, s[1], s[2], "defaults." .. s[1])
-      if not ok then return nil, err end
-    end
-    local hf, herr = _secret(din.hf_token, "defaults.hf_token")
-    if herr then return nil, herr end
-    d.hf_token = hf
-  end
-  out.defaults = d
-  return out
+  return _connection_rules(out)
 end
 
---- Validate the optional body of POST /api/v1/settings/slurm/test (connection fields only).
+--- Validate the optional body of POST /api/v1/settings/slurm/test (connection fields only, over the
+--- saved ones: nothing is filled in but token_source).
 function M.connection(input)
   if _null(input) then return { token = M.KEEP } end
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
-  local ok, err = _unknown(input, SETTINGS_KNOWN)
-  if not ok then return nil, err end
-  return _connection(input, {})
+  local out, err = schema.validate(settings_schema.connection, input, nil, { formats = SETTINGS_FORMATS })
+  if not out then return nil, err end
+  out.token = _secret(input.token, out.token)
+  return _connection_rules(out)
 end
 
 ---------------------------------------------------------------------------

@@ -8,9 +8,10 @@
 --   {type = "string", max_len (4096), pattern (Lua, the whole string), rule (the pattern in words),
 --    multiline, enum = {...}}
 --   {type = "minutes", min, max}  a Slurm time limit: integer minutes, or "HH:MM:SS", "D-HH", ...
---   {type = "array", items = <schema>, max_items}
+--   {type = "array", items = <schema>, max_items, min_items}
 --   {type = "map", values = <schema>, key_pattern, key_rule}  an object of free keys
---   {type = "object", fields = {{"name", <schema>}, ...}, read_only = {"name", ...}, open = true (any keys)}
+--   {type = "object", fields = {{"name", <schema>}, ...}, read_only = {"name", ...}, open = true (any keys),
+--    no_defaults = true (only the fields given: a partial object over stored ones)}
 -- and on any of them: `nullable = true` (null gives the default, or nothing; a blank string is null),
 -- `format = "<name>"` (a check that cannot be data, given by the caller of `validate` in opts.formats),
 -- `description`, `scalars = true` (a string that also takes a number or boolean, as its text).
@@ -101,6 +102,7 @@ end
 function TYPES.array(s, v, field, opts)
   if not check.is_array(v) then return check.err(field, "must be an array of %ss", s.items.type) end
   if s.max_items and #v > s.max_items then return check.err(field, "has more than %d items", s.max_items) end
+  if s.min_items and #v < s.min_items then return check.err(field, "has fewer than %d items", s.min_items) end
   local out = {}
   for i, x in ipairs(v) do
     local r, e = M.validate(s.items, x, ("%s[%d]"):format(field, i - 1), opts)
@@ -139,7 +141,7 @@ function TYPES.object(s, v, field, opts)
   for _, k in ipairs(s.read_only or {}) do known[k] = true end
   local ok, err = check.unknown(v, known, prefix)
   if not ok then return nil, err end
-  local out = M.defaults(s) or {}
+  local out = not s.no_defaults and M.defaults(s) or {}
   for _, f in ipairs(s.fields) do
     local x = v[f[1]]
     if x ~= nil then
@@ -195,6 +197,8 @@ function M.regex(p)
       local n = p:sub(i + 1, i + 1)
       if CLASS[n] then
         out[#out + 1] = in_class and CLASS[n] or ("[" .. CLASS[n] .. "]")
+      elseif CLASS[n:lower()] and not in_class then -- %S, %W...: the complement
+        out[#out + 1] = "[^" .. CLASS[n:lower()] .. "]"
       elseif n:match("%p") then
         out[#out + 1] = "\\" .. n
       else
@@ -239,7 +243,7 @@ function M.openapi(s)
       { type = "string", pattern = M.regex("^%s*[0-9:%-]+%s*$"),
         description = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS" } } }
   elseif s.type == "array" then
-    o = { type = "array", items = M.openapi(s.items), maxItems = s.max_items }
+    o = { type = "array", items = M.openapi(s.items), maxItems = s.max_items, minItems = s.min_items }
   elseif s.type == "map" then
     o = { type = "object", additionalProperties = M.openapi(s.values) }
     if s.key_pattern then o["x-key-pattern"] = M.regex(s.key_pattern) end

@@ -9,7 +9,7 @@ local M = {}
 local PATH = { type = "string", nullable = true, max_len = 4096 }
 local NAME64 = { type = "string", nullable = true, max_len = 64, pattern = "^[A-Za-z0-9_.%-]+$",
   rule = "letters, digits, '_', '.', '-' (1 to 64)" }
-local SECRET = { type = "string", nullable = true, max_len = 16384, secret = true,
+local SECRET = { type = "string", nullable = true, max_len = 16384, secret = true, pattern = "^%S+$", rule = "no spaces",
   description = "masked in answers (\"********\"); sending the mask back, or nothing, keeps the stored one" }
 
 --- The slurmrestd connection and how its JWT is had.
@@ -34,7 +34,8 @@ M.connection_fields = {
 }
 
 --- The connection alone (POST /api/v1/settings/slurm/test: fields over the saved ones, no defaults).
-M.connection = { type = "object", fields = M.connection_fields, no_defaults = true }
+M.connection = { type = "object", fields = M.connection_fields, no_defaults = true,
+  read_only = { "enabled", "defaults" } }
 
 --- The cluster defaults a launch starts from.
 M.defaults = { type = "object", nullable = true, fields = {
