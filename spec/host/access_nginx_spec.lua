@@ -116,9 +116,15 @@ http {
     local st2, m = call("POST", "/api/v1/models", { name = "alice-behind-nginx" }, { user = "alice" })
     assert.equal(201, st2)
     assert.equal("alice-behind-nginx", m.name)
-    -- the launch is hers to make: whatever the cluster says, it is not refused for her role
-    assert.is_not.equal(403, (call("POST", "/api/v1/deployments/launch",
-      { recipe_id = "smoke-test", api_model_name = "alice-l" }, { user = "alice" })))
+    local st3, l = call("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "alice-l",
+      values = { replicas = 1, partition = "gpu", account = "research" } }, { user = "alice" })
+    assert.equal(201, st3)
+    -- the launch history and the audit trail say alice
+    local _, hist = call("GET", "/api/v1/deployments/launches?model_id=" .. l.launch.model_id, nil, { user = "bob" })
+    assert.equal("alice", hist.launches[1].created_by)
+    local _, a = call("GET", "/api/v1/audit?model=alice-l", nil, { user = "bob" })
+    assert.same({ "alice", "proxy", "/api/v1/deployments/launch" }, { a.entries[1].actor, a.entries[1].via,
+      a.entries[1].target })
   end)
 
   it("bob (no group) sees the deployments and gets 403 on Launch, naming the action", function()

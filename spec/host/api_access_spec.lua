@@ -129,6 +129,52 @@ describe("access: roles and a trusted proxy", function()
     assert.equal("127.0.0.1", lines[1].f.remote_addr)
   end)
 
+  it("the launch history and GET /api/v1/audit say who launched; a refused write is not recorded", function()
+    local alice = as("alice", "ml-ops")
+    local st, l = call("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "alice-launch",
+      values = { replicas = 1, partition = "gpu", account = "research" } }, alice)
+    assert.equal(201, st)
+    assert.equal("alice", l.launch.created_by)
+    local mid = ("%d"):format(l.launch.model_id)
+    local _, hist = call("GET", "/api/v1/deployments/launches?model_id=" .. mid, nil, as("bob"))
+    assert.equal("alice", hist.launches[1].created_by)
+    assert.equal(403, (call("DELETE", "/api/v1/models/" .. mid, nil, as("bob"))))
+    -- a viewer reads the trail
+    local st2, a = call("GET", "/api/v1/audit?model=alice-launch", nil, as("bob"))
+    assert.equal(200, st2)
+    assert.equal(1, #a.entries) -- bob's refused delete is not there
+    local e = a.entries[1]
+    assert.same({ "alice", "proxy", "operator", "POST", "/api/v1/deployments/launch", 201 },
+      { e.actor, e.via, e.role, e.method, e.target, e.status })
+    assert.equal(l.launch.model_id, e.model_id)
+    assert.equal("alice-launch", e.summary.api_model_name)
+    assert.is_number(e.at)
+    -- by user, by model id, since, limit
+    local _, byu = call("GET", "/api/v1/audit?user=alice", nil, as("bob"))
+    for _, x in ipairs(byu.entries) do assert.equal("alice", x.actor) end
+    assert.is_true(#byu.entries >= 3) -- her model, its PATCH, the launch
+    local _, bym = call("GET", "/api/v1/audit?model=" .. mid, nil, as("bob"))
+    assert.equal(1, #bym.entries)
+    local _, lim = call("GET", "/api/v1/audit?limit=1", nil, as("bob"))
+    assert.equal(1, #lim.entries)
+    local _, later = call("GET", "/api/v1/audit?since=" .. ("%d"):format(e.at + 3600), nil, as("bob"))
+    assert.equal(0, #later.entries)
+    assert.equal(400, (call("GET", "/api/v1/audit?limit=0", nil, as("bob"))))
+  end)
+
+  it("the audit summary of a write never holds a secret", function()
+    local st = call("PUT", "/api/v1/settings/router", { keyless = false }, { Authorization = "Bearer " .. ADMIN })
+    assert.equal(200, st)
+    local redact = require("obleth.api.audit").redact
+    local r = redact { url = "http://x", token = "eyJsecret", defaults = { hf_token = "hf_abc", partition = "gpu" },
+      api_key = "k", token_source = "static" }
+    assert.same({ url = "http://x", token = "***", defaults = { hf_token = "***", partition = "gpu" }, api_key = "***",
+      token_source = "static" }, r)
+    local _, a = call("GET", "/api/v1/audit?user=admin-token&limit=1", nil, { Authorization = "Bearer " .. ADMIN })
+    assert.same({ "admin-token", "token", "/api/v1/settings/router" }, { a.entries[1].actor, a.entries[1].via,
+      a.entries[1].target })
+  end)
+
   it("every route declares an action the access policy knows", function()
     local pol = require "obleth.policy.access"
     for _, r in ipairs(api.load_routes()) do

@@ -136,6 +136,24 @@ describe("obleth.store on " .. backend.name, function()
     assert.equal(2002, st.lease.expires_at)
   end)
 
+  it("keeps the audit trail newest first, filtered by actor, model and time, and a deleted model's rows", function()
+    local m = assert(store:create_model { name = "audited" })
+    assert(store:add_audit { at = 100, actor = "alice", via = "proxy", role = "operator", method = "POST",
+      route = "/api/v1/deployments/launch", target = "/api/v1/deployments/launch", model_id = m.id, status = 201,
+      summary = { api_model_name = "audited" } })
+    assert(store:add_audit { at = 200, actor = "admin-token", via = "token", method = "PUT",
+      route = "/api/v1/settings/router", target = "/api/v1/settings/router", status = 200 })
+    assert(store:delete_model(m.id))
+    local all = store:list_audit()
+    assert.same({ "admin-token", "alice" }, { all[1].actor, all[2].actor })
+    assert.equal(NULL, all[1].model_id)
+    assert.same({ api_model_name = "audited" }, all[2].summary)
+    assert.equal(1, #store:list_audit { actor = "alice" })
+    assert.equal(1, #store:list_audit { model_id = m.id })
+    assert.equal(1, #store:list_audit { since = 150 })
+    assert.equal(1, #store:list_audit { limit = 1 })
+  end)
+
   it("applies a report: replicas, outcomes, endpoints, errors, acknowledgements, in one transaction", function()
     local m = assert(store:create_model { name = "m" })
     assert(store:put_spec(m.id, { replicas = 1, enabled = true, partition = "gpu", launch_command = "serve" }))

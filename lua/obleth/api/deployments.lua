@@ -564,7 +564,7 @@ local function do_launch(ctx)
       need(nil, { code = "conflict", message = ("model %s is still launched"):format(model.name), field = "model_id" })
     end
     local lid = need(store:add_launch { model_id = model.id, recipe_id = c.recipe.id, settings = record,
-      created_by = "admin", created_at = math.floor(app.now()) })
+      created_by = ctx.actor or "admin-token", created_at = math.floor(app.now()) })
     need(store:put_spec(model.id, pv.spec))
     local saved
     if save then saved = need(store:put_recipe(save.id, save.name or save.id, saved_text, true)).recipe end
@@ -584,7 +584,7 @@ local function do_launch(ctx)
   local spec = store:get_spec(res.model_id)
   local rec
   for _, l in ipairs(store:list_launches { model_id = res.model_id, limit = 1 }) do rec = l end
-  app.log.info("launched", { model_id = res.model_id, name = v.api_name, recipe_id = c.recipe.id,
+  app.log.info("launched", { model_id = res.model_id, name = v.api_name, recipe_id = c.recipe.id, actor = ctx.actor,
     launch_id = res.launch_id, saved_recipe = save and save.id or nil })
   return 201, _arrays({ model = model, spec = spec, launch = rec, recipe = res.saved or NULL, warnings = pv.warnings }),
     { Location = "/api/v1/models/" .. res.model_id }

@@ -24,6 +24,7 @@ local json = require "obleth.util.json"
 local errors = require "obleth.api.errors"
 local api_params = require "obleth.api.params"
 local access = require "obleth.api.access"
+local audit = require "obleth.api.audit"
 local request = require "obleth.api.request"
 local sessions = require "obleth.api.sessions"
 
@@ -42,6 +43,7 @@ M.ROUTE_MODULES = {
   "obleth.api.deployments",
   "obleth.api.keys",
   "obleth.api.session",
+  "obleth.api.audit",
   "obleth.api.events",
   "obleth.api.openapi",
   "obleth.api.docs",
@@ -320,6 +322,8 @@ function App:_dispatch(req, res, found)
     self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = "handler returned no status" })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
+  -- every write someone made goes to the audit trail (obleth.api.audit)
+  if audit.wanted(route, ctx, status) then audit.record(self.ctx, route, ctx, status, rbody) end
   local wrote = status >= 200 and status < 300 and req.method ~= "GET" and req.method ~= "HEAD"
     and self:_publish(route, ctx, rbody)
   local out = _reply(status, rbody, headers)

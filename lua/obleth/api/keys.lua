@@ -61,7 +61,7 @@ local function create(ctx)
   local key, err = ctx.app.store:create_api_key { name = b.name or "", prefix = g.prefix, hash = g.hash,
     owner = owner, requests_per_minute = b.requests_per_minute, max_concurrent = b.max_concurrent }
   if not key then return errors.store(err) end
-  ctx.app.log.info("api_key_created", { id = key.id, name = key.name, prefix = g.prefix, owner = owner,
+  ctx.app.log.info("api_key_created", { id = key.id, name = key.name, prefix = g.prefix, owner = owner, actor = ctx.actor,
     requests_per_minute = b.requests_per_minute, max_concurrent = b.max_concurrent })
   key.key = g.key
   return 201, key, { Location = "/api/v1/keys/" .. key.id }

@@ -296,6 +296,26 @@ local MIGRATIONS = {
         ON CONFLICT (model_id) DO UPDATE SET version = excluded.version;
     END;
   ]],
+  -- 12: the audit trail (docs/access.md "Audit"): every write through the Management API, who made it
+  -- (a user, or admin-token), when, the route and its target, and a summary of the change without
+  -- secrets; model_id without a foreign key, so a deleted model's history stays
+  [12] = [[
+    CREATE TABLE audit (
+      id INTEGER PRIMARY KEY,
+      at INTEGER NOT NULL,
+      actor TEXT NOT NULL,
+      via TEXT NOT NULL,
+      role TEXT,
+      method TEXT NOT NULL,
+      route TEXT NOT NULL,
+      target TEXT NOT NULL,
+      model_id INTEGER,
+      status INTEGER NOT NULL,
+      summary TEXT
+    );
+    CREATE INDEX audit_actor ON audit(actor, id);
+    CREATE INDEX audit_model ON audit(model_id, id);
+  ]],
 }
 
 M.migrations = MIGRATIONS
