@@ -222,6 +222,20 @@ describe("obleth.store on " .. backend.name, function()
     assert.equal(8, #snap.instance)
   end)
 
+  it("takes the provisioner's fractional clock for a report's times", function()
+    local m = assert(store:create_model { name = "m" })
+    assert(store:apply_report(report {
+      replicas = { { nonce = "n1", model_id = m.id, slot = 1, state = "ended", ended_at = 1000.5 } },
+      outcomes = { { nonce = "n1", model_id = m.id, state = "COMPLETED" } },
+    }, 1000.75))
+    assert.equal(1000.75, store:replica_by_nonce("n1").updated_at)
+    assert(store:apply_report(report { acknowledged = { restart = { store:replica_by_nonce("n1").id }, clear_lost = {} } },
+      1001.25))
+    assert.equal(1001.25, store:replica_by_nonce("n1").updated_at)
+    -- an outcome without its own end time is at the time it was recorded
+    assert.equal(1000.75, store:snapshot_model({ id = m.id, name = "m", status = "staged" }).recent_ends[1].at)
+  end)
+
   it("rolls a whole report back when one replica in it is invalid", function()
     local m = assert(store:create_model { name = "m" })
     local _, err = store:apply_report(report {

@@ -13,8 +13,16 @@ local M = {}
 
 local slurp = util.slurp
 
---- A fresh database path (removed with its -wal/-shm by srv:cleanup()).
+--- A fresh database path (removed with its -wal/-shm by srv:cleanup()); with
+--- OBLETH_TEST_STORE=postgresql, the URL of a fresh database on the PostgreSQL of spec.support.pg
+--- instead (dropped by srv:cleanup(), or when the process ends): to run specs with serve on PostgreSQL.
+local pg_drops = {}
 function M.tmpdb()
+  if os.getenv("OBLETH_TEST_STORE") == "postgresql" then
+    local url, drop = require("spec.support.pg").database()
+    pg_drops[url] = drop
+    return url
+  end
   local p = os.tmpname()
   os.remove(p)
   return p .. ".db"
@@ -103,6 +111,11 @@ end
 --- Remove the database files (after stop).
 function Srv:cleanup()
   if self.fh then self:stop("TERM") end
+  if pg_drops[self.db] then
+    pg_drops[self.db]()
+    pg_drops[self.db] = nil
+    return
+  end
   for _, s in ipairs({ "", "-wal", "-shm" }) do os.remove(self.db .. s) end
 end
 

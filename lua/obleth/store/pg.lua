@@ -13,7 +13,9 @@
 --     last applied; several instances starting at once migrate one after the other (one applies, the
 --     others find it applied).
 -- Types: SQLite's INTEGER is BIGINT, REAL DOUBLE PRECISION, ids are identities (never reused); a
--- signal (a number or a name) is TEXT, read back as an integer when it is one.
+-- signal (a number or a name) is TEXT, read back as an integer when it is one; the times the
+-- provisioner's reports write (replicas' created_at / updated_at, job_outcomes' recorded_at: fractional
+-- seconds, which SQLite keeps as REAL in its INTEGER columns) are DOUBLE PRECISION.
 local M = {}
 
 local MIGRATIONS = {
@@ -69,8 +71,9 @@ local MIGRATIONS = {
       launch_id BIGINT REFERENCES launches(id) ON DELETE SET NULL,
       end_state TEXT, end_reason TEXT, end_exit_code BIGINT, end_signal TEXT, end_node TEXT,
       restart_requested BIGINT NOT NULL DEFAULT 0,
-      created_at BIGINT NOT NULL,
-      updated_at BIGINT NOT NULL
+      -- the provisioner's clock (fractional seconds), as SQLite keeps a REAL in an INTEGER column
+      created_at DOUBLE PRECISION NOT NULL,
+      updated_at DOUBLE PRECISION NOT NULL
     );
     CREATE INDEX replicas_model ON replicas(model_id, state);
     CREATE TABLE job_outcomes (
@@ -82,7 +85,7 @@ local MIGRATIONS = {
       state TEXT NOT NULL, reason TEXT, exit_code BIGINT, signal TEXT, node TEXT,
       healthy BIGINT NOT NULL DEFAULT 0,
       started_at DOUBLE PRECISION, ended_at DOUBLE PRECISION,
-      recorded_at BIGINT NOT NULL
+      recorded_at DOUBLE PRECISION NOT NULL
     );
     CREATE INDEX job_outcomes_model ON job_outcomes(model_id, slot, id);
     CREATE INDEX job_outcomes_launch ON job_outcomes(launch_id);
