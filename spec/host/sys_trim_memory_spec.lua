@@ -19,8 +19,12 @@ describe("obleth.sys.trim_memory", function()
       before = rss_kib()
     end
     collectgarbage("collect") -- alone, this gives back about a tenth of it (glibc keeps the rest)
-    assert.is_boolean(sys.trim_memory())
-    local after = rss_kib()
-    assert.is_true(after < before - 30 * 1024, ("resident %d KiB before, %d KiB after"):format(before, after))
+    local trimmed = sys.trim_memory()
+    assert.is_boolean(trimmed)
+    -- false: an allocator other than glibc's (a sanitizer build) that malloc_trim cannot reach
+    if trimmed then
+      local after = rss_kib()
+      assert.is_true(after < before - 30 * 1024, ("resident %d KiB before, %d KiB after"):format(before, after))
+    end
   end)
 end)

@@ -131,15 +131,15 @@ local function _text(v)
   return tostring(v)
 end
 
--- shared with the other parts of obleth.recipe
+-- named exports the other parts of obleth.recipe use (not the public face, obleth.recipe)
 M.TOP_KEYS = TOP_KEYS
 M.INPUT_KEYS = INPUT_KEYS
-M._v = _v
-M._is_int = _is_int
-M._int = _int
-M._is_array = _is_array
-M._sorted_keys = _sorted_keys
-M._text = _text
+M.value = _v -- a decoded value, nil for a JSON / YAML null
+M.is_int = _is_int
+M.int = _int
+M.is_array = _is_array
+M.sorted_keys = _sorted_keys
+M.text = _text
 
 --- A recipe's field errors in the one error shape (docs/errors.md): code "invalid", the first
 --- error's field and message, and `errors`, every one ({field, message, line?, column?}).
