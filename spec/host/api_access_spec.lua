@@ -175,6 +175,41 @@ describe("access: roles and a trusted proxy", function()
       a.entries[1].target })
   end)
 
+  it("a personal access token acts as its user with a role no higher than theirs, until revoked", function()
+    local alice = as("alice", "ml-ops")
+    local st, t = call("POST", "/api/v1/tokens", { name = "ci" }, alice)
+    assert.equal(201, st)
+    assert.matches("^obp_%x+$", t.token)
+    assert.same({ "alice", "operator", "ci" }, { t.user, t.role, t.name })
+    local bearer = { Authorization = "Bearer " .. t.token, ["X-Requested-With"] = false }
+    local _, s = call("GET", "/api/v1/session", nil, bearer)
+    assert.same({ "alice", "operator", "pat" }, { s.user, s.role, s.via })
+    assert.equal(201, (call("POST", "/api/v1/models", { name = "by-token" }, bearer)))
+    local _, a = call("GET", "/api/v1/audit?user=alice&limit=1", nil, bearer)
+    assert.same({ "alice", "pat", "/api/v1/models" }, { a.entries[1].actor, a.entries[1].via, a.entries[1].target })
+    assert.equal(403, (call("POST", "/api/v1/keys", { name = "no" }, bearer)))
+    -- a token limited below her role; none above it
+    local _, v = call("POST", "/api/v1/tokens", { name = "read-only", role = "viewer" }, alice)
+    assert.equal(403, (call("POST", "/api/v1/models", { name = "nope" },
+      { Authorization = "Bearer " .. v.token, ["X-Requested-With"] = false })))
+    local st3, e = call("POST", "/api/v1/tokens", { role = "admin" }, alice)
+    assert.equal(403, st3)
+    assert.equal("role", e.error.field)
+    -- only its hash is kept; the list never holds a token
+    local _, list = call("GET", "/api/v1/tokens", nil, alice)
+    assert.equal(2, #list.tokens)
+    for _, x in ipairs(list.tokens) do assert.is_nil(x.token) end
+    assert.is_nil(stores[1]:personal_token_by_hash(t.token))
+    -- bob can neither see nor revoke it
+    local _, bl = call("GET", "/api/v1/tokens", nil, as("bob"))
+    assert.equal(0, #bl.tokens)
+    assert.equal(404, (call("DELETE", "/api/v1/tokens/" .. ("%d"):format(t.id), nil, as("bob"))))
+    assert.equal(200, (call("DELETE", "/api/v1/tokens/" .. ("%d"):format(t.id), nil, alice)))
+    assert.equal(401, (call("GET", "/api/v1/models", nil, bearer)))
+    -- the admin token is no user
+    assert.equal(409, (call("POST", "/api/v1/tokens", {}, { Authorization = "Bearer " .. ADMIN })))
+  end)
+
   it("every route declares an action the access policy knows", function()
     local pol = require "obleth.policy.access"
     for _, r in ipairs(api.load_routes()) do

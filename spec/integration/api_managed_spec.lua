@@ -135,7 +135,8 @@ describe("obleth serve: replicas and the provisioner protocol", function()
     local _, snap = srv:request("GET", "/api/v1/provisioner/snapshot")
     local sm = snap.models[1]
     assert.equal(2, #sm.replicas)
-    assert.same({ slot = 2, state = "NODE_FAIL", healthy = false, at = 1764496700 }, sm.recent_ends[1])
+    -- with its exit code: which ends count is the lost policy's decision, from these facts
+    assert.same({ slot = 2, state = "NODE_FAIL", healthy = false, at = 1764496700, exit_code = 0 }, sm.recent_ends[1])
     -- an end obleth caused carries its cancel_why into recent ends (the lost rule leaves it out)
     srv:request("POST", "/api/v1/provisioner/report", { pass = { started_at = 3, duration = 0.1 },
       replicas = { { nonce = NONCE2, state = "ending", cancel_why = "spec paused" } },
@@ -144,6 +145,20 @@ describe("obleth serve: replicas and the provisioner protocol", function()
     _, snap = srv:request("GET", "/api/v1/provisioner/snapshot")
     assert.same({ slot = 2, state = "CANCELLED", healthy = false, at = 1764496900, cancel_why = "spec paused" },
       snap.models[1].recent_ends[1])
+    -- ?ends=N: each slot's last N ends (the provisioner asks for its lost policy's window)
+    local function slot2(s)
+      local n = 0
+      for _, e in ipairs(s.models[1].recent_ends) do if e.slot == 2 then n = n + 1 end end
+      return n
+    end
+    assert.equal(2, slot2(snap))
+    local code
+    code, snap = srv:request("GET", "/api/v1/provisioner/snapshot?ends=1")
+    assert.equal(200, code)
+    assert.equal(1, slot2(snap))
+    assert.equal("CANCELLED", snap.models[1].recent_ends[1].state)
+    code = srv:request("GET", "/api/v1/provisioner/snapshot?ends=0")
+    assert.equal(400, code)
     _, reps = srv:request("GET", "/api/v1/models/" .. m.id .. "/replicas")
     for _, r in ipairs(reps.replicas) do
       if r.slot == 2 then assert.equal("spec paused", r.cancel_why) end

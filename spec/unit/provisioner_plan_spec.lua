@@ -195,6 +195,18 @@ describe("provisioner plan: reconcile", function()
     assert.equal(1, #st.submits)
   end)
 
+  it("an exit 98 never counts, also in a later pass, from the snapshot's recent ends", function()
+    -- the port clash ended in an earlier pass: the snapshot carries its exit code
+    local r = { nonce = "0000000000000018", model_id = 1, slot = 1, state = "starting", job_id = 59, port = 20000 }
+    local st = run(snap({ { id = 1, name = "m", spec = spec({ replicas = 1 }), replicas = { r },
+      recent_ends = { { slot = 1, healthy = false, at = NOW - 100, state = "FAILED", exit_code = 98 },
+        { slot = 1, healthy = false, at = NOW - 200, state = "FAILED", exit_code = 1 } } } }),
+      { job(1, 1, r.nonce, "FAILED", { id = 59, end_time = NOW - 1, exit_code = { code = 1 } }) })
+    assert.equal("ended", st.rows[1].state)
+    assert.equal(2, st.models[1].decisions[1].decision.failures)
+    assert.equal(1, #st.models[1].decisions[1].decision.skipped)
+  end)
+
   it("ends obleth caused for reasons of its own (a restart, a pause, a scale-down) do not count toward lost", function()
     -- found by make chaos: three scale-downs of a starting replica made its slot lost
     local r = { nonce = "000000000000000c", model_id = 1, slot = 1, state = "ending", job_id = 52, port = 20000,

@@ -2,7 +2,7 @@
 -- access policy's (obleth.policy.access, overridable in policy.d); this module only gathers the
 -- identity from the request and words the refusal.
 --
--- An identity: {user = "alice" | nil, groups = {...}, via = "token"|"session"|"proxy",
+-- An identity: {user = "alice" | nil, groups = {...}, via = "token"|"session"|"proxy"|"pat",
 --   admin = true (the admin token, or a session signed in with it), role, actor}
 -- actor is how logs and the audit trail name it: the user's name, or "admin-token".
 local cidr = require "obleth.util.cidr"
@@ -79,6 +79,8 @@ end
 function M.resolve(ident, policy)
   if ident.admin then
     ident.role = "admin"
+  elseif ident.token_role then
+    ident.role = ident.token_role -- a personal token acts with the role it was made with
   else
     ident.role, ident.role_from = policy.role_of(ident, policy.DEFAULTS)
   end

@@ -44,6 +44,7 @@ M.ROUTE_MODULES = {
   "obleth.api.keys",
   "obleth.api.session",
   "obleth.api.audit",
+  "obleth.api.tokens",
   "obleth.api.events",
   "obleth.api.openapi",
   "obleth.api.docs",
@@ -179,8 +180,17 @@ end
 --- Who is asking, with the role the access policy gives them, or nil.
 ---@return table|nil identity (obleth.api.access), string|nil session_id
 function App:identity(req)
-  local how, sid = self:_auth(req)
   local c = self.ctx
+  -- a personal access token: the user it was made by, with its role
+  local bearer = (req.headers or {})["authorization"]
+  local pat = type(bearer) == "string" and bearer:match("^[Bb]earer%s+(obp_%x+)%s*$")
+  if pat then
+    local t = c.store:personal_token_by_hash(require("obleth.crypto").sha256_hex(pat))
+    if not t then return nil end
+    return access.resolve({ user = t.user, groups = {}, via = "pat", token_role = t.role, token_id = t.id },
+      c:access_policy())
+  end
+  local how, sid = self:_auth(req)
   local ident
   if how then
     ident = { admin = true, via = how == "bearer" and "token" or "session", groups = {} }

@@ -20,6 +20,21 @@ local function _proof(ctx)
   return crypto.sha256_hex(t)
 end
 
+--- The largest ?ends= a snapshot answers (ends per slot).
+M.MAX_ENDS = 1000
+
+-- ?ends=N: each slot's last N ends (the provisioner asks for its lost policy's window), or false for
+-- the store's default; nil, {message, field} for a bad query.
+local function _ends(ctx)
+  local v = ctx.query and ctx.query.ends
+  if v == nil then return false end
+  local n = math.tointeger(tonumber(v))
+  if not n or n < 1 or n > M.MAX_ENDS then
+    return nil, { message = ("ends: must be a whole number from 1 to %d"):format(M.MAX_ENDS), field = "ends" }
+  end
+  return n
+end
+
 -- This process's part of a snapshot version: a version another obleth serve (or this one before a
 -- restart) answered is never taken as a base for a delta.
 local BOOT = sys.random_hex(4)
@@ -57,6 +72,8 @@ end
 
 local function snapshot(ctx)
   local app = ctx.app
+  local ends, eerr = _ends(ctx)
+  if ends == nil then return errors.invalid(eerr) end
   local s = app:slurm_settings()
   local store = app.store
   -- the version first: a write made while the models are read is sent again by the next delta
@@ -105,7 +122,7 @@ local function snapshot(ctx)
   end
   return parts.answer(ctx, { head = doc, key = "models", src = src,
     make = function(m)
-      local md = store:snapshot_model(m)
+      local md = store:snapshot_model(m, ends or nil)
       if window then md.load = M.load_of(window, md, app.now()) end
       return md
     end, headers = { ["Cache-Control"] = "no-store, private" } })
@@ -256,9 +273,11 @@ local function bearer_only(handler)
 end
 
 M.routes = {
-  { "GET", "/api/v1/provisioner/snapshot", snapshot, action = "provisioner", parts = true, query = { "since" },
+  { "GET", "/api/v1/provisioner/snapshot", snapshot, action = "provisioner", parts = true,
+    query = { "since", { "ends", pattern = "^%d+$", rule = "each slot's last job ends to include, 1 to 1000" } },
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); with "
-      .. "?since=<version>, only the models changed since that version when it can (delta: true)" },
+      .. "?since=<version>, only the models changed since that version when it can (delta: true); "
+      .. "?ends=N: each slot's last N job ends (default 10)" },
   { "POST", "/api/v1/provisioner/report", report, action = "provisioner", body = "ProvisionerReport", changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },

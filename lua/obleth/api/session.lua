@@ -44,7 +44,8 @@ local function show(ctx)
   table.sort(can)
   local null = require("cjson").null
   return 200, { signed_in = true, expires_at = s and s.expires_at or null,
-    via = ctx.auth == "session" and "session" or ctx.auth == "proxy" and "proxy" or "token",
+    via = ctx.identity.via == "pat" and "pat" or ctx.auth == "session" and "session" or ctx.auth == "proxy" and "proxy"
+      or "token",
     user = ident.user or null, role = ident.role, groups = require("obleth.util.json").array(ident.groups or {}),
     actor = ident.actor, can = require("obleth.util.json").array(can) }
 end

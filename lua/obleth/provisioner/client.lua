@@ -44,22 +44,24 @@ function Client:_call(method, path, body)
 end
 
 -- A copy of plain data (the pass changes the tables it is given; the held models stay as served).
-local function copy(v)
-  if type(v) ~= "table" then return v end
-  local out = {}
-  for k, x in pairs(v) do out[k] = copy(x) end
-  return out
-end
+local copy = require("obleth.util.tables").deep_copy
 
 --- Everything one pass needs (settings with the JWT, specs, replicas), as a full snapshot.
 --- The client holds the models of the last snapshot and its version, and asks only for what changed
 --- since (`?since=`, docs/managed-spec.md "Snapshot versions"); the API answers a full snapshot
 --- instead whenever it cannot make a delta from that version (obleth serve restarted, another lease
 --- generation, a version it does not know). Each call returns its own copy of every model.
-function Client:snapshot()
+---@param opts {ends: integer|nil}|nil ends: each slot's last job ends to include (the lost policy's
+---  window, obleth.policy.lost.window); nil: the server's default (10). Another number than the held
+---  models were read with asks for a full snapshot.
+function Client:snapshot(opts)
+  local ends = opts and math.tointeger(opts.ends)
+  if self.held and self.held.ends ~= ends then self.held = nil end
   local held = self.held
-  local path = "/api/v1/provisioner/snapshot"
-  if held then path = path .. "?since=" .. held.version end
+  local q = {}
+  if held then q[#q + 1] = "since=" .. held.version end
+  if ends then q[#q + 1] = "ends=" .. ends end
+  local path = "/api/v1/provisioner/snapshot" .. (#q > 0 and ("?" .. table.concat(q, "&")) or "")
   local doc, err = self:_call("GET", path)
   if not doc then return nil, err end
   local models = held and doc.delta and held.models or {}
@@ -72,7 +74,7 @@ function Client:snapshot()
     for id, m in pairs(models) do m.load = load[tostring(id)] or idle end
   end
   for _, m in ipairs(doc.models or {}) do models[m.id] = m end
-  self.held = type(doc.version) == "string" and { version = doc.version, models = models } or nil
+  self.held = type(doc.version) == "string" and { version = doc.version, models = models, ends = ends } or nil
   local ids = {}
   for id in pairs(models) do ids[#ids + 1] = id end
   table.sort(ids)

@@ -311,8 +311,9 @@ end
 ---@return function|nil lost, function|nil rollover (nil: plan's built-in rule)
 ---@return string|nil err "policy (previous version kept): NAME: message; ..." when a file failed
 ---@return function|nil scale the scale policy's decide (nil: plan's built-in rule)
+---@return integer window ends per slot the lost rule reads (the snapshot is asked for that many)
 function M.rules(policy)
-  if not policy then return nil, nil, nil end
+  if not policy then return nil, nil, nil, nil, require("obleth.policy.lost").window() end
   policy.reload()
   local perr
   local perrs = policy.errors()
@@ -324,7 +325,8 @@ function M.rules(policy)
     table.sort(msgs)
     perr = "policy (previous version kept): " .. table.concat(msgs, "; ")
   end
-  return policy.get("lost").check, policy.get("rollover").plan, perr, policy.get("scale").decide
+  local lost = policy.get("lost")
+  return lost.check, policy.get("rollover").plan, perr, policy.get("scale").decide, lost.window()
 end
 
 --- One pass. Returns the report it sent (or would have sent), or nil, err. err.code "lease_held"
@@ -342,7 +344,11 @@ function M:pass()
     return nil, herr
   end
   chaos.point("after_lease")
-  local snap, err = self.api:snapshot()
+  -- the lost rule decides how many of each slot's ends it reads: the snapshot carries that many
+  -- (a broken policy edit keeps the previous version and is reported as pass.policy_error, not as
+  -- a failed pass)
+  local lost_rule, rollover_rule, _, scale_rule, window = M.rules(self.policy)
+  local snap, err = self.api:snapshot { ends = window }
   if not snap then return nil, err end
   local settings = snap.settings or {}
   if type(settings.token) == "string" then log.add_secret(settings.token) end
@@ -408,9 +414,6 @@ function M:pass()
   end
   chaos.point("after_snapshot")
   if jobs then
-    -- a broken policy edit keeps the previous version and is reported as pass.policy_error
-    -- (self:_policy_error() above), not as a failed pass
-    local lost_rule, rollover_rule, _, scale_rule = M.rules(self.policy)
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,
@@ -556,6 +559,14 @@ function M:pass()
   return report
 end
 
+--- Between passes: collect what the pass left (its decoded job listing is most of it) and give the
+--- freed heap back to the system, so the process's resident memory between passes is what it keeps
+--- (the held snapshot, the caches), not the pass's peak (docs/performance.md).
+function M.tidy()
+  collectgarbage("collect")
+  sys.trim_memory()
+end
+
 --- Whether the daemon's loop is alive: between passes, or in a pass that started less than
 --- `max_pass` seconds ago (default 900). The watchdog is fed only then.
 function M:alive(max_pass)
@@ -603,6 +614,7 @@ function M:run()
     self.in_pass, self.pass_started = true, loop.monotonic()
     local ok, err = self:pass()
     self.in_pass = false
+    M.tidy()
     local wait = self.interval
     if ok then
       backoff = self.interval

@@ -17,18 +17,6 @@ local tables = require "obleth.util.tables"
 
 local M = {}
 
---- The reasons obleth cancels a job that do say the model failed to serve: the health checks'.
---- Every other cancel (restart asked, spec paused, Slurm turned off, spec deleted, surplus or
---- duplicate replica, walltime rollover, slot lost) is obleth's or the operator's own doing, so the
---- lost rule and the resubmit backoff do not count the end it causes as a failed start.
-M.FAILED_START_CANCELS = { ["startup grace exceeded"] = true, ["unhealthy past grace"] = true }
-
---- True when cancel_why names a cancel that says nothing about the model (see FAILED_START_CANCELS).
----@param cancel_why string|nil the replica's cancel_why
-function M.cancel_not_a_failure(cancel_why)
-  return type(cancel_why) == "string" and not M.FAILED_START_CANCELS[cancel_why]
-end
-
 --- Slurm job states in which the job still holds (or waits for) resources.
 M.LIVE = { PENDING = true, RUNNING = true, CONFIGURING = true, SUSPENDED = true, REQUEUED = true,
   RESIZING = true, SIGNALING = true, STAGE_OUT = true, REQUEUE_HOLD = true, REQUEUE_FED = true }
@@ -363,31 +351,28 @@ function M.reconcile(input)
             end
           end
           if not primary then
-            -- the lost / backoff rule looks at this slot's recent ends
+            -- the lost / backoff rule looks at this slot's recent ends, newest first: this pass's, then
+            -- the snapshot's; which of them count is the rule's decision (obleth.policy.lost)
             local ends = {}
             for _, r in ipairs(mm.ended_now) do
               if r.slot == slot then
-                local port_clash = r["end"] and r["end"].exit_code == 98
-                ends[#ends + 1] = { healthy = r.healthy_at ~= nil, at = r.ended_at, row = r,
-                  ignore = port_clash or M.cancel_not_a_failure(r.cancel_why) }
+                local en = r["end"] or {}
+                ends[#ends + 1] = { healthy = r.healthy_at ~= nil, at = r.ended_at, row = r, state = en.state,
+                  exit_code = en.exit_code, cancel_why = r.cancel_why, job_id = r.job_id }
               end
             end
             table.sort(ends, function(a, b) return (a.at or 0) > (b.at or 0) end)
             if not mm.cleared then
               for _, e in ipairs(mm.recent_ends) do
                 if e.slot == slot then
-                  ends[#ends + 1] = { healthy = e.healthy, at = e.at,
-                    ignore = e.ignore or M.cancel_not_a_failure(e.cancel_why) }
+                  ends[#ends + 1] = { healthy = e.healthy, at = e.at, state = e.state, exit_code = e.exit_code,
+                    cancel_why = e.cancel_why }
                 end
               end
             end
-            -- a failed bind on a port someone else held (exit 98) is no model failure, nor is an end
-            -- obleth caused for a reason of its own (a restart, a pause, a scale-down)
-            local counted = {}
-            for _, e in ipairs(ends) do if not e.ignore then counted[#counted + 1] = e end end
-            ends = counted
             local d = lost_rule(ends)
-            local just_ended = ends[1] and ends[1].row
+            -- the newest end that counted, when it ended in this pass, is the row marked lost
+            local just_ended = d.evidence and d.evidence[1] and d.evidence[1].row
             local decided = { slot = slot, rule = "lost", decision = d }
             mm.decisions[#mm.decisions + 1] = decided
             if d.lost and just_ended then
@@ -555,7 +540,9 @@ local function _nn(v)
 end
 
 local function _same(a, b)
-  a, b = _nn(a), _nn(b)
+  if a == b then return true end -- most fields of a steady row: no call below
+  if a == NULL_SENTINEL then a = nil end
+  if b == NULL_SENTINEL then b = nil end
   if a == b then return true end
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   for k, v in pairs(a) do if not _same(v, b[k]) then return false end end
@@ -563,12 +550,7 @@ local function _same(a, b)
   return true
 end
 
-local function _copy(v)
-  if type(v) ~= "table" then return v end
-  local o = {}
-  for k, x in pairs(v) do o[k] = _copy(x) end
-  return o
-end
+local _copy = tables.deep_copy
 
 --- What the snapshot says of each live replica, in the fields a report carries, by nonce: the
 --- baseline a pass's report is taken against. Copied (nested tables too), so the plan's edits of
@@ -576,11 +558,15 @@ end
 ---@param snapshot table the Management API snapshot
 ---@return table<string, table> nonce → {field = value}
 function M.baseline(snapshot)
-  local base = {}
+  local base, fields = {}, M.REPORT_FIELDS
   for _, m in ipairs(snapshot.models or {}) do
     for _, r in ipairs(m.replicas or {}) do
       local b = {}
-      for _, k in ipairs(M.REPORT_FIELDS) do b[k] = _copy(r[k]) end
+      for _, k in ipairs(fields) do
+        local v = r[k]
+        if type(v) == "table" then v = _copy(v) end
+        b[k] = v
+      end
       base[r.nonce] = b
     end
   end
@@ -596,7 +582,8 @@ end
 function M.changed(base, row)
   if not base then return true end
   for _, k in ipairs(M.REPORT_FIELDS) do
-    if not _same(base[k], row[k]) then return true end
+    local a, b = base[k], row[k]
+    if a ~= b and not _same(a, b) then return true end
   end
   return false
 end

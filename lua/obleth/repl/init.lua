@@ -214,7 +214,7 @@ function M.handles(ctx)
   ---@return table run {now, replicas = {model, slot, job_id, node, now, next}[], actions = {action, model,
   ---  slot, job_id, rule, facts}[], submits: integer, cancels: integer, policy_error: string|nil}
   function H.plan()
-    local f, err = ctx.live.pass()
+    local f, err = ctx.live.pass(ctx.policy.get("lost").window())
     if not f then error("plan: " .. (type(err) == "table" and tostring(err.message) or tostring(err)), 2) end
     local _, _, perr = require("obleth.provisioner").rules(ctx.policy)
     local run = require("obleth.repl.dryrun").run { now = f.now, snapshot = f.snapshot, jobs = f.jobs,
@@ -410,10 +410,10 @@ function M.main(argv)
   -- live facts, read fresh for every call
   local live = {}
   local NO_API = { code = "no_api", message = "no Management API: set OBLETH_ADMIN_BASE_URL and OBLETH_ADMIN_TOKEN" }
-  function live.pass()
+  function live.pass(ends)
     if not client then return nil, NO_API end
     if not conn then return nil, { code = "no_slurm", message = "not connected to Slurm: " .. slurm_options.error_text(cerr) } end
-    local snap, err = client:snapshot()
+    local snap, err = client:snapshot { ends = ends }
     if not snap then return nil, err end
     remember(snap)
     local st = snap.settings or {}

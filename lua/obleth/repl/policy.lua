@@ -82,7 +82,8 @@ end
 ---@param set table the policy set (obleth.policy: get, reload, errors; process-wide)
 ---@param live {pass: fun(): (table|nil, any), cluster: fun(): (table|nil, any),
 ---  launches: fun(opts: table): (table[]|nil, any)}
----  pass() → {now, snapshot, jobs, job_by_id}; cluster() → {partitions, nodes, qos, associations}
+---  pass(ends|nil) → {now, snapshot, jobs, job_by_id} (ends: each slot's job ends to read);
+---  cluster() → {partitions, nodes, qos, associations}
 ---@return table
 function M.new(set, live)
   local P = { names = require("obleth.policy").NAMES }
@@ -169,7 +170,8 @@ function M.new(set, live)
       return shown(res, M.render_try)
     end
     local function new_get(n) if n == name then return mod end return set.get(n) end
-    local f = need(live.pass())
+    -- each slot's ends as far back as either version of the lost rule reads
+    local f = need(live.pass(math.max(set.get("lost").window(), new_get("lost").window())))
     local old = dryrun.run { now = f.now, snapshot = f.snapshot, jobs = f.jobs, job_by_id = f.job_by_id,
       lost = set.get("lost"), rollover = set.get("rollover"), scale = set.get("scale") }
     local new = dryrun.run { now = f.now, snapshot = f.snapshot, jobs = f.jobs, job_by_id = f.job_by_id,

@@ -10,12 +10,12 @@ local M = {}
 --- their migration, replaced by the source's.
 M.TABLES = { "models", "managed_specs", "endpoints", "launches", "replicas", "job_outcomes",
   "clear_lost_requests", "settings", "provisioner_status", "recipes", "installation", "api_keys",
-  "api_key_usage", "provisioner_lease", "replica_logs", "dashboard_sessions", "signin_failures", "audit" }
+  "api_key_usage", "provisioner_lease", "replica_logs", "dashboard_sessions", "signin_failures", "audit", "personal_tokens" }
 local SINGLETONS = { provisioner_status = true, installation = true }
 --- Kept by the destination's own triggers as the rows arrive (the snapshot versions, migration 11): not
 --- copied. A provisioner's version from the source's obleth serve is no base there (a full resync).
 M.DERIVED = { sync_version = true, model_versions = true }
-local IDENTITIES = { "models", "launches", "replicas", "job_outcomes", "api_keys", "audit" }
+local IDENTITIES = { "models", "launches", "replicas", "job_outcomes", "api_keys", "audit", "personal_tokens" }
 
 local function _err(code, fmt, ...) return { code = code, message = fmt:format(...) } end
 

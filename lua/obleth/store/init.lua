@@ -14,7 +14,7 @@
 local M = {}
 
 for _, group in ipairs({ "models", "specs", "replicas", "settings", "provisioner", "launches", "recipes", "keys",
-  "sessions", "audit" }) do
+  "sessions", "audit", "tokens" }) do
   require("obleth.store." .. group)
 end
 

@@ -185,21 +185,29 @@ function Store:snapshot_changed(since)
   return out
 end
 
+--- Ends per slot a snapshot carries unless asked for another number (the lost rule's built-in window).
+Store.SNAPSHOT_ENDS = 10
+
 --- One model's entry in the provisioner snapshot: {id, name, status, spec, replicas, recent_ends, endpoints}.
+--- recent_ends: each slot's last `ends` job outcomes (newest first), every one of them: which count is
+--- the lost policy's decision (obleth.policy.lost), so each carries its exit code and cancel_why.
 ---@param m table a row of Store:snapshot_models()
-function Store:snapshot_model(m)
-  local ends = json.array()
-  for _, e in ipairs(self:_q([[SELECT slot, state, healthy, cancel_why, coalesce(ended_at, recorded_at) AS at FROM (
-      SELECT o.*, row_number() OVER (PARTITION BY slot ORDER BY id DESC) AS k
-      FROM job_outcomes o WHERE model_id = ?) AS ranked WHERE k <= 10 ORDER BY at DESC, slot]], m.id)) do
-    ends[#ends + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at,
+---@param ends integer|nil ends per slot (default Store.SNAPSHOT_ENDS)
+function Store:snapshot_model(m, ends)
+  local rows = json.array()
+  for _, e in ipairs(self:_q([[SELECT slot, state, healthy, exit_code, cancel_why, coalesce(ended_at, recorded_at) AS at
+      FROM (SELECT o.*, row_number() OVER (PARTITION BY slot ORDER BY id DESC) AS k
+      FROM job_outcomes o WHERE model_id = ?) AS ranked WHERE k <= ? ORDER BY at DESC, slot]], m.id,
+      math.tointeger(ends) or Store.SNAPSHOT_ENDS)) do
+    rows[#rows + 1] = { slot = e.slot or NULL, state = e.state, healthy = e.healthy == 1, at = e.at,
+      exit_code = e.exit_code, -- present when Slurm gave one
       cancel_why = e.cancel_why } -- present only when obleth cancelled the job
   end
   return {
     id = m.id, name = m.name, status = m.status,
     spec = self:get_spec(m.id) or NULL,
     replicas = self:list_replicas({ model_id = m.id, live = true }),
-    recent_ends = ends,
+    recent_ends = rows,
     endpoints = self:_endpoints(m.id),
   }
 end
@@ -218,9 +226,11 @@ end
 
 --- The whole provisioner snapshot in one table (GET /api/v1/provisioner/snapshot streams the same
 --- document in parts: obleth.api.provisioner).
-function Store:snapshot(now)
+---@param now number epoch seconds
+---@param ends integer|nil ends per slot (Store:snapshot_model)
+function Store:snapshot(now, ends)
   local models = json.array()
-  for _, m in ipairs(self:snapshot_models()) do models[#models + 1] = self:snapshot_model(m) end
+  for _, m in ipairs(self:snapshot_models()) do models[#models + 1] = self:snapshot_model(m, ends) end
   local doc = self:snapshot_head(now)
   doc.models = models
   return doc

@@ -316,6 +316,21 @@ local MIGRATIONS = {
     CREATE INDEX audit_actor ON audit(actor, id);
     CREATE INDEX audit_model ON audit(model_id, id);
   ]],
+  -- 13: personal access tokens (docs/access.md "Tokens for scripts"): a user's own tokens, only their
+  -- SHA-256 kept, each limited to a role no higher than the user's when it was made
+  [13] = [[
+    CREATE TABLE personal_tokens (
+      id INTEGER PRIMARY KEY,
+      username TEXT NOT NULL,
+      name TEXT NOT NULL,
+      prefix TEXT NOT NULL,
+      hash TEXT NOT NULL UNIQUE CHECK (length(hash) = 64),
+      role TEXT NOT NULL CHECK (role IN ('viewer', 'operator', 'admin')),
+      created_at INTEGER NOT NULL,
+      revoked_at INTEGER
+    );
+    CREATE INDEX personal_tokens_user ON personal_tokens(username, id);
+  ]],
 }
 
 M.migrations = MIGRATIONS

@@ -1,0 +1,91 @@
+--- Personal access tokens (docs/access.md "Tokens for scripts"): a signed-in user makes tokens for
+-- their scripts, each limited to a role no higher than theirs, revocable, kept hashed. A script sends
+-- one as Authorization: Bearer obp_...; it acts as the user, with the token's role.
+local errors = require "obleth.api.errors"
+local params = require "obleth.api.params"
+
+local M = {}
+
+--- Personal tokens look like obp_<48 hex characters> (192 random bits).
+M.PREFIX = "obp_"
+M.RANDOM_BYTES = 24
+--- Characters kept (and listed) to tell tokens apart: "obp_" and 8 hex.
+M.SHOWN = 12
+
+local function _rank(ctx, role) return ctx.app:access_policy().rank(role) end
+
+local function list(ctx)
+  local ident = ctx.identity
+  local user = ident.user
+  if ctx.query.user then
+    if ident.role ~= "admin" and ctx.query.user ~= user then
+      return errors.fail(403, "forbidden", "only an admin lists another user's tokens", "user")
+    end
+    user = ctx.query.user
+  elseif ident.admin then
+    user = nil -- the admin token: every user's
+  end
+  return 200, { tokens = ctx.app.store:list_personal_tokens(user) }
+end
+
+local function create(ctx)
+  local ident = ctx.identity
+  if not ident.user then
+    return errors.fail(409, "conflict", "the admin token is no user: sign in as yourself to make a personal token")
+  end
+  local b = ctx.json or {}
+  local name = b.name
+  if name == nil or name == require("cjson").null then name = "" end
+  if type(name) ~= "string" or #name > 128 or name:find("%c") then
+    return errors.fail(400, "invalid", "name: must be at most 128 characters without control characters", "name")
+  end
+  local role = b.role
+  if role == nil or role == require("cjson").null then role = ident.role end
+  if type(role) ~= "string" or not _rank(ctx, role) then
+    return errors.fail(400, "invalid", "role: must be viewer, operator or admin", "role")
+  end
+  if _rank(ctx, role) > _rank(ctx, ident.role) then
+    return errors.fail(403, "forbidden", ("%s has the %s role: a token of theirs cannot be %s"):format(ident.user,
+      ident.role, role), "role", { role = ident.role })
+  end
+  local key = M.PREFIX .. require("obleth.sys").random_hex(M.RANDOM_BYTES)
+  local t, err = ctx.app.store:create_personal_token { user = ident.user, name = name, prefix = key:sub(1, M.SHOWN),
+    hash = require("obleth.crypto").sha256_hex(key), role = role }
+  if not t then return errors.store(err) end
+  ctx.app.log.info("personal_token_created", { id = t.id, actor = ctx.actor, role = role, prefix = t.prefix })
+  t.token = key
+  return 201, t, { Location = "/api/v1/tokens/" .. t.id }
+end
+
+local function revoke(ctx)
+  local id = params.int_param(ctx, "id")
+  local t = id and ctx.app.store:get_personal_token(id)
+  local ident = ctx.identity
+  if not t or (t.user ~= ident.user and ident.role ~= "admin") then
+    return errors.not_found("personal token", ctx.params.id)
+  end
+  local r, err = ctx.app.store:revoke_personal_token(id)
+  if not r then return errors.store(err) end
+  ctx.app.log.info("personal_token_revoked", { id = id, actor = ctx.actor, user = t.user })
+  return 200, r
+end
+
+M.schemas = {
+  PersonalTokenInput = { type = "object", additionalProperties = false, properties = {
+    name = { type = "string", maxLength = 128, description = "what the token is for" },
+    role = { type = "string", enum = { "viewer", "operator", "admin" },
+      description = "the token's role, at most the user's (default: the user's)" } } },
+}
+
+M.routes = {
+  { "GET", "/api/v1/tokens", list, action = "session.own", tag = "access", query = { "user" },
+    summary = "Your personal access tokens (an admin: ?user=, the admin token: everyone's); never the token" },
+  { "POST", "/api/v1/tokens", create, action = "session.own", tag = "access", body = "PersonalTokenInput",
+    body_optional = true, changes = {},
+    summary = "Make a personal access token for scripts (Authorization: Bearer obp_...), acting as you with a "
+      .. "role no higher than yours; the answer's `token` is shown this once (only its hash is stored)" },
+  { "DELETE", "/api/v1/tokens/{id}", revoke, action = "session.own", tag = "access", changes = {},
+    summary = "Revoke one of your personal access tokens (an admin: anyone's); it stops working at once" },
+}
+
+return M
