@@ -23,6 +23,9 @@
  *   exit_now(code)          _exit(2): no cleanup — for fault injection only
  *   nofile([n])             -> soft, hard: the descriptor limit (RLIMIT_NOFILE); with n, the
  *                           soft limit is first set to n (at most the hard limit)
+ *   trim_memory()           -> true when the C library gave free heap memory back to the
+ *                           system (glibc's malloc_trim), false otherwise: after a
+ *                           provisioner pass whose decoded job listing is garbage now
  *   user_groups(name)       -> array of the names of the user's groups in this host's
  *                           databases (NSS: files, LDAP, sssd ...), the primary group
  *                           first | nil, err when the user is unknown here
@@ -38,6 +41,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -292,6 +298,15 @@ static int l_user_groups(lua_State *L) {
     return 1;
 }
 
+static int l_trim_memory(lua_State *L) {
+#ifdef __GLIBC__
+    lua_pushboolean(L, malloc_trim(0));
+#else
+    lua_pushboolean(L, 0);
+#endif
+    return 1;
+}
+
 int luaopen_obleth_sys(lua_State *L) {
     static const luaL_Reg funcs[] = {
         {"getpid", l_getpid},     {"kill", l_kill},       {"hostname", l_hostname},
@@ -299,7 +314,7 @@ int luaopen_obleth_sys(lua_State *L) {
         {"listdir", l_listdir},   {"mkdir", l_mkdir},     {"rename", l_rename}, {"chmod", l_chmod},
         {"isatty", l_isatty},     {"sd_notify", l_sd_notify}, {"exit_now", l_exit_now},
         {"user_groups", l_user_groups}, {"nofile", l_nofile}, {"geteuid", l_geteuid},
-        {"realpath", l_realpath},
+        {"realpath", l_realpath}, {"trim_memory", l_trim_memory},
         {NULL, NULL}};
     luaL_newlib(L, funcs);
     lua_pushliteral(L, OBLETH_VERSION);

@@ -17,6 +17,9 @@ describe("autoscaling on the harness cluster", function()
   end
 
   local h, srv, prov
+  local policy_dir = os.tmpname()
+  os.remove(policy_dir)
+  os.execute("mkdir -p " .. util.shq(policy_dir))
   local plain = require("obleth.provisioner.client").plain
 
   local function ok(method, path, body)
@@ -50,12 +53,13 @@ describe("autoscaling on the harness cluster", function()
     h = harness.start { port_range = { 22000, 22999 }, env = { OBLETH_WAKE_WAIT = "90" } }
     srv = h.srv
     ok("PUT", "/api/v1/settings/router", { keyless = true })
-    prov = provisioner.start { base = srv.base, token = srv.token }
+    prov = provisioner.start { base = srv.base, token = srv.token, env = { OBLETH_POLICY_DIR = policy_dir } }
   end)
 
   teardown(function()
     if prov then prov:stop() end
     if h then h:stop() end
+    os.execute("rm -rf " .. util.shq(policy_dir))
   end)
 
   it("wakes from zero on a request, scales up to max under load, drains back, and returns to zero", function()
@@ -103,5 +107,33 @@ describe("autoscaling on the harness cluster", function()
 
     -- no request for idle_to_zero_after: zero, and no job left in Slurm
     wait_until(function() return count(m.id) == 0 and #h:live_jobs(m.id) == 0, count(m.id) end, 120, "zero replicas")
+  end)
+
+  it("a scale.lua in policy.d changes the decision on the next pass, and removing it brings the built-in back", function()
+    local m = ok("POST", "/api/v1/models", { name = "auto-2" })
+    m = m.model or m
+    ok("PUT", "/api/v1/models/" .. m.id .. "/managed", { partition = "gpu", account = "research", time_limit = 10,
+      nodes = 1, cpus_per_node = 1, memory_per_node = 200, launch_command = "obleth smoke-engine --startup-delay 1",
+      health = { path = "/health", interval = 1, timeout = 1, startup_grace = 60, failure_threshold = 2 },
+      autoscale = { min_replicas = 0, max_replicas = 2, target_inflight = 2, scale_down_after = 0,
+        idle_to_zero_after = 5 } })
+    local p0 = passes()
+    wait_until(function() return passes() >= p0 + 2, passes() end, 60, "two provisioner passes")
+    assert.equal(0, count(m.id), "no request: the built-in policy keeps it at zero")
+    -- an operator keeps one replica warm in working hours (here: always), without touching the spec
+    local fh = assert(io.open(policy_dir .. "/scale.lua", "w"))
+    fh:write([[
+      return {
+        decide = function(f, opts)
+          local d = builtin.decide(f, opts)
+          if d.desired < 1 then d.desired, d.change, d.reason = 1, "up", "kept warm by policy.d" end
+          return d
+        end,
+      }]])
+    fh:close()
+    wait_until(function() return count(m.id, "healthy") == 1, count(m.id) end, 90, "one warm replica")
+    -- the file goes: no request for idle_to_zero_after, the built-in scales it to zero again
+    os.remove(policy_dir .. "/scale.lua")
+    wait_until(function() return count(m.id) == 0 and #h:live_jobs(m.id) == 0, count(m.id) end, 90, "zero again")
   end)
 end)

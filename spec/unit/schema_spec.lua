@@ -191,6 +191,36 @@ describe("obleth.schema", function()
     end
   end)
 
+  describe("the OpenAPI ModelInput accepts what PATCH /models/{id} accepts and refuses what it refuses", function()
+    local N = cjson.null
+    local function model_takes(body)
+      return json_schema.check({ ["$ref"] = "#/components/schemas/ModelInput" }, body, DOC)
+    end
+    local taken = { { name = "llama-3" }, { name = "org/m:v1.5", description = N, id = 3.0, status = "active" },
+      { description = "two\nlines" }, { name = string.rep("a", 128) } }
+    local refused = { { { name = "-x" }, "name" }, { { name = "" }, "name" }, { { name = string.rep("a", 129) }, "name" },
+      { { name = "a b" }, "name" }, { { colour = 1.0 }, "colour" }, { { description = 3.0 }, "description" } }
+    for i, body in ipairs(taken) do
+      it(("takes example %d"):format(i), function()
+        local m, err = input.model(body, true)
+        assert(m, err and err.message)
+        local ok, why = model_takes(body)
+        assert(ok, why)
+      end)
+    end
+    for _, r in ipairs(refused) do
+      it("refuses a bad " .. r[2], function()
+        local _, err = input.model(r[1], true)
+        assert.equal(r[2], err and err.field)
+        assert.is_false((model_takes(r[1])))
+      end)
+    end
+    it("a null description clears it; POST needs a name", function()
+      assert.equal(N, (input.model({ description = N }, true)).description)
+      assert.equal("name", select(2, input.model({ description = "x" })).field)
+    end)
+  end)
+
   it("turns the Lua patterns it declares into regular expressions", function()
     assert.equal("^[A-Za-z0-9_.\\-]+$", wire.regex("^[A-Za-z0-9_.%-]+$"))
     assert.equal("^[A-Za-z0-9]x*?$", wire.regex("^%wx-$"))

@@ -5,6 +5,7 @@ local wire = require "obleth.schema"
 local request = require "obleth.api.request"
 local managed = require "obleth.schema.managed"
 local slurm_settings = require "obleth.schema.settings"
+local model_schema = require "obleth.schema.model"
 
 local M = {}
 
@@ -16,14 +17,16 @@ M.schemas = {
   Error = { type = "object", required = { "error" }, properties = {
     error = { type = "object", required = { "code", "message" }, properties = {
       code = str(), message = str(), field = str() } } } },
-  ModelInput = { type = "object", additionalProperties = false, properties = {
-    name = { type = "string", pattern = "^[A-Za-z0-9._:/-]{1,128}$" }, description = nullable(str()) } },
+  ModelInput = wire.openapi(model_schema.input),
   Model = { type = "object", properties = {
     id = { type = "integer" }, name = str(), description = nullable(str()),
     status = { type = "string", enum = { "staged", "active" } }, endpoints = arr(str()),
     managed = { type = "boolean" }, created_at = { type = "integer" }, updated_at = { type = "integer" } } },
-  EndpointInput = { type = "object", required = { "url" }, additionalProperties = false,
-    properties = { url = { type = "string", format = "uri" } } },
+  EndpointInput = (function()
+    local o = wire.openapi(model_schema.endpoint_input)
+    o.required = { "url" }
+    return o
+  end)(),
   ManagedSpec = wire.openapi(managed.spec),
   SlurmConnection = wire.openapi(slurm_settings.connection),
   SlurmSettings = wire.openapi(slurm_settings.settings),

@@ -11,6 +11,7 @@ local schema = require "obleth.schema"
 local check = require "obleth.schema.check"
 local managed_schema = require "obleth.schema.managed"
 local settings_schema = require "obleth.schema.settings"
+local model_schema = require "obleth.schema.model"
 
 local M = {}
 
@@ -21,7 +22,7 @@ M.MASK = "********"
 --- Returned for a secret field that keeps the stored value (absent or the mask).
 M.KEEP = setmetatable({}, { __name = "obleth.deployment.input.KEEP", __tostring = function() return "KEEP" end })
 
-M.MODEL_NAME = recipe_schema.API_NAME_PATTERN
+M.MODEL_NAME = model_schema.name.pattern
 M.REPLICA_STATES = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true,
   ending = true, ended = true, lost = true }
 M.LIVE_STATES = { "pending", "submitted", "starting", "healthy", "unhealthy", "ending" }
@@ -145,35 +146,21 @@ end
 ---@param partial boolean|nil
 ---@return table|nil {name=, description=}, table|nil err
 function M.model(input, partial)
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
-  local ok, err = _unknown(input, _set({ "name", "description", "id", "status", "endpoints", "managed",
-    "created_at", "updated_at" }))
-  if not ok then return nil, err end
-  local out = {}
-  if input.name == nil then
-    if not partial then return _err("name", "is required (the API model name clients send)") end
-  else
-    local s, e = _str(input.name, "name", { max = recipe_schema.API_NAME_MAX, pattern = M.MODEL_NAME,
-      rule = recipe_schema.API_NAME_RULE })
-    if e then return nil, e end
-    if s == "" then return _err("name", "must not be empty") end
-    out.name = s
+  local body = input
+  if _is_object(input) and input.description == NULL then -- null clears the description
+    body = {}
+    for k, v in pairs(input) do if k ~= "description" then body[k] = v end end
   end
-  if input.description ~= nil then
-    if _null(input.description) then out.description = NULL
-    else
-      local s, e = _str(input.description, "description", { max = 4096, multiline = true })
-      if e then return nil, e end
-      out.description = s
-    end
-  end
+  local out, err = schema.validate(model_schema.input, body)
+  if not out then return nil, err end
+  if out.name == nil and not partial then return _err("name", "is required (the API model name clients send)") end
+  if body ~= input then out.description = NULL end
   return out
 end
 
 --- An endpoint base URL: http(s)://host:port[/path].
 function M.endpoint(v, field)
-  return _str(v, field or "url", { max = 2048, pattern = "^https?://[%w%.%-_%[%]:]+[%w/%.%-_~%%]*$",
-    rule = "an http:// or https:// base URL" })
+  return schema.validate(model_schema.endpoint, v, field or "url")
 end
 
 ---------------------------------------------------------------------------

@@ -44,12 +44,7 @@ function Client:_call(method, path, body)
 end
 
 -- A copy of plain data (the pass changes the tables it is given; the held models stay as served).
-local function copy(v)
-  if type(v) ~= "table" then return v end
-  local out = {}
-  for k, x in pairs(v) do out[k] = copy(x) end
-  return out
-end
+local copy = require("obleth.util.tables").deep_copy
 
 --- Everything one pass needs (settings with the JWT, specs, replicas), as a full snapshot.
 --- The client holds the models of the last snapshot and its version, and asks only for what changed

@@ -559,6 +559,14 @@ function M:pass()
   return report
 end
 
+--- Between passes: collect what the pass left (its decoded job listing is most of it) and give the
+--- freed heap back to the system, so the process's resident memory between passes is what it keeps
+--- (the held snapshot, the caches), not the pass's peak (docs/performance.md).
+function M.tidy()
+  collectgarbage("collect")
+  sys.trim_memory()
+end
+
 --- Whether the daemon's loop is alive: between passes, or in a pass that started less than
 --- `max_pass` seconds ago (default 900). The watchdog is fed only then.
 function M:alive(max_pass)
@@ -606,6 +614,7 @@ function M:run()
     self.in_pass, self.pass_started = true, loop.monotonic()
     local ok, err = self:pass()
     self.in_pass = false
+    M.tidy()
     local wait = self.interval
     if ok then
       backoff = self.interval

@@ -540,7 +540,9 @@ local function _nn(v)
 end
 
 local function _same(a, b)
-  a, b = _nn(a), _nn(b)
+  if a == b then return true end -- most fields of a steady row: no call below
+  if a == NULL_SENTINEL then a = nil end
+  if b == NULL_SENTINEL then b = nil end
   if a == b then return true end
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   for k, v in pairs(a) do if not _same(v, b[k]) then return false end end
@@ -548,12 +550,7 @@ local function _same(a, b)
   return true
 end
 
-local function _copy(v)
-  if type(v) ~= "table" then return v end
-  local o = {}
-  for k, x in pairs(v) do o[k] = _copy(x) end
-  return o
-end
+local _copy = tables.deep_copy
 
 --- What the snapshot says of each live replica, in the fields a report carries, by nonce: the
 --- baseline a pass's report is taken against. Copied (nested tables too), so the plan's edits of
@@ -561,11 +558,15 @@ end
 ---@param snapshot table the Management API snapshot
 ---@return table<string, table> nonce → {field = value}
 function M.baseline(snapshot)
-  local base = {}
+  local base, fields = {}, M.REPORT_FIELDS
   for _, m in ipairs(snapshot.models or {}) do
     for _, r in ipairs(m.replicas or {}) do
       local b = {}
-      for _, k in ipairs(M.REPORT_FIELDS) do b[k] = _copy(r[k]) end
+      for _, k in ipairs(fields) do
+        local v = r[k]
+        if type(v) == "table" then v = _copy(v) end
+        b[k] = v
+      end
       base[r.nonce] = b
     end
   end
@@ -581,7 +582,8 @@ end
 function M.changed(base, row)
   if not base then return true end
   for _, k in ipairs(M.REPORT_FIELDS) do
-    if not _same(base[k], row[k]) then return true end
+    local a, b = base[k], row[k]
+    if a ~= b and not _same(a, b) then return true end
   end
   return false
 end

@@ -26,16 +26,29 @@
 -- (references and where they may sit), .contexts (where an input's text may stand), .validate,
 -- .render, .resolve, .load.
 -- This module is their one public face.
-local M = {}
+local schema = require "obleth.recipe.schema"
+local templates = require "obleth.recipe.templates"
+local validate = require "obleth.recipe.validate"
+local render = require "obleth.recipe.render"
+local resolve = require "obleth.recipe.resolve"
+local load = require "obleth.recipe.load"
 
--- names the parts share with each other, not part of the public face
-local PART_ONLY = { TOP_KEYS = true, INPUT_KEYS = true, RES_RULES = true, HEALTH_RULES = true }
-
-for _, name in ipairs({ "schema", "templates", "validate", "render", "resolve", "load" }) do
-  for k, v in pairs(require("obleth.recipe." .. name)) do
-    if k:sub(1, 1) ~= "_" and not PART_ONLY[k] then M[k] = v end
-  end
-end
-M._sorted_keys = require("obleth.recipe.schema")._sorted_keys
-
-return M
+-- the public face, each name from the part that owns it
+return {
+  -- the format (obleth.recipe.schema)
+  API_NAME_MAX = schema.API_NAME_MAX, API_NAME_PATTERN = schema.API_NAME_PATTERN, API_NAME_RULE = schema.API_NAME_RULE,
+  DEFAULT_KEYS = schema.DEFAULT_KEYS, ENGINES = schema.ENGINES, FILTERS = schema.FILTERS,
+  HEALTH_DEFAULTS = schema.HEALTH_DEFAULTS, ID_LOOKUP_MAX = schema.ID_LOOKUP_MAX,
+  ID_LOOKUP_PATTERN = schema.ID_LOOKUP_PATTERN, ID_MAX = schema.ID_MAX, ID_PATTERN = schema.ID_PATTERN,
+  INPUT_TYPES = schema.INPUT_TYPES, MAX_PATTERN_REPEATS = schema.MAX_PATTERN_REPEATS,
+  MAX_PATTERN_VALUE = schema.MAX_PATTERN_VALUE, MODEL_KEYS = schema.MODEL_KEYS, PROVENANCE = schema.PROVENANCE,
+  RESOURCE_KEYS = schema.RESOURCE_KEYS, SPEC_DEFAULTS = schema.SPEC_DEFAULTS, TOP_SETTINGS = schema.TOP_SETTINGS,
+  invalid = schema.invalid, pattern_repeats = schema.pattern_repeats,
+  -- templates, validation, rendering, resolving, loading
+  parse_template = templates.parse_template,
+  validate = validate.validate, check_input = validate.check_input,
+  TIME_MAX = validate.TIME_MAX, TIME_MAX_FALLBACK = validate.TIME_MAX_FALLBACK,
+  render = render.render, apptainer_binds = render.apptainer_binds,
+  resolve = resolve.resolve, managed_spec = resolve.managed_spec,
+  load_text = load.load_text, load_file = load.load_file, load_dir = load.load_dir,
+}

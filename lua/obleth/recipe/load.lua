@@ -1,10 +1,9 @@
 --- obleth.recipe.load — reading recipes from YAML text, a file or a directory (host only: needs
 -- obleth.yaml and obleth.sys).
-local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local validate = require "obleth.recipe.validate"
 -- the names this part's code shares with the other parts of obleth.recipe
-local M = tables.merged(schema, validate)
+local M = {}
 
 --- Decode and validate recipe YAML text.
 ---@param text string
@@ -16,10 +15,10 @@ function M.load_text(text, name)
   local doc, pos = yaml.decode(text, { positions = true })
   if doc == nil then
     local e = pos or {}
-    return nil, M.invalid({ { field = "", line = e.line, column = e.column,
+    return nil, schema.invalid({ { field = "", line = e.line, column = e.column,
       message = (name and (name .. ": ") or "") .. tostring(e.message or e) } })
   end
-  return M.validate(doc, pos)
+  return validate.validate(doc, pos)
 end
 
 --- Read, decode and validate a recipe file.
@@ -28,7 +27,7 @@ end
 ---@return table|nil err as load_text's
 function M.load_file(path)
   local fh, ferr = io.open(path, "rb")
-  if not fh then return nil, M.invalid({ { field = "", message = tostring(ferr) } }) end
+  if not fh then return nil, schema.invalid({ { field = "", message = tostring(ferr) } }) end
   local text = fh:read("a")
   fh:close()
   return M.load_text(text, path)

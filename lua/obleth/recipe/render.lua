@@ -1,13 +1,12 @@
 --- obleth.recipe.render — rendering a validated recipe into the job-script fields of a managed
 -- spec, every value quoted where it lands.
 local shell = require "obleth.util.shell"
-local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local templates = require "obleth.recipe.templates"
 -- the names this part's code shares with the other parts of obleth.recipe
-local M = tables.merged(schema, templates)
-local _v, _text = schema._v, schema._text
-local _parse_argv_element = templates._parse_argv_element
+local M = {}
+local _v, _text = schema.value, schema.text
+local _parse_argv_element = templates.parse_argv_element
 
 ---------------------------------------------------------------------------
 -- rendering
@@ -171,7 +170,7 @@ end
 
 -- Returns the script text, or nil, err {code = "invalid", field, message}.
 local function _render_script(ctx, text, field)
-  local parts, err = M.parse_template(text)
+  local parts, err = templates.parse_template(text)
   if not parts then return nil, _bad(field, field .. ": " .. err) end
   -- the value goes to the environment; the script gets a quoted reference to it
   local function ref(name, value)
@@ -213,7 +212,7 @@ end
 
 -- Returns the text, or nil, err {code = "invalid", field, message}.
 local function _render_raw(ctx, text, field)
-  local parts, err = M.parse_template(text)
+  local parts, err = templates.parse_template(text)
   if not parts then return nil, _bad(field, field .. ": " .. err) end
   local out = {}
   for _, p in ipairs(parts) do
@@ -278,9 +277,9 @@ end
 function M.render(recipe, inputs, defaults, model, resources)
   if type(recipe) ~= "table" then error("recipe.render: recipe must be a validated recipe", 2) end
   local res = {}
-  for k, v in pairs(M.SPEC_DEFAULTS) do res[k] = v end
+  for k, v in pairs(schema.SPEC_DEFAULTS) do res[k] = v end
   for k, v in pairs(recipe.resources or {}) do res[k] = v end
-  for k, v in pairs(resources or {}) do if M.RESOURCE_KEYS[k] then res[k] = v end end
+  for k, v in pairs(resources or {}) do if schema.RESOURCE_KEYS[k] then res[k] = v end end
   local ctx = { inputs = inputs or {}, defaults = defaults or {}, model = model or {}, resources = res, env = {} }
   local errors = {}
   local function fail(field, msg) errors[#errors + 1] = { field = field, message = msg } end
@@ -334,7 +333,7 @@ function M.render(recipe, inputs, defaults, model, resources)
   return out
 end
 
--- shared with the other parts of obleth.recipe
-M._render_raw = _render_raw
+-- named exports the other parts of obleth.recipe use
+M.render_raw = _render_raw
 
 return M

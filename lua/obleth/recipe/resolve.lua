@@ -1,17 +1,16 @@
 --- obleth.recipe.resolve — resolving every setting of the launch form with its provenance
 -- (recipe.resolve), and building the managed spec from resolved values and a render
 -- (recipe.managed_spec).
-local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local templates = require "obleth.recipe.templates"
 local validate = require "obleth.recipe.validate"
 local render = require "obleth.recipe.render"
 -- the names this part's code shares with the other parts of obleth.recipe
-local M = tables.merged(schema, templates)
-local _v = schema._v
+local M = {}
+local _v = schema.value
 local RES_RULES, HEALTH_RULES = validate.RES_RULES, validate.HEALTH_RULES
-local _check_rule, _check_typed_value = validate._check_rule, validate._check_typed_value
-local _render_raw = render._render_raw
+local _check_rule, _check_typed_value = validate.check_rule, validate.check_typed_value
+local _render_raw = render.render_raw
 
 ---------------------------------------------------------------------------
 -- resolving the launch form
@@ -82,7 +81,7 @@ local function _fields(recipe, values, provenance)
 end
 
 --- Resolve every setting of the launch form: value and provenance.
--- Precedence, lowest first: obleth's built-in fallback (M.SPEC_DEFAULTS,
+-- Precedence, lowest first: obleth's built-in fallback (schema.SPEC_DEFAULTS,
 -- provenance `builtin`), cluster defaults (`cluster_default`), the recipe, learned
 -- account/QoS (`learned`), the user's values (`user`). An input default that
 -- refers to `{{ defaults.* }}` is marked `cluster_default`. What the cluster decides once its facts
@@ -127,7 +126,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
   end
   for _, s in ipairs(SETTINGS) do
     local name = s[1]
-    local v, source = M.SPEC_DEFAULTS[name], M.SPEC_DEFAULTS[name] ~= nil and "builtin" or nil
+    local v, source = schema.SPEC_DEFAULTS[name], schema.SPEC_DEFAULTS[name] ~= nil and "builtin" or nil
     if name == "api_name" then v, source = recipe.id, "recipe" end
     if cd[name] ~= nil then v, source = cd[name], "cluster_default" end
     local rv = recipe.resources[name]
@@ -176,7 +175,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
         local rendered = _render_raw({ defaults = defaults }, v, field)
         v, source = rendered, "cluster_default"
         local blank = false
-        for _, p in ipairs(M.parse_template(def.default) or {}) do
+        for _, p in ipairs(templates.parse_template(def.default) or {}) do
           if p.kind == "ref" and _v(defaults[p.name]) == nil then blank = true end
         end
         if blank then v = nil end -- a default built on a missing cluster default is no default

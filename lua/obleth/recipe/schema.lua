@@ -3,6 +3,7 @@
 
 local wire = require "obleth.schema"
 local managed = require "obleth.schema.managed"
+local model = require "obleth.schema.model"
 
 local M = {}
 
@@ -41,13 +42,11 @@ M.ENGINES = { vllm = true, sglang = true, llamacpp = true, ollama = true, smoke 
 --- then lower-case letters, digits, '.', '_', '-'; at most ID_MAX characters.
 M.ID_PATTERN = "^[a-z0-9][a-z0-9._-]*$"
 
---- The API model name (what clients send, and the served model name an engine is given): 1 to
---- 128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit — a name that starts with "-"
---- would reach the engine's command line as an option (--served-model-name --trust-remote-code).
---- The one rule for both the Management API's models and the launch form.
-M.API_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:/%-]*$"
-M.API_NAME_MAX = 128
-M.API_NAME_RULE = "1 to 128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit"
+--- The API model name (what clients send, and the served model name an engine is given): the one rule
+--- for both the Management API's models and the launch form (obleth.schema.model).
+M.API_NAME_PATTERN = model.name.pattern
+M.API_NAME_MAX = model.name.max_len
+M.API_NAME_RULE = model.name.rule
 M.ID_MAX = 64
 --- What an id a recipe is looked up by (in a URL, a query, a saved document) may hold: letters of
 --- either case, digits, '.', '_', '-'; at most ID_LOOKUP_MAX characters.
@@ -131,15 +130,15 @@ local function _text(v)
   return tostring(v)
 end
 
--- shared with the other parts of obleth.recipe
+-- named exports the other parts of obleth.recipe use (not the public face, obleth.recipe)
 M.TOP_KEYS = TOP_KEYS
 M.INPUT_KEYS = INPUT_KEYS
-M._v = _v
-M._is_int = _is_int
-M._int = _int
-M._is_array = _is_array
-M._sorted_keys = _sorted_keys
-M._text = _text
+M.value = _v -- a decoded value, nil for a JSON / YAML null
+M.is_int = _is_int
+M.int = _int
+M.is_array = _is_array
+M.sorted_keys = _sorted_keys
+M.text = _text
 
 --- A recipe's field errors in the one error shape (docs/errors.md): code "invalid", the first
 --- error's field and message, and `errors`, every one ({field, message, line?, column?}).

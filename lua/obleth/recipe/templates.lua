@@ -4,10 +4,9 @@
 --
 -- Errors: a leaf parser (docs/errors.md): `parse_template` and `_parse_argv_element` return nil, "message" for bad input, and
 -- the caller wraps it into {code, message, field}. spec/unit/error_shape_spec.lua holds this list.
-local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 -- the names this part's code shares with the other parts of obleth.recipe
-local M = tables.merged(schema)
+local M = {}
 
 ---------------------------------------------------------------------------
 -- templates
@@ -46,18 +45,18 @@ local function _check_ref(ref, inputs)
   if ref.ns == "inputs" then
     if not inputs[ref.name] then return ("%s names an input the recipe does not declare"):format(ref.raw) end
   elseif ref.ns == "defaults" then
-    if not M.DEFAULT_KEYS[ref.name] and not ref.name:match("^x_") then
+    if not schema.DEFAULT_KEYS[ref.name] and not ref.name:match("^x_") then
       return ("%s is not a cluster default (model_cache_dir, image_dir, log_dir, modules, partition, "
         .. "account, qos, x_*)"):format(ref.raw)
     end
   elseif ref.ns == "model" then
-    if not M.MODEL_KEYS[ref.name] then return ("%s: model has api_name and id"):format(ref.raw) end
+    if not schema.MODEL_KEYS[ref.name] then return ("%s: model has api_name and id"):format(ref.raw) end
   elseif ref.ns == "resources" then
-    if not M.RESOURCE_KEYS[ref.name] then return ("%s is not a resource field"):format(ref.raw) end
+    if not schema.RESOURCE_KEYS[ref.name] then return ("%s is not a resource field"):format(ref.raw) end
   else
     return ("%s: the namespaces are inputs, defaults, model and resources"):format(ref.raw)
   end
-  if ref.filter and not M.FILTERS[ref.filter] then
+  if ref.filter and not schema.FILTERS[ref.filter] then
     return ("%s: unknown filter %q (known: first_shard, in_image_dir)"):format(ref.raw, ref.filter)
   end
   return nil
@@ -340,9 +339,9 @@ local function _parse_argv_element(s)
   return items
 end
 
--- shared with the other parts of obleth.recipe
-M._check_ref = _check_ref
-M._check_script_context = _check_script_context
-M._parse_argv_element = _parse_argv_element
+-- named exports the other parts of obleth.recipe use
+M.check_ref = _check_ref
+M.check_script_context = _check_script_context
+M.parse_argv_element = _parse_argv_element
 
 return M

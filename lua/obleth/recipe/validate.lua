@@ -7,17 +7,16 @@
 -- spec/unit/error_shape_spec.lua holds this list.
 local shell = require "obleth.util.shell"
 local timefmt = require "obleth.util.timefmt"
-local tables = require "obleth.util.tables"
 local schema = require "obleth.recipe.schema"
 local wire = require "obleth.schema"
 local managed = require "obleth.schema.managed"
 local templates = require "obleth.recipe.templates"
 -- the names this part's code shares with the other parts of obleth.recipe
-local M = tables.merged(schema, templates)
+local M = {}
 local TOP_KEYS, INPUT_KEYS = schema.TOP_KEYS, schema.INPUT_KEYS
-local _v, _is_int, _int, _is_array, _text = schema._v, schema._is_int, schema._int, schema._is_array, schema._text
-local _check_ref, _check_script_context = templates._check_ref, templates._check_script_context
-local _parse_argv_element = templates._parse_argv_element
+local _v, _is_int, _int, _is_array, _text = schema.value, schema.is_int, schema.int, schema.is_array, schema.text
+local _check_ref, _check_script_context = templates.check_ref, templates.check_script_context
+local _parse_argv_element = templates.parse_argv_element
 local contexts = require "obleth.recipe.contexts"
 
 ---------------------------------------------------------------------------
@@ -45,8 +44,8 @@ local function _check_typed_value(def, v, field)
       if v:find("\n", 1, true) then return nil, field .. " must not contain a newline" end
       if v:sub(1, 1) ~= "/" then return nil, field .. " must be an absolute path (starting with /)" end
     end
-    if def.pattern and #v > M.MAX_PATTERN_VALUE then
-      return nil, ("%s is longer than %d characters"):format(field, M.MAX_PATTERN_VALUE)
+    if def.pattern and #v > schema.MAX_PATTERN_VALUE then
+      return nil, ("%s is longer than %d characters"):format(field, schema.MAX_PATTERN_VALUE)
     end
     if def.pattern and not v:find("^" .. def.pattern:gsub("^%^", ""):gsub("%$$", "") .. "$") then
       return nil, ("%s does not match the pattern %s"):format(field, def.pattern)
@@ -118,7 +117,7 @@ local function _validate_inputs(src, out, add, positions)
         end
       end
       local ok = true
-      if not M.INPUT_TYPES[d.type] then
+      if not schema.INPUT_TYPES[d.type] then
         add(def, "type", f .. ".type", "type must be one of string, integer, number, boolean, enum, path")
         ok = false
       end
@@ -133,10 +132,10 @@ local function _validate_inputs(src, out, add, positions)
           add(def, "pattern", f .. ".pattern", "pattern applies to string and path inputs")
         elseif type(d.pattern) ~= "string" or not pcall(string.find, "", d.pattern) then
           add(def, "pattern", f .. ".pattern", "pattern must be a valid Lua pattern")
-        elseif #d.pattern > 200 or M.pattern_repeats(d.pattern) > M.MAX_PATTERN_REPEATS then
+        elseif #d.pattern > 200 or schema.pattern_repeats(d.pattern) > schema.MAX_PATTERN_REPEATS then
           -- Lua patterns backtrack: n repetitions cost O(len^n) on a hostile value
           add(def, "pattern", f .. ".pattern", ("pattern may use at most %d repetition operators (* - + ?) "
-            .. "and 200 characters"):format(M.MAX_PATTERN_REPEATS))
+            .. "and 200 characters"):format(schema.MAX_PATTERN_REPEATS))
           ok = false
         end
       end
@@ -169,7 +168,7 @@ local function _validate_inputs(src, out, add, positions)
       if ok and d.default ~= nil then
         -- a string default may refer to cluster defaults ("{{ defaults.model_cache_dir }}/x")
         if type(d.default) == "string" and d.default:find("{{", 1, true) then
-          local parts, err = M.parse_template(d.default)
+          local parts, err = templates.parse_template(d.default)
           if not parts then
             add(def, "default", f .. ".default", err)
           else
@@ -375,7 +374,7 @@ local function _check_text_contexts(tbl, out, add, refused)
       and contexts.TEXT_TYPES[inputs[p.name].type] == true
   end
   local function marked(text)
-    local parts = M.parse_template(text)
+    local parts = templates.parse_template(text)
     if not parts then return nil end
     local buf, any = {}, false
     for _, p in ipairs(parts) do
@@ -461,7 +460,7 @@ function M.validate(tbl, positions)
     end
   end
   local id = _v(tbl.id)
-  if type(id) ~= "string" or not id:match(M.ID_PATTERN) or #id > M.ID_MAX then
+  if type(id) ~= "string" or not id:match(schema.ID_PATTERN) or #id > schema.ID_MAX then
     add(tbl, "id", "id", "id is required: lower-case letters, digits, '.', '_' and '-' (at most 64)")
   end
   out.id = id
@@ -469,7 +468,7 @@ function M.validate(tbl, positions)
   if name ~= nil and type(name) ~= "string" then add(tbl, "name", "name", "name must be a string") end
   out.name = name or id
   local engine = _v(tbl.engine)
-  if not M.ENGINES[engine] then
+  if not schema.ENGINES[engine] then
     add(tbl, "engine", "engine", "engine must be one of vllm, sglang, llamacpp, ollama, smoke, custom")
   end
   out.engine = engine
@@ -505,7 +504,7 @@ function M.validate(tbl, positions)
 
   -- health
   out.health = {}
-  for k, val in pairs(M.HEALTH_DEFAULTS) do out.health[k] = val end
+  for k, val in pairs(schema.HEALTH_DEFAULTS) do out.health[k] = val end
   local health = _v(tbl.health)
   if health ~= nil and type(health) ~= "table" then
     add(tbl, "health", "health", "health must be a mapping")
@@ -622,7 +621,7 @@ function M.validate(tbl, positions)
     if kind == "argv" then
       parts, err = _parse_argv_element(text)
     else
-      parts, err = M.parse_template(text)
+      parts, err = templates.parse_template(text)
     end
     if not parts then add(t, key, field, err); return end
     for _, p in ipairs(parts) do
@@ -695,10 +694,10 @@ function M.validate(tbl, positions)
   return out
 end
 
--- shared with the other parts of obleth.recipe
+-- named exports the other parts of obleth.recipe use
 M.RES_RULES = RES_RULES
 M.HEALTH_RULES = HEALTH_RULES
-M._check_rule = _check_rule
-M._check_typed_value = _check_typed_value
+M.check_rule = _check_rule
+M.check_typed_value = _check_typed_value
 
 return M

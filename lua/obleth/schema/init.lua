@@ -23,12 +23,7 @@ local M = {}
 
 local NULL = check.NULL
 
-local function _copy(v)
-  if type(v) ~= "table" then return v end
-  local t = {}
-  for k, x in pairs(v) do t[k] = _copy(x) end
-  return t
-end
+local _copy = require("obleth.util.tables").deep_copy
 
 --- The default value of a schema: its `default`, or for an object the table of its fields' defaults.
 ---@param s table a schema

@@ -36,7 +36,8 @@ local INFINITE = 4294967295
 local _v = require("obleth.util.json").nonnull
 
 local function _str(x)
-  x = _v(x)
+  -- (a null is userdata: not a string) the readers below run for dozens of fields per job, so
+  -- they test types inline rather than call _v first
   if type(x) ~= "string" or x == "" then return nil end
   return x
 end
@@ -49,13 +50,12 @@ end
 ---@param x any
 ---@return number|nil
 function M.count(x)
-  x = _v(x)
   if type(x) == "table" then
     if x.infinite == true then return nil end
     if x.set == false then return nil end
-    x = _v(x.number)
+    x = x.number
   end
-  if type(x) ~= "number" then return nil end
+  if type(x) ~= "number" then return nil end -- a null (userdata) too
   if x < 0 or x >= NO_VAL then return nil end
   if x == 65534 then return nil end
   return _int(x)
@@ -66,12 +66,12 @@ end
 ---@param null_is_unlimited boolean|nil treat null/absent as unlimited
 ---@return number|nil
 function M.limit(x, null_is_unlimited)
-  x = _v(x)
-  if x == nil then return null_is_unlimited and HUGE or nil end
-  if type(x) == "table" then
+  local t = type(x)
+  if x == nil or t == "userdata" then return null_is_unlimited and HUGE or nil end
+  if t == "table" then
     if x.infinite == true then return HUGE end
     if x.set == false then return nil end
-    x = _v(x.number)
+    x = x.number
   end
   if type(x) ~= "number" then return nil end
   if x == INFINITE or x == -1 or x == 65535 then return HUGE end

@@ -19,6 +19,17 @@ function M.copy(t)
   return M.merged(t, nil)
 end
 
+--- A copy of plain data: tables are copied all the way down (without their metatables), every
+--- other value is itself. For decoded JSON a caller is about to change.
+---@param v any
+---@return any
+function M.deep_copy(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = M.deep_copy(x) end
+  return out
+end
+
 --- The mark of a list that must stay a list when written as JSON (an empty one is `[]`,
 -- not `{}`): obleth.util.json writes it so, obleth.util.format.jsonable keeps it.
 M.ARRAY = { __name = "obleth.json.array" }
