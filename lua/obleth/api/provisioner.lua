@@ -159,8 +159,11 @@ local function lease(ctx)
       generation = res.lease.generation, previous_holder = prev and prev.holder or nil,
       previous_host = prev and prev.host or nil, previous_pid = prev and prev.pid or nil })
   end
+  -- body_limit: the largest request body this obleth serve takes; a larger report is sent in parts
+  -- (docs/managed-spec.md, "A report in parts")
   return 200, { lease = M.lease_doc(res.lease), acquired = res.acquired, ttl = res.lease.ttl,
-    token = res.acquired and token or nil }, { ["Cache-Control"] = "no-store, private" }
+    token = res.acquired and token or nil, body_limit = ctx.app.body_limit },
+    { ["Cache-Control"] = "no-store, private" }
 end
 
 local function release(ctx)
@@ -190,7 +193,9 @@ local function wait(ctx)
   end
   local wk = ctx.app.wakeups
   if not wk then return errors.fail(404, "not_found", "no wake-ups in this process") end
-  local seq, woken = wk:wait(since, math.min(timeout or 30, M.WAIT_MAX))
+  local seq, woken, closed = wk:wait(since, math.min(timeout or 30, M.WAIT_MAX))
+  -- obleth serve is stopping: the counter as it is, at once (the provisioner's next call finds it gone)
+  if closed and not woken then return 200, { seq = seq, woken = false, why = "shutting_down" } end
   return 200, { seq = seq, woken = woken, why = woken and wk.why or require("cjson").null }
 end
 
@@ -229,14 +234,15 @@ local function report(ctx)
     end
     return _lease_refused(serr)
   end
-  if rep.pass.error and rep.pass.error ~= require("cjson").null then
+  if not rep.more and rep.pass.error and rep.pass.error ~= require("cjson").null then
     ctx.app.log.warn("provisioner_pass_failed", { error = rep.pass.error })
   end
   if #res.ignored > 0 then
     ctx.app.log.warn("provisioner_report_ignored", { count = #res.ignored })
   end
   -- what the pass changed, for the event streams: the check-in always, the rest per model
-  local changes = { { "provisioner" } }
+  local changes = {}
+  if not rep.more then changes[1] = { "provisioner" } end
   for _, topic in ipairs({ "replicas", "models", "managed", "launches" }) do
     local ids = {}
     for id in pairs(res.changes[topic]) do ids[#ids + 1] = id end
