@@ -667,6 +667,11 @@ function Router:_route(req, res)
   req.model = model.name
   if #model.endpoints == 0 then
     local woke = self:_hold(model)
+    if not woke and self.ctx.draining then
+      -- held until obleth serve began to stop: another instance (or this one restarted) answers it
+      return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
+        { ["Retry-After"] = "1" })
+    end
     if not woke then return self:_unavailable(res, model) end
     req.held, model = true, woke
   end
@@ -688,8 +693,12 @@ function Router:_hold(model)
   if self.ctx.wakeups then self.ctx.wakeups:wake(name) end
   local deadline = self.clock() + self.wake_wait
   local found
+  local wk = self.ctx.wakeups
   while not self.ctx.draining and self.clock() < deadline do
-    loop.sleep(math.min(M.WAKE_POLL, math.max(0, deadline - self.clock())))
+    -- a shutdown ends the sleep at once (the wake-ups close)
+    local dt = math.min(M.WAKE_POLL, math.max(0, deadline - self.clock()))
+    if wk then wk:sleep(dt) else loop.sleep(dt) end
+    if self.ctx.draining then break end
     self._models[name] = nil
     local m = self:_model(name)
     if m and #m.endpoints > 0 then found = m break end
