@@ -666,8 +666,11 @@ function Router:_route(req, res)
   end
   req.model = model.name
   if #model.endpoints == 0 then
-    local woke = self:_hold(model)
-    if not woke then return self:_unavailable(res, model) end
+    local woke = self:_hold(model, res)
+    if not woke then
+      if res.closed and res:closed() then return end -- the client went away while held: nobody to answer
+      return self:_unavailable(res, model)
+    end
     req.held, model = true, woke
   end
   return self:_forward(req, res, model, stream == true)
@@ -675,8 +678,10 @@ end
 
 -- A request to an autoscaled model without a replica: counted as queued (the next pass wakes the
 -- model), held until an endpoint appears or wake_wait seconds pass, before any byte of the answer
--- (a streaming client gets the whole stream, or the 503). Returns the model with its endpoints, or nil.
-function Router:_hold(model)
+-- (a streaming client gets the whole stream, or the 503); no longer once its client has gone away (the
+-- host's res:closed(): then its key's slot and its queued load are released at once). Returns the model
+-- with its endpoints, or nil.
+function Router:_hold(model, res)
   if self.wake_wait <= 0 then return nil end
   local spec = self.store:get_spec(model.id)
   if type(spec) ~= "table" or type(spec.autoscale) ~= "table" or spec.enabled == false then return nil end
@@ -688,8 +693,10 @@ function Router:_hold(model)
   if self.ctx.wakeups then self.ctx.wakeups:wake(name) end
   local deadline = self.clock() + self.wake_wait
   local found
-  while not self.ctx.draining and self.clock() < deadline do
+  local function gone() return res ~= nil and res.client_gone ~= nil and res:client_gone() end
+  while not self.ctx.draining and self.clock() < deadline and not gone() do
     loop.sleep(math.min(M.WAKE_POLL, math.max(0, deadline - self.clock())))
+    if gone() then break end
     self._models[name] = nil
     local m = self:_model(name)
     if m and #m.endpoints > 0 then found = m break end
