@@ -236,6 +236,15 @@ describe("obleth.store on " .. backend.name, function()
     assert.equal(1000.75, store:snapshot_model({ id = m.id, name = "m", status = "staged" }).recent_ends[1].at)
   end)
 
+  it("records a rollover's successor with the nonce of the replica it takes over from", function()
+    local m = assert(store:create_model { name = "m" })
+    assert(store:apply_report(report { replicas = { { nonce = "0a1b2c3d4e5f6a7b", model_id = m.id, slot = 1,
+      state = "healthy" } } }, 1000))
+    assert(store:apply_report(report { replicas = { { nonce = "9f8e7d6c5b4a3f2e", model_id = m.id, slot = 1,
+      state = "pending", successor_of = "0a1b2c3d4e5f6a7b" } } }, 1002))
+    assert.equal("0a1b2c3d4e5f6a7b", store:replica_by_nonce("9f8e7d6c5b4a3f2e").successor_of)
+  end)
+
   it("rolls a whole report back when one replica in it is invalid", function()
     local m = assert(store:create_model { name = "m" })
     local _, err = store:apply_report(report {

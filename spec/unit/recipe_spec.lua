@@ -350,6 +350,36 @@ describe("obleth.recipe", function()
       assert.equal("/health", v.health.path); assert.equal("recipe", p["health.path"])
     end)
 
+    it("what the cluster decides is the last layer: never over the user's choice, the built-in time limit gives way", function()
+      local rr = valid({ id = "c", engine = "custom", programs = { "engine" }, launch = { "engine" } })
+      local res = recipe.resolve(rr, { partition = "gpu" }, {}, nil)
+      assert.equal("builtin", res.provenance.time_limit)
+      recipe.apply_cluster(res, { partition = "debug", default_time = 30, max_time = 60, qos = "short" }, rr)
+      local v, p = res.values, res.provenance
+      assert.same({ "gpu", "user" }, { v.partition, p.partition })       -- the user chose it
+      assert.same({ 30, "cluster_default" }, { v.time_limit, p.time_limit }) -- DefaultTime
+      assert.same({ "short", "cluster_default" }, { v.qos, p.qos })
+      local f = {}
+      for _, x in ipairs(res.fields) do f[x.field] = x end
+      assert.same({ field = "qos", value = "short", provenance = "cluster_default" }, f.qos)
+      -- a partition nobody chose follows the cluster; a built-in time limit above MaxTime is capped
+      res = recipe.resolve(rr, {}, { partition = "gpu" }, nil)
+      recipe.apply_cluster(res, { partition = "debug", max_time = 10 }, rr)
+      assert.same({ "debug", "cluster_default" }, { res.values.partition, res.provenance.partition })
+      assert.same({ 10, "cluster_default" }, { res.values.time_limit, res.provenance.time_limit })
+      -- a time limit the user gave is never changed; `max` takes MaxTime and keeps its provenance
+      res = recipe.resolve(rr, { time_limit = "45" }, {}, nil)
+      recipe.apply_cluster(res, { default_time = 30, max_time = 60 }, rr)
+      assert.same({ 45, "user" }, { res.values.time_limit, res.provenance.time_limit })
+      res = recipe.resolve(rr, { time_limit = "max" }, {}, nil)
+      recipe.apply_cluster(res, { default_time = 30, max_time = 60 }, rr)
+      assert.same({ 60, "user" }, { res.values.time_limit, res.provenance.time_limit })
+      -- Slurm's default partition only when nothing named one
+      res = recipe.resolve(rr, {}, {}, nil)
+      recipe.apply_cluster(res, { default_partition = "batch" }, rr)
+      assert.same({ "batch", "cluster_default" }, { res.values.partition, res.provenance.partition })
+    end)
+
     it("lists the fields in form order: settings, health, then inputs", function()
       local res = recipe.resolve(r, { inputs = { model = "m" } }, {}, nil)
       local names = {}

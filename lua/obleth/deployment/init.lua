@@ -289,24 +289,25 @@ function M.partitions(policy, values, facts, req)
   return fits, offered
 end
 
---- Settings Slurm (or the cluster) decides when nobody set them, applied to
---- resolved values before the checks: the partition that can run the
---- replica when the current one cannot and exactly one can (unless the user
---- chose it), the partition's DefaultTime (or MaxTime) in place of obleth's
---- built-in time limit, and the only QoS the partition takes that the user
---- holds (when no QoS is chosen). Changes `values` and `provenance`.
----@return string[] notes what was changed and why (for `warnings`)
-function M.cluster_choices(policy, values, provenance, facts)
-  local notes = {}
+--- The cluster's facts behind the settings Slurm (or the cluster) decides when nobody set them, for
+--- obleth.recipe.resolve.apply_cluster (which decides what applies, and the provenance): the
+--- partition that can run the replica when the current one cannot and exactly one can (unless the
+--- user chose it), the chosen partition's DefaultTime and MaxTime, and the only QoS the partition
+--- takes that the user holds (when no QoS is chosen). Reads only.
+---@return {partition: string|nil, default_time: integer|nil, max_time: integer|nil, qos: string|nil} offers
+---@return string[] notes what the cluster changes and why (for `warnings`)
+function M.cluster_offers(policy, values, provenance, facts)
+  local notes, offers = {}, {}
   local val = policy("validate")
-  if provenance.partition ~= "user" and values.partition then
+  local partition = values.partition
+  if provenance.partition ~= "user" and partition then
     -- a time limit nobody insisted on follows the partition: leave it out of the choice
     local req = M.fit_request(values)
     if provenance.time_limit == "builtin" then req.time_limit = nil end
     local fits = M.partitions(policy, values, facts, req)
     local cur, can = nil, {}
     for _, f in ipairs(fits) do
-      if f.partition == values.partition then cur = f end
+      if f.partition == partition then cur = f end
       -- a Hidden partition is no choice to make for the user (Slurm shows it only to those who ask)
       if f.can_run and not f.hidden then can[#can + 1] = f end
     end
@@ -314,30 +315,22 @@ function M.cluster_choices(policy, values, provenance, facts)
       local why = cur.unavailable_reason or (cur.errors[1] and cur.errors[1].message) or "it cannot"
       notes[#notes + 1] = ("partition %s cannot run this replica (%s): using %s, the only partition that can")
         :format(cur.partition, why, can[1].partition)
-      values.partition, provenance.partition = can[1].partition, "cluster_default"
+      partition = can[1].partition
+      offers.partition = partition
     end
   end
-  local part = _find_partition(facts, values.partition)
-  if part and values.time_limit_max then
-    -- `time_limit: max`: the longest the partition allows
-    local mt = _finite(part.max_time)
-    if mt then
-      values.time_limit = mt
-      notes[#notes + 1] = ("time limit: the longest partition %s allows (MaxTime %d min)"):format(part.name, mt)
+  local part = _find_partition(facts, partition)
+  if part then
+    offers.default_time, offers.max_time = part.default_time, _finite(part.max_time)
+    if values.time_limit_max and offers.max_time then
+      notes[#notes + 1] = ("time limit: the longest partition %s allows (MaxTime %d min)"):format(part.name,
+        offers.max_time)
     end
-  elseif part and provenance.time_limit == "builtin" then
-    local dt, mt = part.default_time, _finite(part.max_time)
-    if dt and (mt == nil or dt <= mt) then
-      values.time_limit, provenance.time_limit = dt, "cluster_default"
-    elseif mt and values.time_limit and values.time_limit > mt then
-      values.time_limit, provenance.time_limit = mt, "cluster_default"
+    if values.qos == nil and val.preselect_qos then
+      offers.qos = val.preselect_qos(part, M.effective_account(policy, values, facts), facts.associations, facts.qos)
     end
   end
-  if part and values.qos == nil and val.preselect_qos then
-    local q = val.preselect_qos(part, M.effective_account(policy, values, facts), facts.associations, facts.qos)
-    if q then values.qos, provenance.qos = q, "cluster_default" end
-  end
-  return notes
+  return offers, notes
 end
 
 --- The cluster's checks of one replica's Slurm settings, as Slurm will
@@ -490,12 +483,12 @@ function M.preview(p)
   end
   if values.partition == nil then
     -- neither the recipe, the user nor the cluster defaults name one: Slurm's default partition
+    local default
     for _, part in ipairs(facts and facts.partitions or {}) do
-      if part.default then values.partition = part.name end
+      if part.default then default = part.name end
     end
-    if values.partition then
-      res.provenance.partition = "cluster_default"
-    else
+    recipe.apply_cluster(res, { default_partition = default }, r)
+    if not values.partition then
       err("partition", "no partition: choose one, or set a default partition in Cluster defaults", "required")
     end
   end
@@ -510,7 +503,9 @@ function M.preview(p)
   local out = { partitions = {}, partitions_offered = {}, accounts_offered = {}, qos_offered = {} }
   if facts then
     if values.partition and not seen.partition then
-      for _, n in ipairs(M.cluster_choices(policy, values, res.provenance, facts)) do warnings[#warnings + 1] = n end
+      local offers, notes = M.cluster_offers(policy, values, res.provenance, facts)
+      recipe.apply_cluster(res, offers, r)
+      for _, n in ipairs(notes) do warnings[#warnings + 1] = n end
     end
     local cerrs, cwarn
     cerrs, out.partitions, out.partitions_offered, cwarn = M.cluster_errors(policy, values, facts)

@@ -64,11 +64,28 @@ local function _check_setting(name, v)
   return ok
 end
 
+-- The resolved settings in form order: {field, value, provenance} for each one that has a provenance.
+local function _fields(recipe, values, provenance)
+  local fields = {}
+  local function push(f)
+    if provenance[f] then
+      local ns, key = f:match("^(%a+)%.(.+)$")
+      local v = ns and values[ns][key] or values[f]
+      fields[#fields + 1] = { field = f, value = v, provenance = provenance[f] }
+    end
+  end
+  for _, s in ipairs(SETTINGS) do push(s[1]) end
+  for _, k in ipairs({ "path", "interval", "timeout", "startup_grace", "failure_threshold" }) do push("health." .. k) end
+  for _, name in ipairs(recipe.input_order) do push("inputs." .. name) end
+  return fields
+end
+
 --- Resolve every setting of the launch form: value and provenance.
 -- Precedence, lowest first: obleth's built-in fallback (schema.SPEC_DEFAULTS,
 -- provenance `builtin`), cluster defaults (`cluster_default`), the recipe, learned
 -- account/QoS (`learned`), the user's values (`user`). An input default that
--- refers to `{{ defaults.* }}` is marked `cluster_default`.
+-- refers to `{{ defaults.* }}` is marked `cluster_default`. What the cluster decides once its facts
+-- are known is the last layer, M.apply_cluster.
 ---@param recipe table validated recipe
 ---@param user_values table|nil what the user changed: {partition=, account=, ..., inputs={name=v},
 ---  health={path=, ...}} (dotted keys "inputs.x" / "health.path" work too); strings are coerced
@@ -128,7 +145,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
   end
   if values.time_limit == validate.TIME_MAX then
     -- the longest the partition allows: its MaxTime once the partition is known
-    -- (obleth.deployment.cluster_choices), a day until then
+    -- (M.apply_cluster), a day until then
     values.time_limit, values.time_limit_max = validate.TIME_MAX_FALLBACK, true
   end
   if values.api_name == nil then err("api_name", "api_name is required") end
@@ -202,19 +219,40 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
     end
   end
 
-  -- fields in form order
-  local fields = {}
-  local function push(f)
-    if provenance[f] then
-      local ns, key = f:match("^(%a+)%.(.+)$")
-      local v = ns and values[ns][key] or values[f]
-      fields[#fields + 1] = { field = f, value = v, provenance = provenance[f] }
-    end
+  return { values = values, provenance = provenance, fields = _fields(recipe, values, provenance), errors = errors,
+    ok = #errors == 0 }
+end
+
+--- The last layer of M.resolve's precedence, once the cluster's facts are known: what Slurm (or the
+--- cluster) decides when nobody set the field. The one place besides M.resolve that sets a
+--- provenance; the facts come from obleth.deployment.cluster_offers, which only reads.
+--- - default_partition: Slurm's default partition, when nothing named one (`cluster_default`);
+--- - partition: the only partition that can run the replica when the current one cannot, unless the
+---   user chose it (`cluster_default`);
+--- - default_time / max_time (minutes, the partition's DefaultTime / finite MaxTime): `time_limit: max`
+---   takes MaxTime (its provenance stays); obleth's built-in time limit gives way to DefaultTime (when
+---   within MaxTime), else is capped at MaxTime (`cluster_default`);
+--- - qos: the only QoS the partition takes that the user holds, when no QoS is chosen (`cluster_default`).
+---@param res table M.resolve's answer: values, provenance and fields are updated in place
+---@param offers {default_partition: string|nil, partition: string|nil, default_time: integer|nil,
+---  max_time: integer|nil, qos: string|nil}
+---@param recipe table the validated recipe res was resolved from
+---@return table res
+function M.apply_cluster(res, offers, recipe)
+  local values, prov = res.values, res.provenance
+  local function set(field, v) values[field], prov[field] = v, "cluster_default" end
+  if offers.default_partition and values.partition == nil then set("partition", offers.default_partition) end
+  if offers.partition and prov.partition ~= "user" then set("partition", offers.partition) end
+  local dt, mt = offers.default_time, offers.max_time
+  if values.time_limit_max then
+    if mt then values.time_limit = mt end
+  elseif prov.time_limit == "builtin" then
+    if dt and (mt == nil or dt <= mt) then set("time_limit", dt)
+    elseif mt and values.time_limit and values.time_limit > mt then set("time_limit", mt) end
   end
-  for _, s in ipairs(SETTINGS) do push(s[1]) end
-  for _, k in ipairs({ "path", "interval", "timeout", "startup_grace", "failure_threshold" }) do push("health." .. k) end
-  for _, name in ipairs(recipe.input_order) do push("inputs." .. name) end
-  return { values = values, provenance = provenance, fields = fields, errors = errors, ok = #errors == 0 }
+  if offers.qos and values.qos == nil then set("qos", offers.qos) end
+  res.fields = _fields(recipe, values, prov)
+  return res
 end
 
 --- Build the managed spec (docs/managed-spec.md) from resolved values and a render.

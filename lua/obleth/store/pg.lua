@@ -67,7 +67,7 @@ local MIGRATIONS = {
       submitted_at DOUBLE PRECISION, started_at DOUBLE PRECISION, healthy_at DOUBLE PRECISION, ended_at DOUBLE PRECISION,
       check_failures BIGINT NOT NULL DEFAULT 0,
       problem TEXT, pending_reason TEXT,
-      successor_of BIGINT,
+      successor_of TEXT, -- the nonce of the replica this one takes over from (SQLite: INTEGER, holding text)
       launch_id BIGINT REFERENCES launches(id) ON DELETE SET NULL,
       end_state TEXT, end_reason TEXT, end_exit_code BIGINT, end_signal TEXT, end_node TEXT,
       restart_requested BIGINT NOT NULL DEFAULT 0,
