@@ -141,7 +141,7 @@ describe("the Helm chart deploy/helm/obleth", function()
   it("mounts policy overrides and the site's JWT key when given", function()
     local objs = render("provisioner:\n  enabled: true\n  policy:\n    lost.lua: |\n      return {}\n"
       .. "  jwtKey:\n    existingSecret: slurm-jwt\n")
-    local cm = find(objs, "ConfigMap", "provisioner")
+    local cm = find(objs, "ConfigMap", "policy")
     assert.equal(1, #cm)
     assert.equal("return {}\n", cm[1].data["lost.lua"])
     local mounts = {}
@@ -149,6 +149,13 @@ describe("the Helm chart deploy/helm/obleth", function()
       mounts[m.name] = m.mountPath
     end
     assert.equal("/etc/obleth/policy.d", mounts.policy)
+    -- the same ConfigMap reaches obleth serve, which runs learned, suggestions, partition_fit and validate
+    local server = find(objs, "Deployment", "server")[1].spec.template.spec
+    local smounts, svols = {}, {}
+    for _, m in ipairs(server.containers[1].volumeMounts) do smounts[m.name] = m.mountPath end
+    for _, v in ipairs(server.volumes) do svols[v.name] = v end
+    assert.equal("/etc/obleth/policy.d", smounts.policy)
+    assert.equal(cm[1].metadata.name, svols.policy.configMap.name)
     assert.equal("/etc/obleth/jwt", mounts["jwt-key"])
     -- the key as token_key_file wants it: copied by the pod's own user into a memory volume, mode 0400
     -- (a Secret's files belong to root)

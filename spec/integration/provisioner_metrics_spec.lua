@@ -71,4 +71,29 @@ describe("/metrics for the provisioner and the Slurm JWT", function()
       pass = { started_at = os.time(), duration = 0.5, policy_error = require("cjson").null } }, holder)
     assert.equal(0, metric("obleth_provisioner_policy_error"))
   end)
+
+  it("shows a policy file of obleth serve's own policy.d that does not load, until it is fixed", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p '" .. dir .. "'"))
+    local function put(text)
+      local fh = assert(io.open(dir .. "/suggestions.lua", "w"))
+      fh:write(text)
+      fh:close()
+    end
+    put("return { suggest = function( end }\n")
+    local s2 = server.start { env = { OBLETH_POLICY_DIR = dir } }
+    finally(function() s2:stop(); s2:cleanup(); os.execute("rm -rf '" .. dir .. "'") end)
+    local function serve_metric(labels)
+      local _, _, text = s2:request("GET", "/metrics", nil, { Authorization = false })
+      local pat = "\nobleth_serve_policy_error" .. labels:gsub("%p", "%%%0") .. " (%S+)"
+      return tonumber(text:match(pat))
+    end
+    assert.equal(1, serve_metric('{policy="suggestions"}'))
+    assert.equal(0, serve_metric('{policy="lost"}'))
+    -- a fixed file (another size: the loader looks at mtime and size) loads on the next look
+    put("return { DEFAULTS = {} }\n")
+    require("spec.support.util").wait_until(function() return serve_metric('{policy="suggestions"}') == 0 end, 10,
+      "the fixed file to load")
+  end)
 end)

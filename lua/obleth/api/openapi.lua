@@ -38,6 +38,8 @@ M.schemas = {
         properties = { source = str(), expires_at = { type = "number" }, renewed_at = { type = "number" },
           error = str() } }) } },
     lease_generation = { type = "integer", description = "the sender's lease; a stale one is refused (409)" },
+    more = { type = "boolean", description = "a part of a report sent in parts: more follow; only its replicas "
+      .. "are applied (the lease answer's body_limit says when a report must be split)" },
     replicas = arr({ type = "object", required = { "nonce" } }),
     outcomes = arr({ type = "object", required = { "model_id", "state" } }),
     endpoints = { type = "object", additionalProperties = arr(str()) },

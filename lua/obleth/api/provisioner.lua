@@ -159,8 +159,11 @@ local function lease(ctx)
       generation = res.lease.generation, previous_holder = prev and prev.holder or nil,
       previous_host = prev and prev.host or nil, previous_pid = prev and prev.pid or nil })
   end
+  -- body_limit: the largest request body this obleth serve takes; a larger report is sent in parts
+  -- (docs/managed-spec.md, "A report in parts")
   return 200, { lease = M.lease_doc(res.lease), acquired = res.acquired, ttl = res.lease.ttl,
-    token = res.acquired and token or nil }, { ["Cache-Control"] = "no-store, private" }
+    token = res.acquired and token or nil, body_limit = ctx.app.body_limit },
+    { ["Cache-Control"] = "no-store, private" }
 end
 
 local function release(ctx)
@@ -229,14 +232,15 @@ local function report(ctx)
     end
     return _lease_refused(serr)
   end
-  if rep.pass.error and rep.pass.error ~= require("cjson").null then
+  if not rep.more and rep.pass.error and rep.pass.error ~= require("cjson").null then
     ctx.app.log.warn("provisioner_pass_failed", { error = rep.pass.error })
   end
   if #res.ignored > 0 then
     ctx.app.log.warn("provisioner_report_ignored", { count = #res.ignored })
   end
   -- what the pass changed, for the event streams: the check-in always, the rest per model
-  local changes = { { "provisioner" } }
+  local changes = {}
+  if not rep.more then changes[1] = { "provisioner" } end
   for _, topic in ipairs({ "replicas", "models", "managed", "launches" }) do
     local ids = {}
     for id in pairs(res.changes[topic]) do ids[#ids + 1] = id end

@@ -160,6 +160,7 @@ function M.main(argv)
     public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")),
     auth_proxy = auth_proxy }
   local ctx = process.context
+  ctx.body_limit = body_limit -- the lease answer says it (a provisioner splits a larger report)
   local handler = process:handler()
   -- the descriptor limit: raised (never lowered) to OBLETH_NOFILE, at most the hard limit; the
   -- connection cap's default is read from it

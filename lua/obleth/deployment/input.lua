@@ -352,10 +352,24 @@ end
 function M.report(input)
   if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
   local ok, err = _unknown(input, _set({ "pass", "replicas", "outcomes", "endpoints", "provision_errors",
-    "acknowledged", "lease_generation" }))
+    "acknowledged", "lease_generation", "more" }))
   if not ok then return nil, err end
   local out = { replicas = {}, outcomes = {}, endpoints = {}, provision_errors = {},
     acknowledged = { restart = {}, clear_lost = {} } }
+  -- a report too large for one request body comes in parts (docs/managed-spec.md, "A report in
+  -- parts"): every part but the last says `more` and carries replica rows only
+  if not _null(input.more) then
+    local more, me = _bool(input.more, "more")
+    if more == nil then return nil, me end
+    if more then
+      for _, k in ipairs({ "outcomes", "endpoints", "provision_errors", "acknowledged" }) do
+        if not _null(input[k]) then
+          return _err(k, "must be absent from a part with more: true (only replicas come before the last part)")
+        end
+      end
+      out.more = true
+    end
+  end
   if _null(input.pass) then return _err("pass", "is required ({started_at, duration, error})") end
   local pass, perr = _record(input.pass, "pass", {
     started_at = function(v, f) return _num(v, f, 0, 1e11) end,

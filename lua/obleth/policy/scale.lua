@@ -91,9 +91,10 @@ local function new(defaults)
   ---@param f {now: number, autoscale: table|nil, replicas: table[]|nil, load: table|nil}
   ---  replicas: the model's replica rows {slot, state, job_id, pending_reason, slurm = {reason,
   ---  start_time, estimated}} (obleth.provisioner.plan's rows); load: {inflight, queued, rate (req/s),
-  ---  latency (s), tokens_per_s, last_request_at, observed_since, samples}; observed_since is when the
-  ---  window began (counts as the last request when there has been none; the window reaches back to
-  ---  it, a time without a sample had no load: obleth.router.load keeps buckets with load only)
+  ---  latency (s), tokens_per_s, last_request_at, observed_since, started_at, samples}; observed_since
+  ---  is how far back the window reaches (a time without a sample had no load: obleth.router.load keeps
+  ---  buckets with load only); started_at is when it began counting, the last request when there has
+  ---  been none (observed_since when not given)
   ---@param opts table|nil settings over DEFAULTS
   ---@return {desired: integer, current: integer, serving: integer, change: "up"|"down"|"wake"|"to_zero"|
   ---  "hold"|"none", reason: string, wake: table|nil, evidence: table}
@@ -134,7 +135,8 @@ local function new(defaults)
     if s.target_tokens_per_s and load.tokens_per_s then
       down_need = math.max(down_need, math.ceil(load.tokens_per_s / (s.target_tokens_per_s * s.down_utilization)))
     end
-    local last = load.last_request_at or load.observed_since
+    -- no request seen: idle since the window began counting (started_at), which the span does not cut
+    local last = load.last_request_at or load.started_at or load.observed_since
     local idle = last and (now - last) or nil
     local floor = s.min_replicas
     local asleep = s.min_replicas == 0 and demand == 0 and idle ~= nil and idle >= s.idle_to_zero_after

@@ -29,7 +29,7 @@ function Client:_call(method, path, body)
   local r, err = http.request { url = self.base .. path, method = method, timeout = self.timeout,
     headers = { Authorization = "Bearer " .. self.token, ["Content-Type"] = body and "application/json" or nil,
       Accept = "application/json", [TOKEN_HEADER] = self.lease_token },
-    body = body and cjson.encode(body) or nil }
+    body = type(body) == "string" and body or body and cjson.encode(body) or nil }
   if not r then return nil, { code = err.code, message = "Management API: " .. err.message } end
   local ok, doc = pcall(cjson.decode, r.body)
   if r.status ~= 200 then
@@ -87,8 +87,70 @@ end
 --- Forget the held snapshot: the next snapshot is a full one.
 function Client:resync() self.held = nil end
 
+--- The body limit assumed of an obleth serve whose lease answer does not say it (its default).
+M.BODY_LIMIT = 1048576
+
+-- Room kept in each part for the HTTP layer's reading of the limit and the part's own fields.
+local PART_SLACK = 512
+
+--- A report's request bodies, each at most `limit` bytes when the rows allow it (docs/managed-spec.md,
+--- "A report in parts"): the whole report when it fits; else parts with `more: true` carrying replica
+--- rows (and the pass), then the last part with the remaining rows and everything else. A single row
+--- larger than a part goes alone in its part (obleth serve answers 413 for it: nothing else helps).
+---@param report table
+---@param limit integer bytes
+---@return string[] bodies, in the order to send
+function M.report_parts(report, limit)
+  local whole = cjson.encode(report)
+  if #whole <= limit then return { whole } end
+  local rows = report.replicas or {}
+  local rest = {}
+  for k, v in pairs(report) do rest[k] = v end
+  rest.replicas = json.array()
+  local head = cjson.encode { pass = report.pass, lease_generation = report.lease_generation, more = true }
+  head = head:sub(1, -2) .. ',"replicas":['
+  local budget = limit - #head - PART_SLACK
+  local last_budget = limit - #cjson.encode(rest) - PART_SLACK
+  local enc = {}
+  for i, r in ipairs(rows) do enc[i] = cjson.encode(r) end
+  local bodies, i, n = {}, 1, #enc
+  while i <= n do
+    -- the remaining rows fit beside the rest of the report: they are the last part
+    local size, j = 0, i
+    while j <= n and size + #enc[j] + 1 <= last_budget do size, j = size + #enc[j] + 1, j + 1 end
+    if j > n then break end
+    size, j = 0, i
+    repeat size, j = size + #enc[j] + 1, j + 1 until j > n or size + #enc[j] + 1 > budget
+    bodies[#bodies + 1] = head .. table.concat(enc, ",", i, j - 1) .. "]}"
+    i = j
+  end
+  local tail = json.array()
+  for k = i, n do tail[#tail + 1] = rows[k] end
+  rest.replicas = tail
+  bodies[#bodies + 1] = cjson.encode(rest)
+  return bodies
+end
+
 --- Report one pass (report.lease_generation: the lease held; 409 code "lease_lost" when stale).
-function Client:report(report) return self:_call("POST", "/api/v1/provisioner/report", report) end
+--- A report larger than obleth serve's body limit (its lease answer's body_limit) goes in parts,
+--- each fenced by the lease like a whole one; a 413 all the same (a smaller limit than said) sends it
+--- again in smaller parts (a part applied twice changes nothing more). Returns the last part's answer.
+function Client:report(report)
+  local limit = math.tointeger(self.body_limit) or M.BODY_LIMIT
+  while true do
+    local bodies = M.report_parts(report, limit)
+    local res, err
+    for _, body in ipairs(bodies) do
+      res, err = self:_call("POST", "/api/v1/provisioner/report", body)
+      if not res then break end
+    end
+    if res or err.status ~= 413 or limit <= 4096 then
+      if res then res.parts = #bodies end
+      return res, err
+    end
+    limit = limit // 2
+  end
+end
 
 --- Acquire or renew the lease: req {holder, host, pid, ttl, generation|nil}.
 --- Returns {lease = {holder, host, pid, generation, expires_at}, acquired, ttl}, or nil, err where
@@ -96,6 +158,8 @@ function Client:report(report) return self:_call("POST", "/api/v1/provisioner/re
 --- The token an acquisition answers is kept by the client (never in the result) and sent from then on.
 function Client:lease(req)
   local res, err = self:_call("POST", "/api/v1/provisioner/lease", req)
+  -- the largest request body obleth serve takes: a larger report goes in parts
+  if res and math.tointeger(res.body_limit) then self.body_limit = res.body_limit end
   if res and res.token then
     self.held = nil -- a new lease: a full snapshot (docs/managed-spec.md, "Snapshot versions")
     self.lease_token = res.token

@@ -2,7 +2,7 @@
 -- handed to the provisioner in the snapshot (the `load` the scale policy reads, docs/autoscaling.md).
 --
 -- Per model: requests in flight and queued now, the time of the last request, and buckets of
--- `bucket` seconds (default 10) over the last `span` seconds (default 3600), each with the most
+-- `bucket` seconds (default 10) over the last `span` seconds (default SPAN), each with the most
 -- requests in flight + queued seen during it, the requests that arrived and those that finished
 -- (with their seconds, for the mean latency). Buckets without any request are not kept: a missing
 -- bucket means no load, and `observed_since` says how far back the window reaches.
@@ -13,14 +13,25 @@
 --   w:hold("m") / w:release("m")   -- a request waiting in the router (no replica yet);
 --                           -- w:begin("m", true) when it then goes to a replica
 --   w:view("m", since)      -- {inflight, queued, finished, rate, latency, last_request_at,
---                           --  observed_since, samples = {{at, span, inflight, queued, arrivals, finished}}}
+--                           --  observed_since, started_at,
+--                           --  samples = {{at, span, inflight, queued, arrivals, finished}}}
 -- No I/O; the clock is given.
+--
+-- How far back: REACH (3600 s) is the longest `scale_down_after` a spec may ask for (the schema's
+-- bound, obleth.schema.managed.SCALE_DOWN_MAX), and the window keeps SPAN = REACH + one minute, so
+-- the pass that reads a snapshot a few seconds after it was made (or on a clock a little behind obleth
+-- serve's) still sees the window reach back a whole REACH. At most SPAN / BUCKET = 366 buckets per
+-- model (buckets only where there was load). Idleness needs no window: the time of the last request is
+-- kept for good, and `started_at` says since when the window has seen every request.
 local json = require "obleth.util.json"
 
 local M = {}
 
 M.BUCKET = 10
-M.SPAN = 3600
+--- The longest scale_down_after the window answers for (seconds): obleth.schema.managed's bound.
+M.REACH = require("obleth.schema.managed").SCALE_DOWN_MAX
+--- Seconds of buckets kept: REACH and a minute's margin.
+M.SPAN = M.REACH + 60
 --- Seconds the rate and the mean latency are taken over.
 M.RATE_WINDOW = 60
 
@@ -126,17 +137,19 @@ end
 ---@param no_samples boolean|nil leave the buckets out (a model that is not autoscaled: the counts only)
 ---@return {inflight: integer, queued: integer, finished: integer, rate: number, latency: number|nil,
 ---  tokens_per_s: number|nil,
----  last_request_at: number|nil, observed_since: number, samples: table[]}
+---  last_request_at: number|nil, observed_since: number, started_at: number, samples: table[]}
 ---  rate: arrivals per second over the last RATE_WINDOW s; latency: mean seconds of the requests
 ---  finished in it (nil when none); tokens_per_s: completion tokens per second over it (nil when no
----  engine reported any); observed_since: when this window began (serve's start, or
----  `span` ago); finished: since serve started
+---  engine reported any); observed_since: how far back the samples reach (serve's start, or
+---  `span` ago); started_at: serve's start (no request since it when last_request_at is nil, however
+---  long ago: idleness is not bounded by the span); finished: since serve started
 function Load:view(name, since, no_samples)
   local t = self.now()
   local m = self.models[name]
   local observed = math.max(self.since, t - self.span)
   if not m then
-    return { inflight = 0, queued = 0, finished = 0, rate = 0, observed_since = observed, samples = json.array() }
+    return { inflight = 0, queued = 0, finished = 0, rate = 0, observed_since = observed, started_at = self.since,
+      samples = json.array() }
   end
   local samples, arrivals, fin, secs, tokens = json.array(), 0, 0, 0, nil
   local from = math.max(since or -math.huge, t - self.span)
@@ -161,7 +174,7 @@ function Load:view(name, since, no_samples)
   return { inflight = m.inflight, queued = m.queued, finished = m.finished,
     rate = arrivals / M.RATE_WINDOW, latency = fin > 0 and secs / fin or nil,
     tokens_per_s = tokens and tokens / M.RATE_WINDOW or nil,
-    last_request_at = m.last_request_at, observed_since = observed, samples = samples }
+    last_request_at = m.last_request_at, observed_since = observed, started_at = self.since, samples = samples }
 end
 
 --- The names of the models with load seen in the window.

@@ -10,7 +10,15 @@
 -- - health.interval 1..3600 s, health.timeout 1..600 s, health.startup_grace 0..604800 s,
 --   health.failure_threshold 1..100: the stored spec's, for the same reason (recipes took up to a week
 --   for any health time and 1000 failures, which could never launch).
+-- - autoscale.scale_down_after 0..SCALE_DOWN_MAX (3600) s: the router's load window keeps that much
+--   (obleth.router.load reads it here); a longer one could never be seen whole, and the model would never
+--   scale down. A longer window would cost the snapshot its samples each pass (360 more per model and
+--   hour); a replica kept through a quiet hour is what min_replicas is for.
 local M = {}
+
+--- The longest autoscale.scale_down_after (seconds): the router's load window (obleth.router.load, its
+--- REACH) keeps this much and reads it from here.
+M.SCALE_DOWN_MAX = 3600
 
 local NAME64 = { type = "string", nullable = true, max_len = 64, pattern = "^[A-Za-z0-9_.%-]+$",
   rule = "letters, digits, '_', '.', '-' (1 to 64)" }
@@ -42,10 +50,12 @@ M.autoscale = { type = "object", nullable = true,
     { "max_replicas", { type = "integer", min = 1, max = 64, default = 1 } },
     { "target_inflight", { type = "integer", min = 1, max = 100000, default = 4,
       description = "requests in flight + queued one replica should carry; more adds a replica" } },
-    { "scale_down_after", { type = "integer", min = 0, max = 86400, default = 300, unit = "seconds",
-      description = "a replica goes only when the peak load of this window fits the others" } },
+    { "scale_down_after", { type = "integer", min = 0, max = M.SCALE_DOWN_MAX, default = 300, unit = "seconds",
+      description = "a replica goes only when the peak load of this window fits the others; 0: as soon as "
+        .. "the load now fits them (no time hysteresis)" } },
     { "idle_to_zero_after", { type = "integer", min = 0, max = 604800, default = 1800, unit = "seconds",
-      description = "with min_replicas 0: no request for this long scales to zero" } },
+      description = "with min_replicas 0: no request for this long scales to zero; 0: as soon as nothing is "
+        .. "in flight or waiting" } },
   },
 }
 

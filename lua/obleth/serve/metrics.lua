@@ -37,6 +37,16 @@ function M.register(ctx, http)
     end)
   reg:gauge("obleth_provisioner_policy_error", "1 while an edited policy file does not load (the previous one is used)",
     nil, function(set) set({}, type(status().policy_error) == "table" and 1 or 0) end)
+  -- this process's own policies (learned, suggestions, partition_fit, validate, access, scale run here):
+  -- an override in policy.d that does not load keeps the previous version, and shows here
+  reg:gauge("obleth_serve_policy_error",
+    "1 while an edited policy file of this obleth serve does not load (the previous one is used), by policy",
+    { "policy" }, function(set)
+      local policy = require "obleth.policy"
+      local ok = pcall(policy.reload)
+      local errs = ok and policy.errors() or {}
+      for _, name in ipairs(policy.NAMES) do set({ name }, errs[name] and 1 or 0) end
+    end)
   local tok -- one computation per scrape
   reg:gauge("obleth_slurm_token_expires_in_seconds",
     "Seconds until the Slurm JWT expires (NaN: unknown), by token_source", { "source" }, function(set)

@@ -256,6 +256,16 @@ function Store:apply_report(rep, now)
           .. "lease_generation"):format(l.holder, l.host, l.pid), "lease_generation", { lease = l })
       end
     end
+    if rep.more then
+      -- a part of a report that follows in several (docs/managed-spec.md, "A report in parts"): its
+      -- rows only, under the same fence; the check-in and the rest come with the last part. Each row
+      -- is upserted by its nonce, so a part sent again changes nothing more.
+      for _, r in ipairs(rep.replicas) do
+        local mid, changed = self:_upsert_replica(r, now, ignored)
+        if changed then changes.replicas[mid] = true end
+      end
+      return { ok = true, ignored = ignored, changes = changes, more = true }
+    end
     local p = rep.pass
     local perr = p.error
     if perr == NULL then perr = nil end
