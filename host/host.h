@@ -79,6 +79,7 @@ int luaopen_obleth_yaml(lua_State *L);
 int luaopen_obleth_sys(lua_State *L);
 int luaopen_obleth_sqlite(lua_State *L);
 int luaopen_obleth_pg(lua_State *L);
+int luaopen_obleth_ldap(lua_State *L);
 int luaopen_obleth_slurm_rest(lua_State *L);
 int luaopen_obleth_readline(lua_State *L);
 int luaopen_obleth_crypto(lua_State *L);

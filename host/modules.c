@@ -7,6 +7,7 @@ void obleth_open_modules(lua_State *L) {
         {"obleth.log", luaopen_obleth_log},   {"obleth.yaml", luaopen_obleth_yaml},
         {"obleth.sys", luaopen_obleth_sys},
         {"obleth.sqlite", luaopen_obleth_sqlite}, {"obleth.pg", luaopen_obleth_pg},
+        {"obleth.ldap", luaopen_obleth_ldap},
         {"obleth.slurm.rest", luaopen_obleth_slurm_rest},
         {"obleth.readline", luaopen_obleth_readline},
         {"obleth.crypto", luaopen_obleth_crypto},   {"obleth.jsonscan", luaopen_obleth_jsonscan},

@@ -13,7 +13,7 @@
 set -euo pipefail
 
 build_pkgs=(build-essential pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev lua-cjson libyaml-dev
-  libevent-dev libsqlite3-dev libpq-dev libreadline-dev libsystemd-dev libssl-dev ca-certificates)
+  libevent-dev libsqlite3-dev libpq-dev libreadline-dev libsystemd-dev libssl-dev libldap-dev ca-certificates)
 # slurm-wlm-jwt-plugin: auth/jwt for slurmctld, slurmdbd and slurmrestd (AuthAltTypes=auth/jwt). It is only
 # a Recommends of the Slurm packages, so installs without recommends (ours, and many images') miss it.
 cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-plugins
@@ -26,8 +26,10 @@ cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-
 # (spec/support/pg.sh: initdb into a temp dir, pg_ctl; the package's own cluster is not used)
 # nginx: the trusted-proxy specs put Debian's nginx in front of obleth serve on loopback, naming the user
 # in a header (spec/host/access_nginx_spec.lua; its own config and prefix, the package's service not used)
+# slapd, ldap-utils: the LDAP sign-in specs start Debian's slapd on loopback with a small directory of
+# their own (spec/host/access_ldap_spec.lua: slapadd into a temp dir, slapd -f; the package's service not used)
 test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc
-  lmod iproute2 postgresql-15 nginx)
+  lmod iproute2 postgresql-15 nginx slapd ldap-utils)
 
 # make deploy-check (Docker Compose end to end, its own dockerd) and make helm-check (Helm from npm, unzipped)
 deploy_pkgs=(docker.io docker-compose unzip)
@@ -105,7 +107,7 @@ if [ "$group" = build ] || [ "$group" = all ]; then
   need_cmd cc build-essential
   need_cmd pkg-config pkg-config
   need_cmd lua5.4 lua5.4
-  for pc in lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto libpq; do
+  for pc in lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto libpq ldap; do
     pkg-config --exists "$pc" 2>/dev/null || problems+=("pkg-config cannot find $pc (see scripts/deps.sh build)")
   done
   lua5.4 -e 'require "cjson"' 2>/dev/null || problems+=("Lua 5.4 cannot load cjson (Debian package lua-cjson)")
@@ -146,6 +148,9 @@ if [ "$group" = all ]; then
   need_cmd clang clang
   need_cmd bc bc
   need_file /usr/lib/postgresql/15/bin/initdb postgresql-15
+  need_file /usr/sbin/slapd slapd
+  need_cmd slapadd slapd
+  need_cmd ldapsearch ldap-utils
   [ -n "$(find /usr/lib/llvm-14/lib/clang -name 'libclang_rt.fuzzer-*.a' -print -quit 2>/dev/null)" ] ||
     problems+=("clang's libFuzzer runtime is missing (Debian package libclang-rt-14-dev)")
 fi

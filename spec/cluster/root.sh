@@ -29,7 +29,7 @@ pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-plugins 
   slurm-wlm-mysql-plugin munge mariadb-server mariadb-client curl procps util-linux passwd)
 # What build/obleth links to (`ldd build/obleth`: the packages of its NEEDED libraries on Debian 12;
 # newer suites provide the same sonames, some under t64 package names, which apt picks) and lua-cjson.
-pkgs+=(liblua5.4-0 libevent-2.1-7 libcurl4 libyaml-0-2 libsystemd0 libsqlite3-0 libpq5 libssl3 libreadline8 lua-cjson)
+pkgs+=(liblua5.4-0 libevent-2.1-7 libcurl4 libyaml-0-2 libsystemd0 libsqlite3-0 libpq5 libldap-2.5-0 libssl3 libreadline8 lua-cjson)
 # sid: the real llama.cpp server (llama-server) and the GGUF writer, for the engine specs' jobs
 if [ "$suite" = sid ]; then pkgs+=(llama.cpp-tools python3-gguf python3-numpy); fi
 

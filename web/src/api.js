@@ -61,6 +61,8 @@ export const api = {
   patch: (path, body) => request('PATCH', path, { body }),
   del: (path, query) => request('DELETE', path, { query }),
   signIn: (token) => request('POST', '/session', { body: { token }, signin: true }),
+  signInUser: (user, password) => request('POST', '/session', { body: { user, password }, signin: true }),
+  signInMethods: () => request('GET', '/session/methods', { signin: true }),
   session: () => request('GET', '/session', { signin: true }),
   signOut: () => request('DELETE', '/session', { signin: true }),
 };

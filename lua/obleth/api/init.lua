@@ -191,9 +191,11 @@ function App:identity(req)
     return access.resolve({ user = t.user, groups = {}, via = "pat", token_role = t.role, token_id = t.id },
       c:access_policy())
   end
-  local how, sid = self:_auth(req)
+  local how, sid, sess = self:_auth(req)
   local ident, perr
-  if how then
+  if sess and sess.user then -- a user signed in with the directory: their groups give the role
+    ident = { user = sess.user, groups = sess.groups or {}, via = "session" }
+  elseif how then
     ident = { admin = true, via = how == "bearer" and "token" or "session", groups = {} }
   elseif c.auth_proxy and not (req.headers or {})["authorization"] then
     ident, perr = access.from_proxy(c.auth_proxy, req, c.log)
@@ -204,7 +206,7 @@ function App:identity(req)
 end
 
 --- Who is asking: "bearer" (the admin token), "session" (a live session cookie) or nil.
----@return string|nil how, string|nil session_id
+---@return string|nil how, string|nil session_id, table|nil session {expires_at, user, groups}
 function App:_auth(req)
   local hs = req.headers or {}
   local h = hs["authorization"]
@@ -214,7 +216,8 @@ function App:_auth(req)
     return nil -- a wrong Authorization header is not rescued by a cookie
   end
   local sid = sessions.cookie(hs["cookie"], sessions.COOKIE)
-  if sid and self.ctx.sessions:check(sid, self.ctx._token) then return "session", sid end
+  local s = sid and self.ctx.sessions:check(sid, self.ctx._token)
+  if s then return "session", sid, s end
   return nil
 end
 

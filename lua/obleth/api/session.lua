@@ -1,16 +1,62 @@
 --- The dashboard's sign-in (docs/dashboard.md): the admin token, typed once on
--- /signin, is exchanged for an HttpOnly session cookie (obleth.api.sessions).
+-- /signin, is exchanged for an HttpOnly session cookie (obleth.api.sessions); or, when the site's
+-- directory is configured (OBLETH_LDAP_URL, docs/access.md "LDAP"), a user's name and password
+-- (obleth.api.ldap): the session then carries the user and their groups.
 local errors = require "obleth.api.errors"
 local sessions = require "obleth.api.sessions"
 
 local M = {}
+
+local function too_many(wait, what)
+  local st429, body = errors.fail(429, "too_many_attempts",
+    ("too many wrong %s from this address: try again in %d s"):format(what, wait))
+  return st429, body, { ["Retry-After"] = tostring(wait) }
+end
+
+-- Sign a user in against the directory: {user, password}.
+local function create_ldap(ctx, b)
+  local app = ctx.app
+  local addr = ctx.req.remote_addr
+  if not app.ldap then
+    return errors.fail(400, "invalid", "user: this server signs in with the admin token only (no OBLETH_LDAP_URL)",
+      "user")
+  end
+  if type(b.user) ~= "string" or b.user == "" then return errors.fail(400, "invalid", "user: required", "user") end
+  if type(b.password) ~= "string" or b.password == "" then
+    return errors.fail(400, "invalid", "password: required", "password")
+  end
+  -- every wrong password counts, and the directory is not asked again until the window passes
+  local wait = app.sessions:throttled(addr)
+  if wait then return too_many(wait, "passwords") end
+  local who, err = require("obleth.api.ldap").signin(app.ldap, b.user, b.password)
+  if not who then
+    if err.code == "invalid_credentials" then
+      app.sessions:failed(addr)
+      app.log.warn("session_refused", { remote_addr = addr, user = b.user:sub(1, 64), reason = "ldap" })
+      return errors.fail(401, "unauthorized", "no such user, or a wrong password")
+    end
+    app.log.error("ldap_failed", { remote_addr = addr, error = err.message })
+    return errors.fail(503, "ldap_unavailable", "cannot sign in now: " .. err.message)
+  end
+  if ctx.auth == "session" then app.sessions:revoke(ctx.session_id) end
+  local id, expires_at = app.sessions:create(app._token, { user = who.user, groups = who.groups })
+  app.log.info("session_created", { remote_addr = addr, actor = who.user, groups = table.concat(who.groups, ","),
+    expires_at = expires_at })
+  return 204, "", { ["Set-Cookie"] = sessions.set_cookie(id, app:secure_cookie(ctx.req)) }
+end
 
 local function create(ctx)
   local app = ctx.app
   local addr = ctx.req.remote_addr
   local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   for k in pairs(b) do
-    if k ~= "token" then return errors.fail(400, "invalid", "unknown field: " .. k, k) end
+    if k ~= "token" and k ~= "user" and k ~= "password" then
+      return errors.fail(400, "invalid", "unknown field: " .. k, k)
+    end
+  end
+  if b.user ~= nil or b.password ~= nil then
+    if b.token ~= nil then return errors.fail(400, "invalid", "token: either the admin token or user and password", "token") end
+    return create_ldap(ctx, b)
   end
   if type(b.token) ~= "string" or b.token == "" then
     return errors.fail(400, "invalid", "token: the admin token is required", "token")
@@ -19,11 +65,7 @@ local function create(ctx)
     -- the throttle holds back wrong tokens only: behind a proxy every browser shares one
     -- address, and ten wrong guesses must not lock the admin out
     local wait = app.sessions:throttled(addr)
-    if wait then
-      local st429, body = errors.fail(429, "too_many_attempts",
-        ("too many wrong tokens from this address: try again in %d s"):format(wait))
-      return st429, body, { ["Retry-After"] = tostring(wait) }
-    end
+    if wait then return too_many(wait, "tokens") end
     app.sessions:failed(addr)
     app.log.warn("session_refused", { remote_addr = addr })
     return errors.fail(401, "unauthorized", "that is not the admin token")
@@ -50,6 +92,11 @@ local function show(ctx)
     actor = ident.actor, can = require("obleth.util.json").array(can) }
 end
 
+-- How one signs in here (public: the sign-in page asks before anyone has).
+local function methods(ctx)
+  return 200, { token = true, ldap = ctx.app.ldap ~= nil }
+end
+
 local function delete(ctx)
   local app = ctx.app
   if ctx.auth == "session" then
@@ -61,14 +108,19 @@ local function delete(ctx)
 end
 
 M.schemas = {
-  SessionInput = { type = "object", additionalProperties = false, required = { "token" }, properties = {
-    token = { type = "string", description = "the admin token (OBLETH_ADMIN_TOKEN)" } } },
+  SessionInput = { type = "object", additionalProperties = false, properties = {
+    token = { type = "string", description = "the admin token (OBLETH_ADMIN_TOKEN)" },
+    user = { type = "string", description = "a user of the site's directory (with password; OBLETH_LDAP_URL)" },
+    password = { type = "string", format = "password", description = "the user's password in the directory" } } },
 }
 
 M.routes = {
   { "POST", "/api/v1/session", create, body = "SessionInput", public = true, changes = {}, tag = "dashboard",
-    summary = "Sign in: the admin token for an HttpOnly session cookie (204; 401 wrong token; 429 after "
-      .. sessions.FAILURES .. " wrong ones in " .. sessions.WINDOW .. " s)" },
+    summary = "Sign in: the admin token, or a user and password of the site's directory (LDAP), for an HttpOnly "
+      .. "session cookie (204; 401 wrong token or password; 429 after " .. sessions.FAILURES .. " wrong ones in "
+      .. sessions.WINDOW .. " s; 503 ldap_unavailable)" },
+  { "GET", "/api/v1/session/methods", methods, public = true, tag = "dashboard",
+    summary = "How one signs in here: {token: true, ldap: true when users sign in with the site's directory}" },
   { "GET", "/api/v1/session", show, action = "session.own", tag = "dashboard",
     summary = "Whether the request is signed in: {signed_in, expires_at (epoch s; null for the bearer token), via "
       .. "(token, session, proxy), user, role, groups, actor, can (the actions the role may take)}" },

@@ -37,9 +37,13 @@ end
 
 local function _bind(token) return crypto.sha256_hex("obleth-session\0" .. token) end
 
---- A new session for the admin token now in force.
+--- A new session for the admin token now in force, or, with `who`, for a user signed in with the
+--- directory (obleth.api.ldap): the session carries their name and groups (the role is the access
+--- policy's, read on each request). Either is bound to the admin token in force.
+---@param token string
+---@param who {user: string, groups: string[]}|nil
 ---@return string id, integer expires_at
-function Sessions:create(token)
+function Sessions:create(token, who)
   local now = math.floor(self.now())
   self:_sweep(now)
   if self.count >= M.MAX then
@@ -50,14 +54,15 @@ function Sessions:create(token)
     self:revoke(oldest)
   end
   local id = sys.random_hex(32)
-  local s = { expires_at = now + M.TTL, bound = _bind(token) }
+  local s = { expires_at = now + M.TTL, bound = _bind(token), user = who and who.user,
+    groups = who and who.groups }
   self.by_id[id] = s
   self.count = self.count + 1
   return id, s.expires_at
 end
 
 --- The session named by `id` if it is live and was made with `token`.
----@return table|nil {expires_at}
+---@return table|nil {expires_at, user, groups} (user nil: signed in with the admin token)
 function Sessions:check(id, token)
   if type(id) ~= "string" or not id:match("^%x+$") or #id ~= 64 then return nil end
   local s = self.by_id[id]
@@ -127,11 +132,11 @@ end
 -- session not count (check answers nil); a throttle that cannot be read lets the try through.
 local function _id_hash(id) return crypto.sha256_hex(id) end
 
-function Shared:create(token)
+function Shared:create(token, who)
   local now = math.floor(self.now())
   local id = sys.random_hex(32)
   local expires_at = now + M.TTL
-  assert(self.store:session_put(_id_hash(id), _bind(token), expires_at, now, M.MAX))
+  assert(self.store:session_put(_id_hash(id), _bind(token), expires_at, now, M.MAX, who))
   return id, expires_at
 end
 
@@ -143,7 +148,7 @@ function Shared:check(id, token)
     self:revoke(id)
     return nil
   end
-  return { expires_at = s.expires_at }
+  return { expires_at = s.expires_at, user = s.user, groups = s.groups }
 end
 
 function Shared:revoke(id)

@@ -139,6 +139,9 @@ function M.main(argv)
   -- a trusted proxy in front that names the user (docs/access.md)
   local auth_proxy, aperr = require("obleth.api.access").proxy_from_env()
   if aperr then return _die(aperr.message, 2) end
+  -- the site's directory, to sign users in with (docs/access.md "LDAP")
+  local ldap_cfg, lerr = require("obleth.api.ldap").from_env()
+  if lerr then return _die(lerr.message, 2) end
   local state_dir = os.getenv("STATE_DIRECTORY")
   local db_url = os.getenv("OBLETH_DATABASE_URL")
   if db_url == "" then db_url = nil end
@@ -158,7 +161,7 @@ function M.main(argv)
   web_dir = web_dir or require("obleth.web").default_dir()
   local process = serve.new { store = store, admin_token = token, log = log, web_dir = web_dir,
     public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")),
-    auth_proxy = auth_proxy }
+    auth_proxy = auth_proxy, ldap = ldap_cfg }
   local ctx = process.context
   ctx.body_limit = body_limit -- the lease answer says it (a provisioner splits a larger report)
   local handler = process:handler()
@@ -175,7 +178,8 @@ function M.main(argv)
   local url = (host:find(":", 1, true) and "http://[%s]:%d" or "http://%s:%d"):format(host, srv:port())
   log.info("serve_started", { listen = url, db = store.location, schema = store:schema_version(), pid = sys.getpid(),
     routes = #process.routes, web_dir = web_dir, auth_proxy = auth_proxy and auth_proxy.header or nil,
-    auth_proxy_from = auth_proxy and auth_proxy.from_text or nil, nofile = nofile, max_connections = max_conns or "default",
+    auth_proxy_from = auth_proxy and auth_proxy.from_text or nil,
+    ldap = ldap_cfg and ldap_cfg.url or nil, nofile = nofile, max_connections = max_conns or "default",
     header_timeout = header_timeout or 10, idle_timeout = idle_timeout or 5 })
   local wst = sys.stat(web_dir .. "/index.html")
   if not wst then

@@ -13,7 +13,8 @@
 -- Methods: slurm_settings(), slurm_connect(over), slurm_tokens(), register_secrets(s),
 -- secure_cookie(req), flush_key_usage(), access_policy(), drain(), share_changes(list),
 -- follow_changes(on_remote). auth_proxy: the trusted proxy that names users
--- (obleth.api.access.proxy_from_env; nil: none).
+-- (obleth.api.access.proxy_from_env; nil: none). ldap: the directory users sign in with
+-- (obleth.api.ldap.from_env; nil: none).
 local json = require "obleth.util.json"
 local cjson = require "cjson"
 
@@ -38,13 +39,17 @@ end
 ---  public_url: string|nil, max_streams: integer|nil}  public_url: the origin the dashboard is reached
 ---  at when a proxy in front rewrites Host (its scheme https makes the session cookie Secure);
 ---  max_streams: live-update streams at most (obleth.api.changes); auth_proxy: the trusted proxy
----  (obleth.api.access.proxy_from_env); access_policy: the access policy module to use (default: the
+---  (obleth.api.access.proxy_from_env); ldap: the directory users sign in with (obleth.api.ldap.from_env);
+---  access_policy: the access policy module to use (default: the
 ---  policy set's "access", policy.d overrides included)
 ---@return table context
 function M.new(opts)
   if type(opts.admin_token) ~= "string" or opts.admin_token == "" then error("serve context: admin_token", 2) end
   local log = opts.log or require("obleth.log")
   log.add_secret(opts.admin_token)
+  if opts.ldap and opts.ldap.bind_password and #opts.ldap.bind_password >= 4 then
+    log.add_secret(opts.ldap.bind_password)
+  end
   local now = opts.now or function() return require("obleth.loop").now() end
   local public_origin
   if opts.public_url then
@@ -59,7 +64,7 @@ function M.new(opts)
     sessions = require("obleth.api.sessions").new { now = now, store = opts.store and opts.store.shared and opts.store },
     events = require("obleth.api.changes").new { max = opts.max_streams },
     metrics = require("obleth.util.prometheus").new(),
-    auth_proxy = opts.auth_proxy, _access_policy = opts.access_policy,
+    auth_proxy = opts.auth_proxy, _access_policy = opts.access_policy, ldap = opts.ldap,
     -- this instance, among several sharing the store: its own change notices are not news to it
     instance_tag = require("obleth.sys").random_hex(8),
   }, Context)

@@ -292,6 +292,12 @@ local MIGRATIONS = {
     );
     CREATE INDEX personal_tokens_user ON personal_tokens(username, id);
   ]],
+  -- 14: a dashboard session of a user signed in with the directory (docs/access.md "LDAP") carries
+  -- their name and groups (a JSON list); NULL: a session of the admin token
+  [14] = [[
+    ALTER TABLE dashboard_sessions ADD COLUMN username TEXT;
+    ALTER TABLE dashboard_sessions ADD COLUMN groups TEXT;
+  ]],
 }
 
 M.migrations = MIGRATIONS

@@ -13,7 +13,9 @@ local Store = base.Store
 ---@param expires_at integer epoch seconds
 ---@param now integer
 ---@param max integer sessions kept at most
-function Store:session_put(id_hash, bound, expires_at, now, max)
+---@param who {user: string, groups: string[]}|nil a user signed in with the directory (nil: the admin token)
+function Store:session_put(id_hash, bound, expires_at, now, max, who)
+  local groups = who and require("obleth.util.json").encode(require("obleth.util.json").array(who.groups or {}))
   return self:transaction(function()
     self:_x("DELETE FROM dashboard_sessions WHERE expires_at <= ?", now)
     local n = self:_one("SELECT count(*) AS n FROM dashboard_sessions").n
@@ -21,14 +23,18 @@ function Store:session_put(id_hash, bound, expires_at, now, max)
       self:_x([[DELETE FROM dashboard_sessions WHERE id_hash IN (SELECT id_hash FROM dashboard_sessions
         ORDER BY expires_at LIMIT ?)]], n - max + 1)
     end
-    self:_x("INSERT INTO dashboard_sessions (id_hash, bound, expires_at) VALUES (?, ?, ?)", id_hash, bound, expires_at)
+    self:_x("INSERT INTO dashboard_sessions (id_hash, bound, expires_at, username, groups) VALUES (?, ?, ?, ?, ?)",
+      id_hash, bound, expires_at, who and who.user, groups)
     return true
   end)
 end
 
---- The session {bound, expires_at} with this id hash, or nil.
+--- The session {bound, expires_at, user, groups} with this id hash, or nil.
 function Store:session_get(id_hash)
-  return self:_one("SELECT bound, expires_at FROM dashboard_sessions WHERE id_hash = ?", id_hash)
+  local s = self:_one("SELECT bound, expires_at, username, groups FROM dashboard_sessions WHERE id_hash = ?", id_hash)
+  if not s then return nil end
+  local groups = s.groups and require("cjson").decode(s.groups) or nil
+  return { bound = s.bound, expires_at = s.expires_at, user = s.username, groups = groups }
 end
 
 function Store:session_delete(id_hash)
