@@ -91,9 +91,17 @@ describe("/metrics for the provisioner and the Slurm JWT", function()
     end
     assert.equal(1, serve_metric('{policy="suggestions"}'))
     assert.equal(0, serve_metric('{policy="lost"}'))
+    -- the Slurm card's answer names the file and the line
+    local _, st = s2:request("GET", "/api/v1/settings/slurm")
+    assert.equal(1, #st.serve_policy_errors)
+    local e = st.serve_policy_errors[1]
+    assert.same({ "suggestions", dir .. "/suggestions.lua", 1 }, { e.policy, e.file, e.line })
+    assert.matches("suggestions.lua:1:", e.message, 1, true)
     -- a fixed file (another size: the loader looks at mtime and size) loads on the next look
     put("return { DEFAULTS = {} }\n")
     require("spec.support.util").wait_until(function() return serve_metric('{policy="suggestions"}') == 0 end, 10,
       "the fixed file to load")
+    _, st = s2:request("GET", "/api/v1/settings/slurm")
+    assert.same({}, st.serve_policy_errors)
   end)
 end)

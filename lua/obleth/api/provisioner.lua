@@ -193,7 +193,9 @@ local function wait(ctx)
   end
   local wk = ctx.app.wakeups
   if not wk then return errors.fail(404, "not_found", "no wake-ups in this process") end
-  local seq, woken = wk:wait(since, math.min(timeout or 30, M.WAIT_MAX))
+  local seq, woken, closed = wk:wait(since, math.min(timeout or 30, M.WAIT_MAX))
+  -- obleth serve is stopping: the counter as it is, at once (the provisioner's next call finds it gone)
+  if closed and not woken then return 200, { seq = seq, woken = false, why = "shutting_down" } end
   return 200, { seq = seq, woken = woken, why = woken and wk.why or require("cjson").null }
 end
 

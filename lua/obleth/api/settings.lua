@@ -34,9 +34,31 @@ function M.public(app)
       user_groups = d.user_groups and json.array(d.user_groups) or NULL, enforce_part_limits = n(d.enforce_part_limits),
     },
     provisioner = prov,
+    serve_policy_errors = M.serve_policy_errors(),
     thresholds = M.thresholds(),
     updated_at = n(s.updated_at),
   }
+end
+
+--- This obleth serve's own policy overrides that do not load (the previous version is used), for the
+--- Slurm card beside the provisioner's `policy_error`: one {policy, file, line, message, since} per
+--- broken file, by policy name; line is nil when the message names none.
+---@return table[]
+function M.serve_policy_errors()
+  local policy = require "obleth.policy"
+  local out = json.array()
+  local ok = pcall(policy.reload)
+  local errs = ok and policy.errors() or {}
+  for _, name in ipairs(policy.NAMES) do
+    local e = errs[name]
+    if e then
+      local msg = type(e) == "table" and tostring(e.message) or tostring(e)
+      local file = type(e) == "table" and e.path or NULL
+      out[#out + 1] = { policy = name, file = file, line = n(math.tointeger(tonumber(msg:match(":(%d+):")))),
+        message = msg, since = n(type(e) == "table" and e.at or nil) }
+    end
+  end
+  return out
 end
 
 --- The numbers the Slurm card words by, from their one owner (obleth.schema.thresholds): seconds

@@ -667,10 +667,13 @@ function Router:_route(req, res)
   req.model = model.name
   if #model.endpoints == 0 then
     local woke = self:_hold(model, res)
-    if not woke then
-      if res.closed and res:closed() then return end -- the client went away while held: nobody to answer
-      return self:_unavailable(res, model)
+    if not woke and res.closed and res:closed() then return end -- the client went away while held
+    if not woke and self.ctx.draining then
+      -- held until obleth serve began to stop: another instance (or this one restarted) answers it
+      return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
+        { ["Retry-After"] = "1" })
     end
+    if not woke then return self:_unavailable(res, model) end
     req.held, model = true, woke
   end
   return self:_forward(req, res, model, stream == true)
@@ -693,10 +696,13 @@ function Router:_hold(model, res)
   if self.ctx.wakeups then self.ctx.wakeups:wake(name) end
   local deadline = self.clock() + self.wake_wait
   local found
+  local wk = self.ctx.wakeups
   local function gone() return res ~= nil and res.client_gone ~= nil and res:client_gone() end
   while not self.ctx.draining and self.clock() < deadline and not gone() do
-    loop.sleep(math.min(M.WAKE_POLL, math.max(0, deadline - self.clock())))
-    if gone() then break end
+    -- a shutdown ends the sleep at once (the wake-ups close)
+    local dt = math.min(M.WAKE_POLL, math.max(0, deadline - self.clock()))
+    if wk then wk:sleep(dt) else loop.sleep(dt) end
+    if self.ctx.draining or gone() then break end
     self._models[name] = nil
     local m = self:_model(name)
     if m and #m.endpoints > 0 then found = m break end

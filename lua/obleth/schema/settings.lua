@@ -64,7 +64,8 @@ M.defaults = { type = "object", nullable = true, fields = {
 M.settings = { type = "object", fields = {
   { "enabled", { type = "boolean", default = false } },
   { "defaults", M.defaults },
-}, read_only = { "provisioner", "token_set", "token_expires_at", "token_renewed_at", "token_warning", "thresholds",
+}, read_only = { "provisioner", "serve_policy_errors", "token_set", "token_expires_at", "token_renewed_at",
+  "token_warning", "thresholds",
   "updated_at" } }
 for _, f in ipairs(M.connection_fields) do table.insert(M.settings.fields, #M.settings.fields, f) end
 

@@ -174,10 +174,13 @@ function Context:flush_key_usage()
   return true
 end
 
---- Start shutting down: new requests get 503 shutting_down; event streams end.
+--- Start shutting down: new requests get 503 shutting_down; event streams end; the provisioner's long
+--- polls (GET /api/v1/provisioner/wait) are answered and the requests the router holds for a model at
+--- zero get 503 shutting_down, at once (the wake-ups close).
 function Context:drain()
   self.draining = true
   self.events:close_all()
+  if self.wakeups then self.wakeups:close() end
 end
 
 --- Tell the other instances sharing the store (PostgreSQL) about changes this one published to its

@@ -6,7 +6,7 @@ import { html } from '../html.js';
 import { api } from '../api.js';
 import { Link } from '../router.js';
 import { useNow } from '../live.js';
-import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords } from '../lib/slurm.js';
+import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords, policyErrors } from '../lib/slurm.js';
 import { timestamp } from '../lib/format.js';
 import { Item, ErrorNote } from './notice.js';
 
@@ -62,6 +62,7 @@ export function SlurmCard({ settings, error, manage = true }) {
     </dl>
     ${err && html`<p class="error" role="alert"><strong>Connection check: </strong>${err.text} <span class="detail">${err.detail}</span></p>`}
     ${prov.error && html`<p class="error"><strong>Last pass error: </strong><span class="detail">${prov.error}</span></p>`}
+    ${policyErrors(settings).map((p) => html`<p class="error" role="status"><strong>Policy file not loaded by ${p.who} (the previous version is used): </strong><span class="mono">${p.where}</span> <span class="detail">${p.message}</span></p>`)}
     <div class="actions start"><button type="button" onClick=${check} disabled=${!settings.enabled} aria-disabled=${pinging ? 'true' : undefined}>Check again</button></div>`}
   </section>`;
 }

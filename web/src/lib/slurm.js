@@ -70,3 +70,19 @@ export function tokenSourceWords(src) {
 }
 
 export { duration };
+
+/**
+ * The policy files that do not load, as the card words them (the previous version of each stays in
+ * use): obleth serve's own (GET /settings/slurm `serve_policy_errors`) and the provisioner's
+ * (`provisioner.policy_error`). Each {who, where, message}.
+ */
+export function policyErrors(settings) {
+  const out = [];
+  const where = (e) => (e.file ? `${e.file}${e.line != null ? `:${e.line}` : ''}` : (e.policy || 'a policy file'));
+  for (const e of (settings && settings.serve_policy_errors) || []) {
+    out.push({ who: 'obleth serve', where: where(e), message: e.message });
+  }
+  const p = settings && settings.provisioner && settings.provisioner.policy_error;
+  if (p && p.message) out.push({ who: 'the provisioner', where: where(p), message: p.message });
+  return out;
+}

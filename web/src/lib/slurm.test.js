@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords } from './slurm.js';
+import { jwtStatus, errorWords, provisionerStatus, leaseWords, tokenSourceWords, policyErrors } from './slurm.js';
 
 const now = 1_800_000_000;
 
@@ -58,4 +58,16 @@ test('lease and token source are described when the server reports them', () => 
   assert.equal(leaseWords(null, now), null);
   assert.equal(tokenSourceWords('static'), 'a saved JWT');
   assert.equal(tokenSourceWords(undefined), null);
+});
+
+test('policy files that do not load are named with their file and line, for serve and for the provisioner', () => {
+  assert.deepEqual(policyErrors({}), []);
+  assert.deepEqual(policyErrors({
+    serve_policy_errors: [{ policy: 'suggestions', file: '/etc/obleth/policy.d/suggestions.lua', line: 1,
+      message: '/etc/obleth/policy.d/suggestions.lua:1: unexpected symbol' }],
+    provisioner: { policy_error: { file: '/etc/obleth/policy.d/lost.lua', line: null, message: 'lost.check must be a function' } },
+  }), [
+    { who: 'obleth serve', where: '/etc/obleth/policy.d/suggestions.lua:1', message: '/etc/obleth/policy.d/suggestions.lua:1: unexpected symbol' },
+    { who: 'the provisioner', where: '/etc/obleth/policy.d/lost.lua', message: 'lost.check must be a function' },
+  ]);
 });

@@ -74,7 +74,7 @@ export function SignIn({ loc }) {
       </div>
       ${error && html`<p id="signin-error" class="error" role="alert">${error}</p>`}
       <div class="actions"><button type="submit" class="primary" aria-disabled=${busy ? 'true' : undefined}>${busy ? 'Signing in…' : 'Sign in'}</button>
-        ${ldap && html`<button type="button" onClick=${() => { setError(null); setUseToken(!useToken); }}>${useToken ? 'Sign in with your account' : 'Use the admin token'}</button>`}</div>
+        ${ldap && html`<button type="button" onClick=${() => { setError(null); setUseToken(!useToken); }}>${useToken ? 'Use your account' : 'Use the admin token'}</button>`}</div>
     </form>
   </main>`;
 }
