@@ -4,21 +4,27 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { startStack, browser, newPage, axe, assertClean, clusterEnv, portRange, ROOT, pressWithKeyboard, waitInPage } from './support.mjs';
+import { startStack, browser, newPage, axe, assertClean, clusterEnv, portRange, ROOT, pressWithKeyboard, waitInPage,
+  signIn } from './support.mjs';
 
 const env = clusterEnv();
 let stack;
 let b;
+// obleth serve's policy.d (docs/policy.md): empty until the last test breaks a file in it
+const policyDir = mkdtempSync(path.join(os.tmpdir(), 'obleth-policy-'));
 
 before(async () => {
   if (!env) return;
-  stack = await startStack({ interval: '1' });
+  stack = await startStack({ interval: '1', serveEnv: { OBLETH_POLICY_DIR: policyDir } });
   b = await browser();
 });
 after(async () => {
   if (b) await b.close();
   if (stack) await stack.stop();
+  rmSync(policyDir, { recursive: true, force: true });
 });
 
 test('first contact: set up Slurm from the card, test the connection, save, see the provisioner check in',
@@ -166,5 +172,29 @@ test('first contact: set up Slurm from the card, test the connection, save, see 
     const all = rec.bodies.map((r) => r.body).join('\n') + await page.content();
     assert.ok(!all.includes(env.OBLETH_SLURM_TOKEN), 'the JWT reached the page');
     assert.ok(!all.includes(stack.token), 'the admin token reached the page');
+    assertClean(rec);
+  });
+
+test('a policy file obleth serve cannot load shows on the Slurm card, with its file and line',
+  { skip: !env && 'the harness cluster is not up (spec/cluster/up.sh)' }, async () => {
+    const { page, rec, shot } = await newPage(b, stack, 'slurm-policy-error');
+    await signIn(page, stack);
+    const file = path.join(policyDir, 'suggestions.lua');
+    writeFileSync(file, 'return {\n  suggest = function(outcomes\n}\n');
+    try {
+      await page.goto('/deployments');
+      const card = page.getByRole('region', { name: 'Slurm' });
+      const shown = card.getByRole('status').filter({ hasText: 'Policy file not loaded by obleth serve' });
+      await shown.waitFor();
+      assert.match(await shown.innerText(), new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:\\d+`));
+      await shot('serve-policy-error');
+      await axe(page, 'the Slurm card with a policy error');
+    } finally {
+      rmSync(file, { force: true });
+    }
+    // removed, the built-in is back and the card says nothing more
+    await page.goto('/deployments');
+    await page.getByRole('region', { name: 'Slurm' }).getByText(/Provisioner checked in/).waitFor();
+    assert.equal(await page.getByText('Policy file not loaded by obleth serve').count(), 0);
     assertClean(rec);
   });
