@@ -7,7 +7,15 @@ local M = {}
 local BIN = os.getenv("OBLETH_PG_BIN") or "/usr/lib/postgresql/15/bin"
 local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/pg%.lua$") or "."
 
-local base_url, started_dir, why_not
+-- The server this process started lives in the registry, not in this module: busted insulates each
+-- spec file (package.loaded is restored after it), and a module-level server would be started again
+-- for every file. It is stopped at lua_close (the end of the process).
+local REG = debug.getregistry()
+local state = REG["obleth.spec.pg"]
+if not state then
+  state = {}
+  REG["obleth.spec.pg"] = state
+end
 local n = 0
 
 local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
@@ -23,30 +31,28 @@ function M.available()
   return true
 end
 
--- stop the server this process started, when the process ends (lua_close collects package.loaded)
-setmetatable(M, { __gc = function()
-  if started_dir then os.execute(sh_quote(root .. "/spec/support/pg.sh") .. " stop " .. sh_quote(started_dir)) end
-end })
 
 --- The server's URL (database postgres), starting it on first use.
 function M.url()
-  if base_url then return base_url end
-  if why_not then error(why_not, 2) end
+  if state.url then return state.url end
+  if state.why_not then error(state.why_not, 2) end
   local env = os.getenv("OBLETH_TEST_PG_URL")
-  if env and env ~= "" then base_url = env; return base_url end
+  if env and env ~= "" then state.url = env; return state.url end
   local dir = os.tmpname()
   os.remove(dir)
   local p = io.popen(sh_quote(root .. "/spec/support/pg.sh") .. " start " .. sh_quote(dir) .. " 2>&1")
   local out = p:read("a")
   local ok = p:close()
   if not ok then
-    why_not = "spec/support/pg.sh could not start PostgreSQL: " .. out
+    state.why_not = "spec/support/pg.sh could not start PostgreSQL: " .. out
     os.execute(sh_quote(root .. "/spec/support/pg.sh") .. " stop " .. sh_quote(dir))
-    error(why_not, 2)
+    error(state.why_not, 2)
   end
-  started_dir = dir
-  base_url = out:match("(postgresql://%S+)")
-  return base_url
+  local stop = sh_quote(root .. "/spec/support/pg.sh") .. " stop " .. sh_quote(dir)
+  -- stopped when the process ends: a sentinel only the registry holds, collected at lua_close
+  state.sentinel = setmetatable({}, { __gc = function() os.execute(stop) end })
+  state.url = out:match("(postgresql://%S+)")
+  return state.url
 end
 
 --- The URL of database `name` on the same server.
