@@ -12,6 +12,12 @@
  *        null, an object or an array.
  *     -> nil, message, kind, key  when text is not one JSON value (RFC 8259), or the top
  *        level is not an object: the message names the byte offset (1-based).
+ *   ok, texts = jsonscan.elements(text, name)
+ *     -> true, then the elements of the top-level object's member `name` (an array), each as
+ *        its own JSON text (the bytes of the element in text, without the spaces around it);
+ *        texts is nil when the member is missing or not an array. The provisioner reads the
+ *        job listing this way: one element per job, decoded only when it is new or changed.
+ *     -> nil, message, kind, key as fields does (the whole text is checked the same way).
  *   ok, message, kind, key = jsonscan.check(text)
  *     -> true when text is one JSON value (any top level), else nil, message, kind, key.
  *   prompt, completion = jsonscan.usage(text)
@@ -580,6 +586,61 @@ static int fields_member(scan *s, const unsigned char *name_at, const char *name
     return 1;
 }
 
+/* Whether the member name at name_at (name: its bytes when it has no escape, else NULL)
+   is want[0..wl). */
+static int name_is(lua_State *L, scan *s, const unsigned char *name_at, const char *name, size_t nl,
+                   const char *want, size_t wl) {
+    if (name) return nl == wl && memcmp(name, want, wl) == 0;
+    scan t; /* escapes: decode the name to compare it */
+    scan_init(&t, (const char *)s->start, (size_t)(s->end - s->start));
+    t.p = name_at;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    string(&t, &b, NULL, NULL);
+    luaL_pushresult(&b);
+    size_t dl;
+    const char *d = lua_tolstring(L, -1, &dl);
+    int same = dl == wl && memcmp(d, want, wl) == 0;
+    lua_pop(L, 1);
+    scan_free(&t);
+    return same;
+}
+
+typedef struct {
+    lua_State *L;
+    int out;            /* the stack slot of the result */
+    const char *name;
+    size_t nl;
+} elements_ctx;
+
+static int elements_member(scan *s, const unsigned char *name_at, const char *name, size_t nl, void *ctx) {
+    elements_ctx *e = ctx;
+    lua_State *L = e->L;
+    if (*s->p != '[' || !name_is(L, s, name_at, name, nl, e->name, e->nl)) return 0;
+    s->p++;
+    lua_newtable(L);
+    ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+    } else {
+        lua_Integer n = 0;
+        for (;;) {
+            ws(s);
+            const unsigned char *from = s->p;
+            if (skip(s, 2) < 0) { lua_pop(L, 1); return -1; }
+            lua_pushlstring(L, (const char *)from, (size_t)(s->p - from));
+            lua_rawseti(L, -2, ++n);
+            ws(s);
+            if (s->p < s->end && *s->p == ',') { s->p++; continue; }
+            if (s->p < s->end && *s->p == ']') { s->p++; break; }
+            lua_pop(L, 1);
+            return fail(s, "a ',' or ']' is missing");
+        }
+    }
+    lua_replace(L, e->out);
+    return 1;
+}
+
 /* Push nil, message, kind, key (key: nil unless kind is "duplicate_key") for a failed scan;
    frees the scan. Returns 4. The key is shown escaped: no byte of the text reaches the
    message unless it is printable ASCII or part of valid UTF-8. */
@@ -638,6 +699,26 @@ static int l_fields(lua_State *L) {
         return f.n + 1;
     }
     lua_settop(L, f.base);
+    return push_error(L, &s);
+}
+
+static int l_elements(lua_State *L) {
+    size_t len;
+    const char *text = luaL_checklstring(L, 1, &len);
+    elements_ctx e;
+    e.L = L;
+    e.name = luaL_checklstring(L, 2, &e.nl);
+    lua_settop(L, 2);
+    lua_pushboolean(L, 1);
+    lua_pushnil(L); /* the result, at 4 */
+    e.out = 4;
+    scan s;
+    scan_init(&s, text, len);
+    if (walk_object(&s, elements_member, &e) == 0) {
+        scan_free(&s);
+        return 2;
+    }
+    lua_settop(L, 2);
     return push_error(L, &s);
 }
 
@@ -732,6 +813,8 @@ int luaopen_obleth_jsonscan(lua_State *L) {
     lua_setfield(L, -2, "fields");
     lua_pushcfunction(L, l_check);
     lua_setfield(L, -2, "check");
+    lua_pushcfunction(L, l_elements);
+    lua_setfield(L, -2, "elements");
     lua_pushcfunction(L, l_usage);
     lua_setfield(L, -2, "usage");
     return 1;

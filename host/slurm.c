@@ -13,6 +13,8 @@
  *   conn:call(method, path, body?)   path may hold "{v}" for the version
  *     -> status, doc|nil, raw_body | nil, err
  *        doc is the decoded JSON body (nil when the body is not JSON)
+ *   conn:call_raw(method, path, body?)  as call, but a 2xx body is not decoded:
+ *     -> status, nil, raw_body | status, doc|nil, raw_body (not 2xx) | nil, err
  *   conn:version()  -> "v0.0.38";  conn:versions() -> array the server serves
  *   conn:has_slurmdb() -> boolean (accounting paths are served)
  *   conn:set_token(jwt, expires_at?); conn:info() -> {url=, socket=, user=, version=}
@@ -719,7 +721,7 @@ static int l_connect(lua_State *L) {
 
 /* ---- call ------------------------------------------------------------------------ */
 
-enum { C_FIRST = 1, C_REDISCOVER = 2, C_RETRY = 3 };
+enum { C_FIRST = 1, C_REDISCOVER = 2, C_RETRY = 3, C_PHASE = 0xF, C_RAW = 0x10 /* call_raw */ };
 
 static int call_k(lua_State *L, int st, lua_KContext ctx);
 
@@ -734,7 +736,7 @@ static int call_send(lua_State *L, int phase) {
 static int call_k(lua_State *L, int st, lua_KContext ctx) {
     (void)st;
     conn *c = lua_touserdata(L, 1);
-    int phase = (int)ctx;
+    int phase = (int)ctx & C_PHASE, rawf = (int)ctx & C_RAW;
     if (phase == C_REDISCOVER) {
         /* discover returned true | nil, err; then retry with the new version */
         int ok = lua_toboolean(L, 5);
@@ -743,7 +745,7 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
         snprintf(before, sizeof before, "%s", c->version);
         if (ok && choose_version(L, 1) && strcmp(before, c->version) != 0) {
             obleth_log("info", "slurm_version_renegotiated", "from=%s to=%s", before, c->version);
-            return call_send(L, C_RETRY);
+            return call_send(L, C_RETRY | rawf);
         }
         snprintf(c->version, sizeof c->version, "%s", before);
         push_err(L, "unsupported", "slurmrestd answered 404 for a versioned path and no other API version is served", 404);
@@ -779,9 +781,15 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
             lua_pushcfunction(L, discover);
             lua_pushvalue(L, 1);
             lua_pushboolean(L, 1); /* force: the cached list is what just failed */
-            lua_callk(L, 2, 1, C_REDISCOVER, call_k);
-            return call_k(L, LUA_OK, C_REDISCOVER);
+            lua_callk(L, 2, 1, C_REDISCOVER | rawf, call_k);
+            return call_k(L, LUA_OK, C_REDISCOVER | rawf);
         }
+    }
+    if (rawf && status >= 200 && status < 300) {
+        /* call_raw: the caller reads the body itself (status, nil, raw) */
+        lua_pushnil(L);
+        lua_insert(L, raw);
+        return 3;
     }
     push_json(L, raw);
     if (status >= 500 && is_auth_failure_doc(L, lua_gettop(L))) {
@@ -811,6 +819,18 @@ static int conn_call(lua_State *L) {
     lua_settop(L, 4);
     if (push_if_expired(L, 1)) return 2;
     return call_send(L, C_FIRST);
+}
+
+/* conn:call_raw(method, path, body?): as call, but a 2xx answer's body is not decoded:
+   status, nil, raw_body (the caller reads it, e.g. obleth.jsonscan.elements). */
+static int conn_call_raw(lua_State *L) {
+    check_conn(L, 1);
+    luaL_checkstring(L, 2);
+    luaL_checkstring(L, 3);
+    if (!lua_isnoneornil(L, 4)) luaL_checkstring(L, 4);
+    lua_settop(L, 4);
+    if (push_if_expired(L, 1)) return 2;
+    return call_send(L, C_FIRST | C_RAW);
 }
 
 static int conn_version(lua_State *L) {
@@ -876,7 +896,7 @@ static int conn_tostring(lua_State *L) {
 
 int luaopen_obleth_slurm_rest(lua_State *L) {
     static const luaL_Reg methods[] = {
-        {"call", conn_call}, {"version", conn_version}, {"versions", conn_versions},
+        {"call", conn_call}, {"call_raw", conn_call_raw}, {"version", conn_version}, {"versions", conn_versions},
         {"has_slurmdb", conn_has_slurmdb}, {"set_token", conn_set_token}, {"info", conn_info},
         {"close", conn_close}, {NULL, NULL}};
     static const luaL_Reg funcs[] = {{"connect", l_connect}, {NULL, NULL}};

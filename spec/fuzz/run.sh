@@ -14,7 +14,7 @@ root=$(pwd)
 runs=${1:-1000000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(http_frame http_target yaml jsonscan json hostlist gres timefmt normalize)
+[ ${#targets[@]} -gt 0 ] || targets=(http_frame http_target yaml jsonscan jsonelements json hostlist gres timefmt normalize)
 bin=build/fuzz/obleth-fuzz
 [ -x "$bin" ] || { echo "  FAIL  fuzz: $bin is not built (make fuzz-build; needs clang and libclang-rt)"; exit 1; }
 shared=${OBLETH_SHARED:-$root/../shared}
@@ -30,7 +30,7 @@ for t in "${targets[@]}"; do
   [ "$runs" -lt 100000 ] && short=1
   max_len=65536
   [ $short = 1 ] && max_len=4096
-  if [ $short = 0 ] && [ -d "$shared/cases/slurmrestd" ] && { [ "$t" = jsonscan ] || [ "$t" = json ]; }; then
+  if [ $short = 0 ] && [ -d "$shared/cases/slurmrestd" ] && { [ "$t" = jsonscan ] || [ "$t" = jsonelements ] || [ "$t" = json ]; }; then
     seeds+=("$corpus.cases")
     if [ ! -d "$corpus.cases" ]; then
       mkdir -p "$corpus.cases"

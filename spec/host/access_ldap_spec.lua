@@ -211,6 +211,46 @@ memberUid: alice
     assert.equal(429, (signin("alice", "alice-pw")))
   end)
 
+  it("signs in with a DN template, and with a search as a bind DN whose password is in a file", function()
+    local pwfile = prefix .. "/bind-password"
+    write(pwfile, "admin-secret\n")
+    for _, env in ipairs {
+      { OBLETH_LDAP_USER_DN = "uid={user},ou=people," .. SUFFIX },
+      { OBLETH_LDAP_USER_BASE = "ou=people," .. SUFFIX, OBLETH_LDAP_BIND_DN = "cn=admin," .. SUFFIX,
+        OBLETH_LDAP_BIND_PASSWORD_FILE = pwfile },
+    } do
+      env.OBLETH_LDAP_URL, env.OBLETH_LDAP_GROUP_BASE = URL, "ou=groups," .. SUFFIX
+      env.OBLETH_POLICY_DIR = prefix .. "/policy.d"
+      local keep = srv
+      srv = server.start { env = env }
+      local ok, err = pcall(function()
+        local st, cookie = signin("alice", "alice-pw")
+        assert.equal(204, st)
+        local _, s = call("GET", "/api/v1/session", nil, { cookie = cookie })
+        assert.same({ "alice", "operator" }, { s.user, s.role })
+        assert.equal(401, (signin("*)(uid=*", "alice-pw")))
+        assert.equal(401, (signin("alice", "bob-pw")))
+        assert.falsy(srv:log():find("admin-secret", 1, true))
+        assert.falsy(srv:log():find("alice-pw", 1, true))
+      end)
+      srv:cleanup()
+      srv = keep
+      assert(ok, err)
+    end
+    -- the bind DN is used: with a wrong password in its file, nobody signs in (503, not 401)
+    write(pwfile, "not-the-secret\n")
+    local keep = srv
+    srv = server.start { env = { OBLETH_LDAP_URL = URL, OBLETH_LDAP_USER_BASE = "ou=people," .. SUFFIX,
+      OBLETH_LDAP_BIND_DN = "cn=admin," .. SUFFIX, OBLETH_LDAP_BIND_PASSWORD_FILE = pwfile } }
+    local ok, err = pcall(function()
+      local st, _, e = signin("alice", "alice-pw")
+      assert.same({ 503, "ldap_unavailable" }, { st, e.error.code })
+    end)
+    srv:cleanup()
+    srv = keep
+    assert(ok, err)
+  end)
+
   describe("obleth.ldap (host/ldap.c)", function()
     local ldap = require "obleth.ldap"
     local loop = require "obleth.loop"

@@ -75,3 +75,65 @@ describe("parsed strings kept across a listing", function()
     assert.is_true(r3.node_list_truncated)
   end)
 end)
+
+describe("the listing read as one JSON text per job, with a cache of normalized jobs", function()
+  local jsonscan = require "obleth.jsonscan"
+  local snap = { instance = INSTANCE, models = { { id = 1, replicas = { { nonce = "00000000000000a4", job_id = 4 } } } } }
+  local function texts(doc)
+    local ok, t = jsonscan.elements(cjson.encode(doc), "jobs")
+    assert.is_true(ok)
+    return t
+  end
+  -- cjson.decode calls made by obleth.slurm.normalize during f
+  local function decodes(f)
+    local real, n = cjson.decode, 0
+    cjson.decode = function(s) n = n + 1; return real(s) end
+    local ok, res = pcall(f)
+    cjson.decode = real
+    assert(ok, res)
+    return n, res
+  end
+
+  it("normalizes what normalize.jobs does, and an unchanged job again costs no decode", function()
+    local keep, prefilter = daemon.own_jobs(snap)
+    local cache = {}
+    local t = texts(listing())
+    -- the others' jobs are left by the prefilter: only 1 (tagged) and 4 (recorded) are decoded
+    local n1, first = decodes(function() return normalize.jobs_cached(t, "v0.0.38", keep, prefilter, cache) end)
+    assert.equal(2, n1)
+    assert.same(normalize.jobs(listing(), "v0.0.38", keep), first)
+    local n2, second = decodes(function() return normalize.jobs_cached(t, "v0.0.38", keep, prefilter, cache) end)
+    assert.same(first, second)
+    assert.equal(first[1], second[1]) -- the tagged job: the same record, from the cache
+    -- the recorded job is kept for what the store records, not for its text: read again
+    assert.equal(1, n2)
+    assert.are_not.equal(first[2], second[2])
+  end)
+
+  it("a changed job is read again, a job gone is forgotten, another API version starts afresh", function()
+    local keep, prefilter = daemon.own_jobs(snap)
+    local cache = {}
+    local doc = listing()
+    local before = normalize.jobs_cached(texts(doc), "v0.0.38", keep, prefilter, cache)
+    doc.jobs[1].partition = "other"
+    local after = normalize.jobs_cached(texts(doc), "v0.0.38", keep, prefilter, cache)
+    assert.are_not.equal(before[1], after[1])
+    assert.equal("other", after[1].partition)
+    local n = 0
+    for _ in pairs(cache.map) do n = n + 1 end
+    assert.equal(1, n) -- only the tagged job's current text
+    local n3 = decodes(function() return normalize.jobs_cached(texts(doc), "v0.0.39", keep, prefilter, cache) end)
+    assert.equal(2, n3)
+  end)
+
+  it("the prefilter refuses only jobs keep refuses", function()
+    local keep, prefilter = daemon.own_jobs(snap)
+    local doc = listing()
+    doc.jobs[#doc.jobs + 1] = { job_id = 5 }                            -- no name: kept
+    doc.jobs[#doc.jobs + 1] = { job_id = 6, name = "x\\u00e9" }         -- escapes
+    for i, text in ipairs(texts(doc)) do
+      if not prefilter(text) then assert.is_false(keep(cjson.decode(text)), "job " .. i) end
+    end
+    assert.is_true(prefilter(texts(doc)[5]))
+  end)
+end)

@@ -64,6 +64,37 @@ describe("slurmrestd transport shapes", function()
     assert.equal("auth", err2.code)
   end)
 
+  it("the job listing read as one text per job (call_raw): the same jobs; bad JSON and refused credentials as before", function()
+    local answer, refuse = nil, false
+    local srv, url = stand_in(function(path)
+      if path == "/openapi/v3" then return 200, JSON, openapi({ "v0.0.44" }) end
+      if path:match("/jobs/?$") then
+        if refuse then return 500, TEXT, NOAUTH end
+        return 200, JSON, answer
+      end
+      return 200, JSON, ping_doc("v0.0.44", "25.11.0")
+    end)
+    local c = assert(slurm.connect { url = url, user = "u", token = "x.y.z" })
+    answer = cjson.encode({ jobs = { { job_id = 7, name = "a", job_state = { "RUNNING" }, nodes = "n[1-2]" },
+      { job_id = 8, name = "b", job_state = { "PENDING" } } }, errors = {}, warnings = {} })
+    local cache = {}
+    local whole = assert(c:jobs())
+    local parts = assert(c:jobs { cache = cache })
+    assert.same(whole, parts)
+    assert.same({ "n1", "n2" }, parts[1].node_list)
+    local again = assert(c:jobs { cache = cache })
+    assert.equal(parts[1], again[1]) -- unchanged: the cached record
+    answer = '{"jobs": [{"job_id": 7}'
+    local none, err = c:jobs { cache = cache }
+    assert.is_nil(none)
+    assert.equal("bad_response", err.code)
+    refuse = true
+    local none2, err2 = c:jobs { cache = cache }
+    srv:close()
+    assert.is_nil(none2)
+    assert.equal("auth", err2.code)
+  end)
+
   it("a version /openapi/v3 lists that answers text/plain 404 everywhere falls back to the next listed", function()
     local ping = H.available() and H.read(H.root .. "/captures/25.05/0.0.43/slurm-ping.json")
       or ping_doc("v0.0.43", "25.05.4")

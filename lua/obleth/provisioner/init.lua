@@ -248,7 +248,9 @@ end
 --- touched by the plan (docs/managed-spec.md, "Job tag"), so it costs a name comparison, not a
 --- normalization. nil (keep all) without a well-formed instance: the pass then stops with no_instance.
 ---@param snap table the Management API snapshot
----@return (fun(raw: table): boolean)|nil
+---@return (fun(raw: table): boolean, boolean)|nil keep, (fun(text: string): boolean)|nil prefilter the
+---  same question of the job's JSON text (false only where keep is false), for obleth.slurm's cached
+---  listing; keep's second value is true when its answer depends on the job's text alone
 function M.own_jobs(snap)
   if not (type(snap.instance) == "string" and snap.instance:match("^%x%x%x%x%x%x%x%x$")) then return nil end
   local prefix = "obleth-" .. snap.instance .. "-"
@@ -260,12 +262,24 @@ function M.own_jobs(snap)
     end
   end
   local count = require("obleth.slurm.normalize").count
-  return function(j)
+  local function keep(j)
     local name = j.name
-    if type(name) ~= "string" or name:sub(1, n) == prefix then return true end
+    -- the second value: the answer holds for this job whatever the store records (by its name)
+    if type(name) ~= "string" or name:sub(1, n) == prefix then return true, true end
     local ok, id = pcall(count, j.job_id)
     return ok and id ~= nil and recorded[id] == true
   end
+  -- the same question of a job's JSON text, without decoding it: false only where keep says false
+  local fields = require("obleth.jsonscan").fields
+  local any = next(recorded) ~= nil
+  local function prefilter(text)
+    local ok, name, id = fields(text, "name", "job_id")
+    if not ok or type(name) ~= "string" or name:sub(1, n) == prefix then return true end
+    if not any then return false end
+    if math.type(id) ~= "integer" then return true end -- another form: decoded, keep tells
+    return recorded[id] == true
+  end
+  return keep, prefilter
 end
 
 --- The rest of the live facts a pass decides from, besides the snapshot and
@@ -373,7 +387,10 @@ function M:pass()
   local jobs, job_by_id
   if conn then
     local jerr
-    jobs, jerr = conn:jobs { keep = M.own_jobs(snap) }
+    -- an unchanged job is not decoded again (its text is in the cache: docs/performance.md)
+    local keep, prefilter = M.own_jobs(snap)
+    self.job_cache = self.job_cache or {}
+    jobs, jerr = conn:jobs { keep = keep, prefilter = prefilter, cache = self.job_cache }
     if not jobs then
       pass_error = "listing jobs: " .. tostring(jerr.message)
       slurm_down = jerr.code == "unreachable" or jerr.code == "timeout"

@@ -26,6 +26,7 @@ local normalize = require "obleth.slurm.normalize"
 local submit = require "obleth.slurm.submit"
 local jwt = require "obleth.slurm.jwt"
 local cjson = require "cjson"
+local jsonscan = require "obleth.jsonscan"
 
 local M = {}
 
@@ -128,11 +129,30 @@ function Conn:ping()
 end
 
 --- Every job the controller knows, in one request (callers filter).
----@param opts {keep: (fun(raw: table): boolean)|nil}|nil keep: only the raw records it keeps are
----  normalized (obleth.slurm.normalize.jobs)
+---@param opts {keep: (fun(raw: table): boolean)|nil, cache: table|nil, prefilter: (fun(text: string): boolean)|nil}|nil
+---  keep: only the raw records it keeps are normalized (obleth.slurm.normalize.jobs); cache: a table
+---  the caller keeps between calls: the listing is then split into one JSON text per job and a job
+---  whose text did not change is not decoded again (obleth.slurm.normalize.jobs_cached: keep reads
+---  only name and job_id then, prefilter skips a job without decoding it; the records are shared
+---  between calls, read-only)
 ---@return table[]|nil jobs normalized (see obleth.slurm.normalize), table|nil err
 function Conn:jobs(opts)
   local keep = opts and opts.keep
+  if opts and opts.cache then
+    -- one JSON text per job, and only a new or changed job of those kept is decoded
+    local status, doc, raw = self._c:call_raw("GET", "/slurm/{v}/jobs")
+    if not status then return nil, doc end
+    if status ~= 200 then return _bad(status, doc, "jobs") end
+    local ok, texts = jsonscan.elements(raw, "jobs")
+    if not ok then
+      return nil, { code = "bad_response", message = "jobs: slurmrestd answered with invalid JSON: " .. tostring(texts) }
+    end
+    local nok, res = pcall(normalize.jobs_cached, texts or {}, self._c:version(), keep, opts.prefilter, opts.cache)
+    if not nok then
+      return nil, { code = "bad_response", message = "jobs: unexpected response shape: " .. tostring(res) }
+    end
+    return res
+  end
   if not keep then return self:_get("/slurm/{v}/jobs", normalize.jobs, "jobs") end
   return self:_get("/slurm/{v}/jobs", function(doc, version) return normalize.jobs(doc, version, keep) end, "jobs")
 end
