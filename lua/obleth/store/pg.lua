@@ -514,6 +514,13 @@ function Conn:transaction(fn, ...)
   end
 end
 
+--- Whether e (raised by a statement) says the server cannot be reached right now: its connection was
+--- refused or lost (libpq's "connection" class), not a fault of the statement.
+function Conn.unavailable(_, e)
+  local mt = type(e) == "table" and getmetatable(e)
+  return (mt and mt.__name == "obleth.pg.error" and e.code == "connection") and true or false
+end
+
 function Conn.storage_error(_, e)
   local mt = type(e) == "table" and getmetatable(e)
   if mt and mt.__name == "obleth.pg.error" then return { sqlstate = e.sqlstate, pg = e.code } end
