@@ -14,7 +14,7 @@ local function serve(url, started)
   os.remove(dir)
   assert(os.execute("mkdir -p " .. util.shq(dir)))
   local cmd = ("cd %s && echo $$ && exec env OBLETH_ADMIN_TOKEN=%s OBLETH_DATABASE_URL=%s OBLETH_DB= "
-    .. "timeout 60 %s serve --listen 127.0.0.1:8511 2>&1"):format(util.shq(dir), TOKEN, util.shq(url),
+    .. "timeout 60 %s serve --listen 127.0.0.1:0 2>&1"):format(util.shq(dir), TOKEN, util.shq(url),
     util.shq(util.obleth()))
   local fh = assert(io.popen(cmd))
   local pid = tonumber(fh:read("l"))

@@ -9,7 +9,7 @@ local BIN = os.getenv("OBLETH_PG_BIN") or "/usr/lib/postgresql/15/bin"
 local has_pg_ctl = io.open(BIN .. "/pg_ctl") ~= nil
 
 local TOKEN = "adminadminadmin0123456789"
-local PORT = 8513
+local PORT -- the port serve took (it listens on port 0: any free one)
 
 -- status, headers (lower-case names), body of one request
 local function http(method, path, auth, body)
@@ -49,11 +49,17 @@ describe("obleth serve with its PostgreSQL down", function()
 
   it("answers reads and the router with 503 storage + Retry-After, then recovers", function()
     local cmd = ("echo $$; cd %s && exec env OBLETH_ADMIN_TOKEN=%s timeout 120 %s serve --db %s "
-      .. "--listen 127.0.0.1:%d 2>&1"):format(util.shq(dir), TOKEN, util.shq(util.obleth()), util.shq(url), PORT)
+      .. "--listen 127.0.0.1:0 2>&1"):format(util.shq(dir), TOKEN, util.shq(util.obleth()), util.shq(url))
     local fh = assert(io.popen(cmd))
     local pid = tonumber(fh:read("l"))
     proc = { kill = function() require("obleth.sys").kill(pid, "TERM") end, wait = function() fh:read("a"); fh:close() end }
-    for line in fh:lines() do if line:find("serve_started", 1, true) then break end end
+    for line in fh:lines() do
+      if line:find("serve_started", 1, true) then
+        PORT = tonumber(line:match('listen="?http://127%.0%.0%.1:(%d+)'))
+        break
+      end
+    end
+    assert.is_not_nil(PORT, "serve_started names its port")
     assert.equal(200, (http("GET", "/api/v1/models", TOKEN)))
 
     assert(os.execute(as_pg .. util.shq(BIN .. "/pg_ctl") .. " -D " .. util.shq(dir .. "/data") .. " -m fast -w -s stop"))
