@@ -834,17 +834,31 @@ function Router:serve(req, res)
   local ctx = self.ctx
   local t0 = self.clock()
   ctx.inflight = (ctx.inflight or 0) + 1
-  local ok, status, endpoint, prompt, completion = xpcall(self._route, debug.traceback, self, req, res)
+  local ok, status, endpoint, prompt, completion = xpcall(self._route, function(e)
+    return { raised = e, trace = debug.traceback(tostring(e), 2) }
+  end, self, req, res)
   ctx.inflight = ctx.inflight - 1
   if req.key_admitted then self.limiter:release(req.key_id) end
   if not ok then
-    self.log.error("router_error", { method = req.method, path = req.path, error = tostring(status) })
+    local e = status.raised
+    -- the store cannot be reached (PostgreSQL down or restarting): 503 with Retry-After, not a bug
+    local down = self.store and self.store.unavailable and self.store:unavailable(e)
+    if down then
+      self.log.warn("store_unavailable", { method = req.method, path = req.path, error = tostring(e.message) })
+    else
+      self.log.error("router_error", { method = req.method, path = req.path, error = status.trace })
+    end
+    status = down and 503 or 500
     if not res:sent() then
-      _fail(res, 500, "Internal server error (see the server log).", "server_error", nil, "internal")
+      if down then
+        _fail(res, 503, "The database cannot be reached right now; try again shortly.", "server_error", nil,
+          "storage", { ["Retry-After"] = "5" })
+      else
+        _fail(res, 500, "Internal server error (see the server log).", "server_error", nil, "internal")
+      end
     elseif not res:closed() then
       res:finish()
     end
-    status = 500
   end
   if req.path ~= "/metrics" and req.path ~= "/metrics/" then
     self.m_requests:inc(self:_status_labels(req.model or "", status))
