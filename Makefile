@@ -15,7 +15,7 @@ AOBJS = $(SRCS:host/%.c=build/asan/obj/%.o)
 SAN   = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 .PHONY: engine-check web-test all deps asan check test lint install uninstall clean cluster-up cluster-down demo bench help fresh-check check-load \
-	fuzz fuzz-build deploy-check helm-check soak chaos
+	fuzz fuzz-build deploy-check helm-check soak chaos chaos-ha
 
 all: build/obleth build/obleth-provisioner build/web/index.html
 
@@ -44,6 +44,7 @@ help:
 	@echo "make helm-check    deploy/helm/obleth: helm lint --strict, helm template, the rendered manifests"
 	@echo "make soak       the lease, outage and JWT renewal specs for ten minutes each (OBLETH_SOAK_SECONDS);"
 	@echo "                the connection specs with 10,000 slowloris connections (SOAK_SLOWLORIS)"
+	@echo "make chaos-ha   3 obleth serve on PostgreSQL behind HAProxy: SIGKILL them in turn, restart PostgreSQL; lost/duplicate table (CHAOS_HA_SECONDS)"
 	@echo "make chaos      SIGKILL the provisioner at >= 100 points (CHAOS_KILLS) and obleth serve during writes; prints the table"
 	@echo "make install PREFIX=/usr/local"
 	@echo "make web-test   the dashboard's browser tests (headless Chromium, harness cluster) and node --test specs"
@@ -175,6 +176,10 @@ soak: all
 CHAOS_KILLS ?= 100
 chaos: build/obleth build/obleth-provisioner
 	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/chaos/run.sh $(CHAOS_KILLS)
+
+# issue 29 item 4: several obleth serve on PostgreSQL behind HAProxy (spec/chaos/ha.lua; not part of make check)
+chaos-ha: build/obleth build/obleth-provisioner
+	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/chaos/ha.sh
 
 clean:
 	rm -rf build/web build/web-screens build/obj build/asan build/fuzz build/obleth build/obleth-provisioner build/.deps-ok build/.deps-all-ok

@@ -29,7 +29,9 @@
  *                           accept_errors=}: every server of the process, since it started
  *
  *   req = {method=, target= (raw request target), path= (raw, before '?'),
- *          query = {name = value} (decoded), headers = {["lower-name"] = v},
+ *          query = {name = value} (decoded), headers = {["lower-name"] = v}
+ *          (a header sent more than once: its values joined with ", ", and
+ *          repeated = {["lower-name"] = times} says so),
  *          body = "bytes", remote_addr = "127.0.0.1", remote_port = n}
  *
  *   The handler either returns {status=, headers=, body=} (or status,
@@ -40,6 +42,8 @@
  *                                     socket; true | nil, "closed"
  *     res:finish()
  *     res:sent(), res:closed()
+ *     res:client_gone()            -- before any answer: peeks whether the client closed
+ *                                     its connection (then closes it: res:closed())
  *   A handler that raises gets a 500 with a JSON error body; the error and
  *   traceback are logged, never sent to the client.
  */
@@ -49,6 +53,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -252,6 +257,27 @@ static int res_closed(lua_State *L) {
     return 1;
 }
 
+/* res:client_gone(): has the client closed its connection while its answer is still to come? A peek
+   at the socket (nothing is read): an end-of-file or an error closes the connection (the close
+   callback runs: res:closed() is true from then on); bytes of a pipelined request, or none yet,
+   say it is still there. For a handler that waits before answering (the router's hold of a model at
+   zero), where libevent itself does not watch the connection. */
+static int res_client_gone(lua_State *L) {
+    response *r = check_res(L);
+    if (!r->closed && r->req && r->state == 0) {
+        struct evhttp_connection *cc = evhttp_request_get_connection(r->req);
+        evutil_socket_t fd = cc ? bufferevent_getfd(evhttp_connection_get_bufferevent(cc)) : -1;
+        if (fd >= 0) {
+            char byte;
+            ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                evhttp_connection_free(cc); /* runs conn_close_cb: r->closed */
+        }
+    }
+    lua_pushboolean(L, r->closed);
+    return 1;
+}
+
 static int res_gc(lua_State *L) {
     response *r = check_res(L);
     if (r->proxy) {
@@ -314,7 +340,10 @@ static void push_request(lua_State *L, struct evhttp_request *req) {
         evhttp_clear_headers(&params);
     }
     lua_setfield(L, -2, "query");
+    lua_newtable(L); /* repeated: {["lower-name"] = times it came} for a header that came more than once */
+    int rep = lua_gettop(L);
     lua_newtable(L);
+    int hs = lua_gettop(L);
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
         luaL_Buffer lb;
@@ -325,7 +354,13 @@ static void push_request(lua_State *L, struct evhttp_request *req) {
         }
         luaL_pushresult(&lb);
         lua_pushvalue(L, -1);
-        if (lua_rawget(L, -3) == LUA_TSTRING) {
+        if (lua_rawget(L, hs) == LUA_TSTRING) {
+            lua_pushvalue(L, -2); /* name */
+            lua_pushvalue(L, -1);
+            lua_Integer times = lua_rawget(L, rep) == LUA_TNUMBER ? lua_tointeger(L, -1) : 1;
+            lua_pop(L, 1);
+            lua_pushinteger(L, times + 1);
+            lua_rawset(L, rep);
             lua_pushliteral(L, ", ");
             lua_pushstring(L, kv->value);
             lua_concat(L, 3);
@@ -333,9 +368,10 @@ static void push_request(lua_State *L, struct evhttp_request *req) {
             lua_pop(L, 1);
             lua_pushstring(L, kv->value);
         }
-        lua_rawset(L, -3);
+        lua_rawset(L, hs);
     }
-    lua_setfield(L, -2, "headers");
+    lua_setfield(L, -3, "headers");
+    lua_setfield(L, -2, "repeated");
     struct evbuffer *body = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(body);
     if (n) {
@@ -570,6 +606,7 @@ void obleth_http_server_open(lua_State *L) {
                                         {"stop_listening", server_stop_listening}, {NULL, NULL}};
     static const luaL_Reg res_m[] = {{"send", res_send}, {"start", res_start}, {"write", res_write},
                                      {"finish", res_finish}, {"sent", res_sent}, {"closed", res_closed},
+                                     {"client_gone", res_client_gone},
                                      {"proxy", obleth_res_proxy}, {NULL, NULL}};
     obleth_newclass(L, SERVER_MT, &(obleth_class){.methods = server_m, .gc = server_gc, .close = server_close});
     obleth_newclass(L, RES_MT, &(obleth_class){.methods = res_m, .gc = res_gc});

@@ -3,8 +3,10 @@
 #   a local 4-node Slurm cluster (spec/cluster), `obleth serve`, `obleth-provisioner`,
 #   the Slurm connection saved through the Management API, the smoke-test model
 #   launched with 2 replicas, progress until both are healthy, then the endpoints.
-# Ctrl-C stops what it started (jobs, daemons, and the cluster if it started it).
-# Without a terminal on stdin it cleans up and exits once the replicas are healthy.
+# It runs until Ctrl-C or SIGTERM, with or without a terminal (nohup, setsid, `make demo >log &`),
+# then stops what it started (jobs, daemons, and the cluster if it started it). It also stops when
+# its parent (make) goes away, so SIGTERM to `make demo` stops everything too.
+# OBLETH_DEMO_ONCE=1: clean up and exit once the replicas are healthy (scripts/fresh-check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -41,8 +43,11 @@ step() {
   wait "$child"
   child=""
 }
+parent=$PPID
+watcher=""
 cleanup() {
   local code=$?
+  if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null || true; fi
   trap - INT TERM EXIT
   # Ctrl-C on `make demo | tee log` also ends tee: the messages below must not kill the cleanup
   # (SIGPIPE) nor stop it (a failed echo under set -e)
@@ -62,6 +67,15 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 0' INT TERM
+# SIGTERM to `make demo` ends make, not this script: a watcher sends this script SIGTERM as soon as
+# its parent is gone (it is then re-parented), so the cleanup above runs whatever ended make
+self=$$
+(
+  trap - INT TERM EXIT
+  while [ "$(ps -o ppid= -p "$self" 2>/dev/null | tr -d ' ')" = "$parent" ]; do sleep 1; done
+  kill -TERM "$self" 2>/dev/null
+) </dev/null >/dev/null 2>&1 &
+watcher=$!
 
 echo "demo: starting the local Slurm cluster (spec/cluster/up.sh)"
 step bash -c "set -o pipefail; spec/cluster/up.sh | sed 's/^/  /'"
@@ -99,7 +113,9 @@ step env OBLETH_DEMO_LOG_DIR="$state/logs" build/obleth lua scripts/demo_drive.l
 echo "demo: dashboard: http://127.0.0.1:$port/ (sign in on /signin with the admin token:"
 echo "  paste the contents of $state/admin-token, e.g. from: cat $state/admin-token)"
 
-if [ -t 0 ]; then
-  echo "demo: running. Press Ctrl-C to stop everything the demo started."
-  while true; do step sleep 3600; done
+if [ "${OBLETH_DEMO_ONCE:-0}" = 1 ]; then
+  echo "demo: OBLETH_DEMO_ONCE=1: the replicas are healthy; stopping"
+  exit 0
 fi
+echo "demo: running. Press Ctrl-C (or send SIGTERM to make or to scripts/demo.sh) to stop everything the demo started."
+while true; do step sleep 3600; done

@@ -24,12 +24,14 @@ cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-
 # iproute2: ss, which the job script's port check uses
 # postgresql-15: the store specs run on PostgreSQL too, a server each run starts from Debian's binaries
 # (spec/support/pg.sh: initdb into a temp dir, pg_ctl; the package's own cluster is not used)
+# haproxy: make chaos-ha puts Debian's HAProxy in front of three obleth serve on loopback, health-checking them
+# (spec/chaos/ha.lua; its own config, the package's service not used)
 # nginx: the trusted-proxy specs put Debian's nginx in front of obleth serve on loopback, naming the user
 # in a header (spec/host/access_nginx_spec.lua; its own config and prefix, the package's service not used)
 # slapd, ldap-utils: the LDAP sign-in specs start Debian's slapd on loopback with a small directory of
 # their own (spec/host/access_ldap_spec.lua: slapadd into a temp dir, slapd -f; the package's service not used)
 test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc
-  lmod iproute2 postgresql-15 nginx slapd ldap-utils)
+  lmod iproute2 postgresql-15 nginx slapd ldap-utils haproxy)
 
 # make deploy-check (Docker Compose end to end, its own dockerd) and make helm-check (Helm from npm, unzipped)
 deploy_pkgs=(docker.io docker-compose unzip)

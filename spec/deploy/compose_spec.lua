@@ -112,6 +112,7 @@ describe("deploy/docker with docker-compose", function()
   end)
 
   teardown(function()
+    os.remove(root .. "/deploy/docker/policy.d/suggestions.lua") -- when a check stopped half-way
     if secret_dir then
       compose("down -v --remove-orphans", "slurm")
       if instance then
@@ -153,6 +154,46 @@ describe("deploy/docker with docker-compose", function()
     local st = ok("GET", "/api/v1/settings/slurm").provisioner
     assert.is_nil(st.checked_in_at)
     assert.equal(0, live_jobs())
+  end)
+
+  -- docs/policy.md: `obleth serve` runs suggestions, and Compose mounts the project's policy.d into it
+  -- (deploy/docker/compose.yaml). An override written there changes the preview; removed, the built-in
+  -- comes back.
+  it("a suggestions.lua in the project's policy.d changes obleth serve's preview", function()
+    local file = root .. "/deploy/docker/policy.d/suggestions.lua"
+    local note = "deploy-check: from policy.d"
+    local function noted()
+      local pv = ok("POST", "/api/v1/deployments/preview", { recipe_id = "smoke-test",
+        values = { partition = "gpu", account = "research", time_limit = 30 } })
+      for _, s in ipairs(pv.suggestions or {}) do
+        if s.message == note then return s end
+      end
+      return false
+    end
+    assert.is_false(noted())
+    local fh = assert(io.open(file, "w"))
+    -- in the style of docs/policy.md's example: the built-in's suggestions, and one more
+    fh:write(([[
+-- policy.d/suggestions.lua, written by spec/deploy/compose_spec.lua and removed by it
+return {
+  suggest = function(outcomes, ctx, opts)
+    local out = builtin.suggest(outcomes, ctx, opts)
+    out[#out + 1] = { kind = "time_limit", field = "time_limit", value = 45, message = %q, evidence = {} }
+    return out
+  end,
+}
+]]):format(note))
+    fh:close()
+    sys.chmod(file, tonumber("644", 8)) -- the container's uid 10001 reads it
+    local ok_, err = pcall(function()
+      local s = wait_until(noted, 30, "the preview to show the policy.d suggestion")
+      assert.equal("time_limit", s.kind)
+      assert.equal(45, s.value)
+      assert.same({}, ok("GET", "/api/v1/settings/slurm").serve_policy_errors)
+    end)
+    os.remove(file)
+    assert(ok_, err)
+    wait_until(function() return not noted() end, 30, "the built-in suggestions policy to come back")
   end)
 
   it("with COMPOSE_PROFILES=slurm the provisioner brings the replicas to healthy", function()

@@ -86,7 +86,7 @@ describe("the Helm chart deploy/helm/obleth", function()
     assert.equal("Recreate", spec.strategy.type)
     local c = spec.template.spec.containers[1]
     assert.same({ "serve" }, c.args)
-    assert.equal("/metrics", c.readinessProbe.httpGet.path)
+    assert.equal("/healthz", c.readinessProbe.httpGet.path)
     assert.equal("/metrics", c.livenessProbe.httpGet.path)
     assert.equal("/run/secrets/obleth/admin-token", env_of(c).OBLETH_ADMIN_TOKEN_FILE)
     assert.is_nil(env_of(c).OBLETH_ADMIN_TOKEN)

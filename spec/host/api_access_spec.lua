@@ -102,7 +102,7 @@ describe("access: roles and a trusted proxy", function()
   it("the admin token stays admin", function()
     local st, k = call("POST", "/api/v1/keys", { name = "script" }, { Authorization = "Bearer " .. ADMIN })
     assert.equal(201, st)
-    assert.equal("admin-token", k.owner)
+    assert.equal("token:admin", k.owner)
     local _, s = call("GET", "/api/v1/session", nil, { Authorization = "Bearer " .. ADMIN })
     assert.same({ "admin", "token" }, { s.role, s.via })
   end)
@@ -170,8 +170,8 @@ describe("access: roles and a trusted proxy", function()
       api_key = "k", token_source = "static" }
     assert.same({ url = "http://x", token = "***", defaults = { hf_token = "***", partition = "gpu" }, api_key = "***",
       token_source = "static" }, r)
-    local _, a = call("GET", "/api/v1/audit?user=admin-token&limit=1", nil, { Authorization = "Bearer " .. ADMIN })
-    assert.same({ "admin-token", "token", "/api/v1/settings/router" }, { a.entries[1].actor, a.entries[1].via,
+    local _, a = call("GET", "/api/v1/audit?user=token:admin&limit=1", nil, { Authorization = "Bearer " .. ADMIN })
+    assert.same({ "token:admin", "token", "/api/v1/settings/router" }, { a.entries[1].actor, a.entries[1].via,
       a.entries[1].target })
   end)
 

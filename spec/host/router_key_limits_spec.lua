@@ -79,7 +79,7 @@ describe("client key limits and usage (" .. transport .. ")", function()
     assert.equal(200, st)
     assert.same({ 6, 3, 18, 24, 42, "ci" },
       { u.requests, u.limited, u.prompt_tokens, u.completion_tokens, u.total_tokens, u.name })
-    assert.equal("admin-token", u.owner)
+    assert.equal("token:admin", u.owner)
   end)
 
   it("another key is not held back by the first one's limit", function()

@@ -52,6 +52,33 @@ describe("router wake on demand", function()
     assert.equal(1, arrivals, "held then served: one request")
   end)
 
+  it("a held request whose client goes away is let go: its key's slot and its queued load are released", function()
+    local m = assert(store:create_model { name = "sleepy-gone" })
+    assert(store:put_spec(m.id, { enabled = true, partition = "gpu", launch_command = "x", autoscale = AS }))
+    report({})
+    local g = require("obleth.api.keys").generate()
+    assert(store:create_api_key { name = "one-at-a-time", prefix = g.prefix, hash = g.hash, max_concurrent = 1 })
+    local h = { Authorization = "Bearer " .. g.key }
+    -- the client gives up while its request is held (the wait is 30 s)
+    local held
+    loop.spawn(function()
+      while app.router.load:view("sleepy-gone").queued == 0 do loop.sleep(0.02) end
+      held = true
+    end)
+    local r = require("obleth.http").request { url = rig.base .. "/v1/chat/completions", method = "POST",
+      headers = { Authorization = h.Authorization, ["Content-Type"] = "application/json" },
+      body = cjson.encode { model = "sleepy-gone", messages = { { role = "user", content = "x" } } }, timeout = 1 }
+    assert.is_nil(r)
+    assert.is_true(held)
+    -- the router lets go of it (the event, well before the 30 s wait would end it)
+    local until_ = loop.now() + 10
+    while app.router.load:view("sleepy-gone").queued > 0 and loop.now() < until_ do loop.sleep(0.02) end
+    assert.equal(0, app.router.load:view("sleepy-gone").queued)
+    -- and its key's one slot is free again: the next request is not refused for concurrency
+    local r2 = rig:req("POST", "/v1/chat/completions", { model = "no-such-model", messages = {} }, h)
+    assert.equal(404, r2.status)
+  end)
+
   it("past the wait: 503 naming the pending job, its reason and estimated start, with Retry-After", function()
     local m = assert(store:create_model { name = "sleepy-2" })
     assert(store:put_spec(m.id, { enabled = true, partition = "gpu", launch_command = "x", autoscale = AS }))

@@ -17,7 +17,7 @@ describe("obleth.api.guide.convert", function()
   end)
 
   it("links to guide pages and anchors; other targets are text", function()
-    local r = docs.inlines("[a](recipes.md#recipe-format) [b](api.md) [c](javascript:alert) "
+    local r = docs.inlines("[a](recipes.md#recipe-format) [b](../README.md) [c](javascript:alert) "
       .. "[d](https://slurm.schedmd.com/) [e](#x)")
     local links = {}
     for _, x in ipairs(r) do if x.t == "link" then links[#links + 1] = x.v .. "=" .. x.href end end
@@ -46,7 +46,7 @@ describe("obleth.api.guide.convert", function()
 
   it("loads only the guide's pages", function()
     assert.equal("not_found", select(2, docs.load("docs", "../README")).code)
-    assert.equal("not_found", select(2, docs.load("docs", "api")).code)
+    assert.equal("not_found", select(2, docs.load("docs", "nosuch")).code)
     local d = assert(docs.load("docs", "replicas-and-failures"))
     local ids = {}
     for _, b in ipairs(d.blocks) do if b.id then ids[b.id] = true end end
@@ -54,5 +54,26 @@ describe("obleth.api.guide.convert", function()
     for _, c in ipairs(require("obleth.policy.failures").CLASSES) do
       assert.is_true(ids[c.anchor] == true, c.class .. ": no section #" .. c.anchor)
     end
+  end)
+
+  it("has every docs/*.md page, autoscaling and access too, and no page that is not there", function()
+    local listed, files = {}, {}
+    for _, p in ipairs(docs.PAGES) do
+      assert.is_nil(listed[p.page], "listed twice: " .. p.page)
+      listed[p.page] = true
+    end
+    local ls = assert(io.popen("ls docs"))
+    for f in ls:lines() do
+      local page = f:match("^(.+)%.md$")
+      if page then files[page] = true end
+    end
+    ls:close()
+    assert.same(files, listed)
+    for _, page in ipairs { "autoscaling", "access" } do
+      local d = assert(docs.load("docs", page))
+      assert.truthy(d.title)
+    end
+    local r = docs.inlines("[s](managed-spec.md#wake-ups)")
+    assert.equal("/docs/managed-spec#wake-ups", r[1].href)
   end)
 end)

@@ -72,6 +72,68 @@ local function launches(n, account, qos)
   return out
 end
 
+describe("obleth.deployment.preview: autoscale from the form", function()
+  local function field(res, name)
+    for _, f in ipairs(res.fields) do if f.field == name then return f end end
+  end
+
+  it("holds every autoscale setting, unset (a fixed count) until the user gives one", function()
+    local res = pv()
+    for _, k in ipairs({ "min_replicas", "max_replicas", "target_inflight", "scale_down_after", "idle_to_zero_after" }) do
+      local f = field(res, "autoscale." .. k)
+      assert.is_table(f, k)
+      assert.is_nil(f.value)
+      assert.is_nil(f.provenance)
+    end
+    assert.equal(1, res.spec.replicas)
+    assert.is_nil(res.spec.autoscale)
+  end)
+
+  it("the user's autoscale values go in the spec (defaults filled), marked the user's, with no fixed count", function()
+    local res = pv({ values = { inputs = { model = "m" }, autoscale = { min_replicas = "0", max_replicas = 2 } } })
+    assert.is_true(res.ok, res.errors[1] and res.errors[1].message)
+    assert.same({ value = 0, provenance = "user" }, res.settings["autoscale.min_replicas"])
+    assert.same({ value = 2, provenance = "user" }, res.settings["autoscale.max_replicas"])
+    assert.same({ min_replicas = 0, max_replicas = 2, target_inflight = 4, scale_down_after = 300,
+      idle_to_zero_after = 1800 }, res.spec.autoscale)
+    assert.is_nil(res.spec.replicas)
+    assert.is_nil(field(res, "replicas").value)
+    -- dotted keys as the form sends them work alike
+    res = pv({ values = { inputs = { model = "m" }, ["autoscale.max_replicas"] = 3 } })
+    assert.equal(3, res.spec.autoscale.max_replicas)
+  end)
+
+  it("refuses replicas with autoscale, and autoscale out of the spec's bounds, on the field", function()
+    local res = pv({ values = { inputs = { model = "m" }, replicas = 2, autoscale = { max_replicas = 2 } } })
+    assert.is_false(res.ok)
+    assert.matches("replicas or autoscale, not both", err(res, "replicas").message)
+    res = pv({ values = { inputs = { model = "m" }, autoscale = { max_replicas = 2, scale_down_after = 7200 } } })
+    assert.is_false(res.ok)
+    assert.is_table(err(res, "autoscale.scale_down_after"))
+    res = pv({ values = { inputs = { model = "m" }, autoscale = { min_replicas = 0 } } })
+    assert.is_false(res.ok, "max_replicas is required")
+    assert.is_table(err(res, "autoscale.max_replicas"))
+  end)
+
+  it("the YAML view reads autoscale as a mapping, and names its keys for an unknown one", function()
+    local values, diags = launch.yaml_values({ autoscale = { min_replicas = 0, max_replicas = 2 } }, nil, R)
+    assert.same({}, diags)
+    assert.same({ min_replicas = 0, max_replicas = 2 }, values.autoscale)
+    local _, d2 = launch.yaml_values({ autoscale = { min = 0 } }, nil, R)
+    assert.equal("autoscale.min", d2[1].field)
+    assert.matches("unknown key autoscale.min (min_replicas, max_replicas, target_inflight", d2[1].message, 1, true)
+  end)
+
+  it("the form's hints for autoscale are the managed schema's", function()
+    local a = require("obleth.api.deployments").answer({ ok = true, settings = {}, learned = {}, fields = {
+      { field = "autoscale.scale_down_after" }, { field = "autoscale.min_replicas" } } },
+      { recipe = { id = "r" }, source = "library" })
+    assert.same({ min = 0, max = require("obleth.schema.managed").SCALE_DOWN_MAX, default = 300, unit = "seconds" },
+      a.fields[1].hint)
+    assert.same({ min = 0, max = 64, default = 1 }, a.fields[2].hint)
+  end)
+end)
+
 describe("obleth.deployment.preview", function()
   it("gives every setting its value and where it came from", function()
     local res = pv()

@@ -84,6 +84,20 @@ describe("obleth.policy.failures.classify", function()
     assert.equal("slow_start", class { state = "CANCELLED", cancel_why = "startup grace exceeded" })
   end)
 
+  it("a job obleth cancelled on purpose is no failure, whatever its exit code; the health checks' cancels are", function()
+    for _, why in ipairs { "scaled down", "restart asked", "drained", "model deleted", "paused", "slurm off",
+      "rollover: successor healthy" } do
+      assert.is_nil(failures.classify { state = "CANCELLED", exit_code = 143, cancel_why = why,
+        stderr = { "INFO: Shutting down", "error: terminated" } }, why)
+      assert.is_nil(failures.classify { state = "FAILED", exit_code = 143, cancel_why = why }, why)
+      assert.is_true(failures.on_purpose { cancel_why = why })
+    end
+    assert.equal("slow_start", class { state = "CANCELLED", exit_code = 143, cancel_why = "startup grace exceeded" })
+    assert.equal("unhealthy", class { state = "CANCELLED", exit_code = 143, cancel_why = "unhealthy past grace" })
+    assert.equal("exit", class { state = "FAILED", exit_code = 143 })
+    assert.is_false(failures.on_purpose {})
+  end)
+
   it("an override can add a class before the built-in ones", function()
     local p = require("obleth.policy").new { dir = "/nonexistent" }
     local f = p.get("failures")

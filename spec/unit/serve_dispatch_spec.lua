@@ -18,12 +18,13 @@ describe("obleth serve: canonical paths", function()
 end)
 
 describe("obleth serve: which part answers a path", function()
-  it("sends /v1 and /metrics to the router, /api to the API, the rest to the dashboard's files", function()
+  it("sends /v1 and /metrics to the router, /api to the API, /healthz to the readiness check, the rest to the web",
+    function()
     local want = {
       ["/v1"] = "router", ["/v1/chat/completions"] = "router", ["/metrics"] = "router", ["/metrics/"] = "router",
       ["/api"] = "api", ["/api/v1/models"] = "api",
       ["/"] = "web", ["/deployments"] = "web", ["/assets/main.js"] = "web", ["/v10"] = "web", ["/apix"] = "web",
-      ["/metricsx"] = "web",
+      ["/metricsx"] = "web", ["/healthz"] = "health", ["/healthz/x"] = "web",
     }
     for path, part in pairs(want) do assert.equal(part, dispatch.part(path), path) end
   end)

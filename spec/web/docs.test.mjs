@@ -2,12 +2,13 @@
 // converted markdown as text; a document with HTML or script in it shows it as text and runs nothing.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync, copyFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, copyFileSync, rmSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { newPage, axe, signIn, assertClean, startStack, browser, ROOT } from './support.mjs';
 
-const PAGES = ['launch-on-slurm', 'deployments', 'replicas-and-failures', 'recipes', 'policy'];
+// every page of docs/ is a guide page (lua/obleth/api/guide.lua PAGES)
+const PAGES = readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => f.slice(0, -3));
 let stack;
 let b;
 let dir;
@@ -29,7 +30,7 @@ test('the guide pages open from the header and each has its title and sections',
   await page.getByRole('heading', { level: 1, name: 'Launch on Slurm' }).waitFor();
   assert.equal(new URL(page.url()).pathname, '/docs/launch-on-slurm');
   const guide = page.getByRole('navigation', { name: 'Guide pages' });
-  for (const p of ['Deployments', 'Replicas and failures', 'Recipes']) {
+  for (const p of ['Deployments', 'Replicas and failures', 'Autoscaling', 'Access', 'Recipes']) {
     await guide.getByRole('link', { name: p }).click();
     await page.waitForURL((u) => u.pathname.startsWith('/docs/'));
     await page.locator('article.doc h2').first().waitFor();

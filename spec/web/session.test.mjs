@@ -46,10 +46,10 @@ test('client keys: a new key is shown once with a copy button, revoked keys stop
   const row = page.getByRole('row', { name: /chat frontend/ });
   await row.waitFor();
   assert.match(await row.innerText(), new RegExp(key.slice(0, 12)));
-  // its limit, its owner (who made it: admin-token, the admin token) and the request it made
+  // its limit, its owner (who made it: token:admin, the admin token) and the request it made
   await row.getByText('5 a minute').waitFor();
   await row.getByText('1 request').waitFor();
-  await row.getByText('admin-token').waitFor();
+  await row.getByText('token:admin').waitFor();
   await shot('limits-and-usage');
   assert.ok(!(await page.content()).includes(key), 'the key is in the page after a reload');
 

@@ -4,13 +4,15 @@
 --
 -- An identity: {user = "alice" | nil, groups = {...}, via = "token"|"session"|"proxy"|"pat",
 --   admin = true (the admin token, or a session signed in with it), role, actor}
--- actor is how logs and the audit trail name it: the user's name, or "admin-token".
+-- actor is how logs and the audit trail name it: the user's name, or "token:admin" for the admin
+-- token. A user name never has a ':' (a proxy naming one is refused), so no user can be taken for a
+-- token in the audit trail or the logs: the two are told apart by construction, not by a list.
 local cidr = require "obleth.util.cidr"
 
 local M = {}
 
 --- How the admin token is named where a user's name would be.
-M.ADMIN_ACTOR = "admin-token"
+M.ADMIN_ACTOR = "token:admin"
 
 --- The trusted-proxy settings from the environment (OBLETH_AUTH_PROXY_HEADER,
 --- OBLETH_AUTH_PROXY_GROUPS_HEADER, OBLETH_AUTH_PROXY_FROM), or nil when no header is named.
@@ -63,10 +65,24 @@ function M.from_proxy(proxy, req, log)
       reason = "not from OBLETH_AUTH_PROXY_FROM" })
     return nil
   end
-  if #user > 256 or user:find("%c") then
+  -- a header the proxy let through twice (one set by the proxy, one sent by the client, or a second
+  -- hop's) is never merged into one name or one group list: nobody is believed
+  local rep = req.repeated or {}
+  for _, h in ipairs({ proxy.header, proxy.groups_header }) do
+    if rep[h] then
+      log.warn("auth_proxy_header_ignored", { remote_addr = req.remote_addr, header = h, reason = "repeated",
+        times = rep[h] })
+      return nil, { code = "proxy_header_repeated", field = h,
+        message = ("the trusted proxy's %s header came %d times: the proxy must set it once, replacing what the "
+          .. "client sent"):format(h, rep[h]) }
+    end
+  end
+  if #user > 256 or user:find("%c") or user:find(":", 1, true) then
     log.warn("auth_proxy_header_ignored", { remote_addr = req.remote_addr, header = proxy.header,
       reason = "not a user name" })
-    return nil
+    return nil, { code = "proxy_user_invalid", field = proxy.header,
+      message = ("the trusted proxy's %s header is not a user name (at most 256 bytes, no control character, "
+        .. "no ':')"):format(proxy.header) }
   end
   local groups = proxy.groups_header and M.split_groups(hs[proxy.groups_header]) or {}
   return { user = user, groups = groups, via = "proxy" }

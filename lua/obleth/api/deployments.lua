@@ -564,7 +564,7 @@ local function do_launch(ctx)
       need(nil, { code = "conflict", message = ("model %s is still launched"):format(model.name), field = "model_id" })
     end
     local lid = need(store:add_launch { model_id = model.id, recipe_id = c.recipe.id, settings = record,
-      created_by = ctx.actor or "admin-token", created_at = math.floor(app.now()) })
+      created_by = ctx.actor or require("obleth.api.access").ADMIN_ACTOR, created_at = math.floor(app.now()) })
     need(store:put_spec(model.id, pv.spec))
     local saved
     if save then saved = need(store:put_recipe(save.id, save.name or save.id, saved_text, true)).recipe end
@@ -716,11 +716,11 @@ M.routes = {
     summary = "Launch history, newest first; ?model_id=, ?recipe_id=, ?limit= (50, at most 500)",
     query = { "model_id", "recipe_id", "limit" } },
   { "POST", "/api/v1/deployments/preview", preview, action = "deployments.launch",
-    tag = "deployments", body = "LaunchRequest", changes = {},
+    tag = "deployments", body = "LaunchRequest", changes = {}, audit = false, -- reads: not a write
     summary = "Every setting of a launch with its value and provenance, per-field errors, partition fit, "
       .. "offered accounts, suggestions, the job script and the exact slurmrestd request" },
   { "POST", "/api/v1/deployments/check-yaml", check_yaml, action = "deployments.launch",
-    tag = "deployments", body = "LaunchYaml", changes = {},
+    tag = "deployments", body = "LaunchYaml", changes = {}, audit = false, -- reads: not a write
     summary = "Check the launch settings as YAML (Edit as YAML): per-line diagnostics or the parsed settings" },
   { "POST", "/api/v1/deployments/launch", do_launch, action = "deployments.launch", tag = "deployments", body = "LaunchRequest",
     changes = { "models", "managed", "launches", "recipes" },

@@ -10,13 +10,29 @@
 -- file, plain text; to http(s), kept as it is; anything else (javascript:, data:) is plain text.
 local M = {}
 
---- The guide pages, in the header's order: {page, title}.
+--- The guide pages, in the header's order: {page, title}. The one list of them: every docs/*.md is
+--- here (spec/unit/api_guide_spec.lua checks the folder against it), the dashboard's guide first,
+--- then the operator's and the reference pages.
 M.PAGES = {
   { page = "launch-on-slurm", title = "Launch on Slurm" },
   { page = "deployments", title = "Deployments" },
   { page = "replicas-and-failures", title = "Replicas and failures" },
+  { page = "autoscaling", title = "Autoscaling" },
   { page = "recipes", title = "Recipes" },
+  { page = "huggingface", title = "From Hugging Face" },
   { page = "policy", title = "Policy" },
+  { page = "access", title = "Access" },
+  { page = "operations", title = "Operations" },
+  { page = "repl", title = "REPL" },
+  { page = "router", title = "Router" },
+  { page = "api", title = "Management API" },
+  { page = "launch", title = "Launch flow" },
+  { page = "managed-spec", title = "Managed specs" },
+  { page = "errors", title = "Errors" },
+  { page = "dashboard", title = "Dashboard" },
+  { page = "slurm-versions", title = "Slurm versions" },
+  { page = "architecture", title = "Architecture" },
+  { page = "performance", title = "Performance" },
 }
 local KNOWN = {}
 for _, p in ipairs(M.PAGES) do KNOWN[p.page] = p end

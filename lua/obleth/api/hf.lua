@@ -93,7 +93,7 @@ end
 
 M.handler = handler
 M.routes = {
-  { "POST", "/api/v1/hf/inspect", handler, action = "deployments.launch", tag = "deployments", changes = {},
+  { "POST", "/api/v1/hf/inspect", handler, action = "deployments.launch", tag = "deployments", changes = {}, audit = false,
     summary = "Read a Hugging Face repo: its formats, the engines that can run it, their choices and launch prefill" },
 }
 

@@ -94,7 +94,7 @@ function M.load_routes(modules)
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
         public = r.public, stream = r.stream, parts = r.parts, headers = r.headers, body_optional = r.body_optional,
-        action = action }
+        action = action, audit = r.audit }
     end
   end
   return routes
@@ -178,7 +178,8 @@ local function _reply(status, body, headers)
 end
 
 --- Who is asking, with the role the access policy gives them, or nil.
----@return table|nil identity (obleth.api.access), string|nil session_id
+---@return table|nil identity (obleth.api.access), string|nil session_id, table|nil err a trusted proxy's
+---  headers refused (obleth.api.access.from_proxy): answered 400, never taken for nobody
 function App:identity(req)
   local c = self.ctx
   -- a personal access token: the user it was made by, with its role
@@ -191,15 +192,15 @@ function App:identity(req)
       c:access_policy())
   end
   local how, sid, sess = self:_auth(req)
-  local ident
+  local ident, perr
   if sess and sess.user then -- a user signed in with the directory: their groups give the role
     ident = { user = sess.user, groups = sess.groups or {}, via = "session" }
   elseif how then
     ident = { admin = true, via = how == "bearer" and "token" or "session", groups = {} }
   elseif c.auth_proxy and not (req.headers or {})["authorization"] then
-    ident = access.from_proxy(c.auth_proxy, req, c.log)
+    ident, perr = access.from_proxy(c.auth_proxy, req, c.log)
   end
-  if not ident then return nil end
+  if not ident then return nil, nil, perr end
   -- the admin token is admin whatever the policy says: it never depends on policy.d loading
   return access.resolve(ident, not ident.admin and c:access_policy() or nil), sid
 end
@@ -265,6 +266,21 @@ function App:_publish(route, ctx, rbody)
   return #list > 0
 end
 
+-- xpcall's message handler: a raised table is kept (the store's errors are), with the traceback
+local function _keep(e)
+  return { raised = e, trace = debug.traceback(tostring(e), 2) }
+end
+
+--- The answer when `e` (raised while handling) says the store cannot be reached: 503 `storage` with
+--- Retry-After (docs/errors.md), logged as a warning; nil for any other error (a bug: 500).
+function App:_unavailable(e, req)
+  local st = self.ctx.store
+  if not (st and st.unavailable and st:unavailable(e)) then return nil end
+  self.ctx.log.warn("store_unavailable", { method = req.method, path = req.path, error = tostring(e.message) })
+  local status, body = errors.fail(503, "storage", "the database cannot be reached right now; try again shortly")
+  return _reply(status, body, { ["Retry-After"] = "5" })
+end
+
 function App:_dispatch(req, res, found)
   if self.ctx.draining then
     return _reply(errors.fail(503, "shutting_down", "the server is shutting down"))
@@ -273,7 +289,8 @@ function App:_dispatch(req, res, found)
   local route, params, allowed = found[1], found[2], found[3]
   -- every /api/ route needs someone (the admin token, a session, or a user a trusted proxy vouches
   -- for), except the sign-in ones; what they may do is the access policy's
-  local ident, sid = self:identity(req)
+  local ident, sid, perr = self:identity(req)
+  if perr then return _reply(errors.fail(400, perr.code, perr.message, perr.field)) end
   if not ident and not (route and route.public) then
     return _reply(401, { error = { code = "unauthorized",
       message = "this route needs the admin token: Authorization: Bearer <OBLETH_ADMIN_TOKEN>, "
@@ -323,9 +340,11 @@ function App:_dispatch(req, res, found)
   -- the route's declared query and body, checked before its handler runs
   local bad, bad_body = request.check(route, ctx)
   if bad then return _reply(bad, bad_body) end
-  local ok, status, rbody, headers = xpcall(route.handler, debug.traceback, ctx)
+  local ok, status, rbody, headers = xpcall(route.handler, _keep, ctx)
   if not ok then
-    self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })
+    local down = self:_unavailable(status.raised, req)
+    if down then return down end
+    self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = status.trace })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
   if (route.stream or route.parts) and res and res:sent() then
@@ -358,8 +377,13 @@ function App:handle(req, res)
   local ok, out = pcall(self._dispatch, self, req, res, found)
   if counted then c.inflight = c.inflight - 1 end
   if not ok then
-    c.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
-    out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
+    local down = self:_unavailable(out, req)
+    if down then
+      out = down
+    else
+      c.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
+      out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
+    end
   end
   c.log.info("http_request", { method = req.method, path = req.path, status = out.status, actor = req.actor,
     ms = math.floor((c.clock() - t0) * 100000 + 0.5) / 100 })

@@ -53,12 +53,16 @@ local CHECKS = { formats = {
 } }
 
 local function create(ctx)
+  -- a key is never nameless: a name sent empty is refused; none (or null) names it by its prefix
+  if type(ctx.json) == "table" and type(ctx.json.name) == "string" and ctx.json.name:match("^%s*$") then
+    return errors.fail(400, "invalid", "name: must not be empty (leave it out to name the key by its prefix)", "name")
+  end
   local b, verr = schema.validate(keys_schema.input, ctx.json == nil and {} or ctx.json, nil, CHECKS)
   if not b then return errors.fail(400, "invalid", verr.message, verr.field) end
   -- the key's owner: who it is charged to, by default who made it
   local owner = b.owner or ctx.actor or "admin"
   local g = M.generate()
-  local key, err = ctx.app.store:create_api_key { name = b.name or "", prefix = g.prefix, hash = g.hash,
+  local key, err = ctx.app.store:create_api_key { name = b.name or ("key " .. g.prefix), prefix = g.prefix, hash = g.hash,
     owner = owner, requests_per_minute = b.requests_per_minute, max_concurrent = b.max_concurrent }
   if not key then return errors.store(err) end
   ctx.app.log.info("api_key_created", { id = key.id, name = key.name, prefix = g.prefix, owner = owner, actor = ctx.actor,

@@ -77,7 +77,8 @@ local function fail(code, message) return nil, { code = code, message = message 
 ---  nobody by that name) | "unavailable" (the directory cannot be reached or failed), message}
 function M.signin(cfg, user, password)
   local ldap = require "obleth.ldap"
-  if type(user) ~= "string" or user == "" or #user > M.MAX_USER or user:find("%c") then
+  -- no ':' in a user name: "token:admin" and the like name tokens, never a user (obleth.api.access)
+  if type(user) ~= "string" or user == "" or #user > M.MAX_USER or user:find("%c") or user:find(":", 1, true) then
     return fail("invalid_credentials", "no such user, or a wrong password")
   end
   if type(password) ~= "string" or password == "" then

@@ -70,8 +70,36 @@ function M.thresholds()
   return { provisioner_stale = t.provisioner_stale, token_warn_before = t.token_warn_before }
 end
 
+--- The settings for a reader who may not change them (a viewer "sees everything but secrets"):
+--- besides the two tokens, every secret the schema names (obleth.schema.secrets: token_command, the
+--- environment's values) masked.
+---@param pub table M.public's answer (changed in place)
+---@return table pub
+function M.for_reader(pub)
+  local sec = require("obleth.schema").secrets(require("obleth.schema.settings").settings)
+  local function mask(t)
+    for k, v in pairs(t) do
+      if sec.fields[k] and type(v) == "string" then t[k] = validate.MASK
+      elseif sec.maps[k] and type(v) == "table" then
+        for name in pairs(v) do v[name] = validate.MASK end
+      end
+    end
+  end
+  mask(pub)
+  if type(pub.defaults) == "table" then
+    if type(pub.defaults.environment) == "table" then pub.defaults.environment = require("obleth.util.tables")
+      .copy(pub.defaults.environment) end
+    mask(pub.defaults)
+  end
+  return pub
+end
+
 local function get(ctx)
-  return 200, M.public(ctx.app)
+  local pub = M.public(ctx.app)
+  local ident = ctx.identity
+  local pol = ident and not ident.admin and ctx.app:access_policy()
+  if pol and not pol.allows(ident.role, "settings.slurm", pol.DEFAULTS) then M.for_reader(pub) end
+  return 200, pub
 end
 
 local function put(ctx)
@@ -352,14 +380,15 @@ end
 
 M.routes = {
   { "GET", "/api/v1/settings/slurm", get,
-    summary = "The connection and cluster defaults (JWT and Hugging Face token masked), provisioner check-in" },
+    summary = "The connection and cluster defaults (JWT and Hugging Face token masked; to a reader who may not "
+      .. "change them also token_command and the environment's values), provisioner check-in" },
   { "PUT", "/api/v1/settings/slurm", put, action = "settings.slurm",
     body = "SlurmSettings", query = { { "confirm", enum = { "true", "false" } } },
     changes = { "settings" },
     summary = "Replace the connection and cluster defaults; the mask keeps a stored secret; "
       .. "turning Slurm off while replicas run needs ?confirm=true" },
   { "POST", "/api/v1/settings/slurm/test", test, action = "settings.slurm",
-    body = "SlurmConnection", body_optional = true, changes = {},
+    body = "SlurmConnection", body_optional = true, changes = {}, audit = false, -- a test: not a write
     summary = "Ping slurmrestd with the saved (or posted) connection; API version, release, JWT expiry" },
   { "GET", "/api/v1/slurm/resources", resources,
     summary = "Partitions with the accounts and QoS they allow and deny, nodes and their state, "

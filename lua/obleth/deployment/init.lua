@@ -569,6 +569,9 @@ function M.preview(p)
     local rf = _resolve_field(f)
     push(f, values[rf], res.provenance[rf])
   end
+  for _, k in ipairs(recipe.AUTOSCALE_KEYS) do
+    push("autoscale." .. k, values.autoscale and values.autoscale[k], res.provenance["autoscale." .. k])
+  end
   for _, k in ipairs(M.HEALTH_KEYS) do
     push("health." .. k, values.health and values.health[k], res.provenance["health." .. k])
   end
@@ -664,6 +667,8 @@ local SETTING_SET = {}
 for _, s in ipairs(M.SETTINGS) do SETTING_SET[s] = true end
 local HEALTH_SET = {}
 for _, k in ipairs(M.HEALTH_KEYS) do HEALTH_SET[k] = true end
+local AUTOSCALE_SET = {}
+for _, k in ipairs(recipe.AUTOSCALE_KEYS) do AUTOSCALE_SET[k] = true end
 
 --- Diagnostics listed at most in one answer (the first by line); the rest are counted.
 M.MAX_DIAGNOSTICS = 50
@@ -734,16 +739,18 @@ function M.yaml_values(doc, pos, r)
   for k, v in pairs(doc) do
     if type(k) ~= "string" then
       diag(doc, k, tostring(k), ("unknown key %s"):format(tostring(k)))
-    elseif k == "inputs" or k == "health" then
+    elseif k == "inputs" or k == "health" or k == "autoscale" then
       if _v(v) ~= nil and (type(v) ~= "table" or #v > 0) then
         diag(doc, k, k, ("%s must be a mapping of name: value"):format(k))
       elseif _v(v) ~= nil then
         values[k] = {}
         for k2, v2 in pairs(v) do
           local known = type(k2) == "string" and (k == "health" and HEALTH_SET[k2]
+            or (k == "autoscale" and AUTOSCALE_SET[k2])
             or (k == "inputs" and (r == nil or (r.inputs and r.inputs[k2]))))
           if not known then
             local hint = k == "health" and " (path, interval, timeout, startup_grace, failure_threshold)"
+              or k == "autoscale" and (" (%s)"):format(table.concat(recipe.AUTOSCALE_KEYS, ", "))
               or (r and (" (recipe %s has no such input)"):format(r.id) or "")
             diag(v, k2, k .. "." .. tostring(k2), ("unknown key %s.%s%s"):format(k, tostring(k2), hint))
           elseif type(v2) == "table" then

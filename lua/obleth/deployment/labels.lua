@@ -12,6 +12,10 @@ M.LABELS = {
   rollover_margin = "Rollover margin (minutes)", ["health.path"] = "Health check path",
   ["health.interval"] = "Health check every (seconds)", ["health.timeout"] = "Health check timeout (seconds)",
   ["health.startup_grace"] = "Startup grace (seconds)", ["health.failure_threshold"] = "Failures before unhealthy",
+  ["autoscale.min_replicas"] = "Autoscale: at least (replicas)", ["autoscale.max_replicas"] = "Autoscale: at most (replicas)",
+  ["autoscale.target_inflight"] = "Requests in flight per replica",
+  ["autoscale.scale_down_after"] = "Scale down after (seconds)",
+  ["autoscale.idle_to_zero_after"] = "Idle to zero after (seconds)",
   -- the Slurm sheet
   url = "slurmrestd URL", socket = "slurmrestd socket", user = "Slurm user", token = "JWT", verify = "Verify TLS",
   ca_file = "CA file", api_version = "API version", timeout = "Timeout (seconds)", enabled = "Enabled",

@@ -57,6 +57,7 @@ local OOM_LOG = { "out of memory", "oom%-kill", "oom_kill", "memory cgroup out o
 
 local function new(defaults)
   local M = factory.instance(defaults, new)
+  local opt = factory.option(M)
 
   --- The classes, tried in order. Each: `class` (a stable name), `title` (what the page shows), `node_fault`,
   --- `what` (what to do), `anchor` (the section of docs/replicas-and-failures.md), `test(facts, log) ->
@@ -133,6 +134,20 @@ local function new(defaults)
       end },
   }
 
+  --- Whether obleth ended the job on purpose, for a reason of its own (scaled down, restart asked, a
+  --- rollover drained, the model deleted or paused, Slurm turned off: every `cancel_why` but the health
+  --- checks' own, DEFAULTS.failed_start_cancels): such an end is no failure, whatever its exit code (a
+  --- cancelled engine exits 143) or Slurm's state say. The one place that decides it: the deployment
+  --- page shows the failure the API gives (GET /api/v1/replicas/{id}/log), made by `classify`.
+  ---@param facts {cancel_why: string|nil}
+  ---@param opts {failed_start_cancels: table<string, boolean>|nil}|nil
+  ---@return boolean
+  function M.on_purpose(facts, opts)
+    local why = facts and facts.cancel_why
+    if type(why) ~= "string" or why == "" then return false end
+    return not opt(opts, "failed_start_cancels")[why]
+  end
+
   --- Classify one replica's end or trouble.
   ---@param facts {state: string|nil, reason: string|nil, exit_code: integer|nil, signal: integer|nil,
   ---  cancel_why: string|nil, replica_state: string|nil, stderr: string[]|nil, stdout: string[]|nil}
@@ -142,6 +157,7 @@ local function new(defaults)
   ---  slurm: string|nil, engine: string|nil}|nil nil when nothing failed (a normal or asked-for end)
   function M.classify(facts)
     facts = facts or {}
+    if M.on_purpose(facts) then return nil end
     local log = _log(facts)
     for _, c in ipairs(M.CLASSES) do
       local hit, line = c.test(facts, log)
@@ -164,4 +180,6 @@ local function new(defaults)
   return M
 end
 
-return new({})
+-- failed_start_cancels: obleth's cancels that end a failing start (the health checks'), as in
+-- obleth.policy.lost; every other cancel_why is on purpose
+return new({ failed_start_cancels = { ["startup grace exceeded"] = true, ["unhealthy past grace"] = true } })

@@ -50,5 +50,6 @@ return {
   TIME_MAX = validate.TIME_MAX, TIME_MAX_FALLBACK = validate.TIME_MAX_FALLBACK,
   render = render.render, apptainer_binds = render.apptainer_binds,
   resolve = resolve.resolve, apply_cluster = resolve.apply_cluster, managed_spec = resolve.managed_spec,
+  AUTOSCALE_KEYS = resolve.AUTOSCALE_KEYS,
   load_text = load.load_text, load_file = load.load_file, load_dir = load.load_dir,
 }

@@ -5,6 +5,7 @@ local schema = require "obleth.recipe.schema"
 local templates = require "obleth.recipe.templates"
 local validate = require "obleth.recipe.validate"
 local render = require "obleth.recipe.render"
+local managed_schema = require "obleth.schema.managed"
 -- the names this part's code shares with the other parts of obleth.recipe
 local M = {}
 local _v = schema.value
@@ -25,11 +26,19 @@ local SETTINGS = {
 local SETTING_SET = {}
 for _, s in ipairs(SETTINGS) do SETTING_SET[s[1]] = true end
 
+-- autoscale's settings (obleth.schema.managed.autoscale: names, bounds), in its order; the form's only
+-- source for them is the user (no recipe or cluster default sets them): none given is a fixed count
+local AUTOSCALE = {}
+for _, f in ipairs(managed_schema.autoscale.fields) do AUTOSCALE[#AUTOSCALE + 1] = { f[1], f[2] } end
+M.AUTOSCALE_KEYS = {}
+local AUTOSCALE_SET = {}
+for i, f in ipairs(AUTOSCALE) do M.AUTOSCALE_KEYS[i], AUTOSCALE_SET[f[1]] = f[1], true end
+
 local function _flatten_user(user)
   -- {inputs={a=1}, health={path=..}, ["inputs.b"]=2, partition=...} -> flat "inputs.a", "health.path", ...
   local flat = {}
   for k, v in pairs(user or {}) do
-    if (k == "inputs" or k == "health") and type(v) == "table" then
+    if (k == "inputs" or k == "health" or k == "autoscale") and type(v) == "table" then
       for k2, v2 in pairs(v) do flat[k .. "." .. tostring(k2)] = v2 end
     else
       flat[k] = v
@@ -70,12 +79,13 @@ local function _fields(recipe, values, provenance)
   local function push(f)
     if provenance[f] then
       local ns, key = f:match("^(%a+)%.(.+)$")
-      local v = ns and values[ns][key] or values[f]
+      local v = ns and (values[ns] or {})[key] or values[f]
       fields[#fields + 1] = { field = f, value = v, provenance = provenance[f] }
     end
   end
   for _, s in ipairs(SETTINGS) do push(s[1]) end
   for _, k in ipairs({ "path", "interval", "timeout", "startup_grace", "failure_threshold" }) do push("health." .. k) end
+  for _, k in ipairs(M.AUTOSCALE_KEYS) do push("autoscale." .. k) end
   for _, name in ipairs(recipe.input_order) do push("inputs." .. name) end
   return fields
 end
@@ -100,7 +110,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
   if type(recipe) ~= "table" then error("recipe.resolve: recipe must be a validated recipe", 2) end
   local defaults = cluster_defaults or {}
   local user = _flatten_user(user_values)
-  local values, provenance, errors = { inputs = {}, health = {} }, {}, {}
+  local values, provenance, errors = { inputs = {}, health = {}, autoscale = {} }, {}, {}
   local function err(field, message) errors[#errors + 1] = { field = field, message = message } end
   local function set(field, v, source)
     local ns, key = field:match("^(%a+)%.(.+)$")
@@ -112,6 +122,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
   for k in pairs(user) do
     local ns, key = tostring(k):match("^(%a+)%.(.+)$")
     local known = SETTING_SET[k] or (ns == "inputs" and recipe.inputs[key]) or (ns == "health" and HEALTH_RULES[key])
+      or (ns == "autoscale" and AUTOSCALE_SET[key])
     if not known then err(tostring(k), ("unknown setting %q"):format(tostring(k))) end
   end
 
@@ -151,6 +162,29 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
   if values.api_name == nil then err("api_name", "api_name is required") end
   if values.gpu_type ~= nil and (values.gpus_per_node or 0) == 0 then
     err("gpu_type", "a GPU type needs at least one GPU per node")
+  end
+
+  -- autoscale: the user's values only; any of them makes the replicas follow the load (the spec's
+  -- `autoscale`, its defaults filled by obleth.deployment.input), and then there is no fixed count
+  for _, a in ipairs(AUTOSCALE) do
+    local k, rule = a[1], a[2]
+    local field = "autoscale." .. k
+    local uv = _v(user[field])
+    if uv ~= nil and uv ~= "" then
+      local n = math.tointeger(tonumber(uv))
+      if n == nil then err(field, field .. " must be a whole number")
+      elseif (rule.min and n < rule.min) or (rule.max and n > rule.max) then
+        err(field, ("%s must be between %d and %d"):format(field, rule.min, rule.max))
+      else set(field, n, "user") end
+    end
+  end
+  if next(values.autoscale) == nil then
+    values.autoscale = nil
+  else
+    if provenance.replicas == "user" then
+      err("replicas", "replicas or autoscale, not both: clear the replicas to let them follow the load")
+    end
+    values.replicas, provenance.replicas = nil, nil
   end
 
   -- health
@@ -272,6 +306,10 @@ function M.managed_spec(recipe, values, rendered)
   }
   for k, v in pairs(values.health or {}) do spec.health[k] = v end
   for k, v in pairs(values.inputs or {}) do spec.inputs[k] = v end
+  if values.autoscale then
+    spec.autoscale, spec.replicas = {}, nil
+    for k, v in pairs(values.autoscale) do spec.autoscale[k] = v end
+  end
   return spec
 end
 

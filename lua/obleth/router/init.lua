@@ -666,7 +666,8 @@ function Router:_route(req, res)
   end
   req.model = model.name
   if #model.endpoints == 0 then
-    local woke = self:_hold(model)
+    local woke = self:_hold(model, res)
+    if not woke and res.closed and res:closed() then return end -- the client went away while held
     if not woke and self.ctx.draining then
       -- held until obleth serve began to stop: another instance (or this one restarted) answers it
       return _fail(res, 503, "The server is shutting down.", "server_error", nil, "shutting_down",
@@ -680,8 +681,10 @@ end
 
 -- A request to an autoscaled model without a replica: counted as queued (the next pass wakes the
 -- model), held until an endpoint appears or wake_wait seconds pass, before any byte of the answer
--- (a streaming client gets the whole stream, or the 503). Returns the model with its endpoints, or nil.
-function Router:_hold(model)
+-- (a streaming client gets the whole stream, or the 503); no longer once its client has gone away (the
+-- host's res:closed(): then its key's slot and its queued load are released at once). Returns the model
+-- with its endpoints, or nil.
+function Router:_hold(model, res)
   if self.wake_wait <= 0 then return nil end
   local spec = self.store:get_spec(model.id)
   if type(spec) ~= "table" or type(spec.autoscale) ~= "table" or spec.enabled == false then return nil end
@@ -694,11 +697,12 @@ function Router:_hold(model)
   local deadline = self.clock() + self.wake_wait
   local found
   local wk = self.ctx.wakeups
-  while not self.ctx.draining and self.clock() < deadline do
+  local function gone() return res ~= nil and res.client_gone ~= nil and res:client_gone() end
+  while not self.ctx.draining and self.clock() < deadline and not gone() do
     -- a shutdown ends the sleep at once (the wake-ups close)
     local dt = math.min(M.WAKE_POLL, math.max(0, deadline - self.clock()))
     if wk then wk:sleep(dt) else loop.sleep(dt) end
-    if self.ctx.draining then break end
+    if self.ctx.draining or gone() then break end
     self._models[name] = nil
     local m = self:_model(name)
     if m and #m.endpoints > 0 then found = m break end
@@ -814,17 +818,31 @@ function Router:serve(req, res)
   local ctx = self.ctx
   local t0 = self.clock()
   ctx.inflight = (ctx.inflight or 0) + 1
-  local ok, status, endpoint, prompt, completion = xpcall(self._route, debug.traceback, self, req, res)
+  local ok, status, endpoint, prompt, completion = xpcall(self._route, function(e)
+    return { raised = e, trace = debug.traceback(tostring(e), 2) }
+  end, self, req, res)
   ctx.inflight = ctx.inflight - 1
   if req.key_admitted then self.limiter:release(req.key_id) end
   if not ok then
-    self.log.error("router_error", { method = req.method, path = req.path, error = tostring(status) })
+    local e = status.raised
+    -- the store cannot be reached (PostgreSQL down or restarting): 503 with Retry-After, not a bug
+    local down = self.store and self.store.unavailable and self.store:unavailable(e)
+    if down then
+      self.log.warn("store_unavailable", { method = req.method, path = req.path, error = tostring(e.message) })
+    else
+      self.log.error("router_error", { method = req.method, path = req.path, error = status.trace })
+    end
+    status = down and 503 or 500
     if not res:sent() then
-      _fail(res, 500, "Internal server error (see the server log).", "server_error", nil, "internal")
+      if down then
+        _fail(res, 503, "The database cannot be reached right now; try again shortly.", "server_error", nil,
+          "storage", { ["Retry-After"] = "5" })
+      else
+        _fail(res, 500, "Internal server error (see the server log).", "server_error", nil, "internal")
+      end
     elseif not res:closed() then
       res:finish()
     end
-    status = 500
   end
   if req.path ~= "/metrics" and req.path ~= "/metrics/" then
     self.m_requests:inc(self:_status_labels(req.model or "", status))

@@ -172,6 +172,25 @@ function M.validate(s, v, field, opts)
   return r
 end
 
+--- The names of a schema's secret fields (`secret = true`: the value is a credential) and of its maps
+--- whose every value may be one (`secret_values = true`: environment variables), at any depth: what
+--- the audit trail masks (obleth.api.audit) and a reader who may not change them is not shown.
+---@param s table the schema
+---@param out {fields: table<string, true>, maps: table<string, true>}|nil added to
+---@return {fields: table<string, true>, maps: table<string, true>}
+function M.secrets(s, out)
+  out = out or { fields = {}, maps = {} }
+  for _, f in ipairs(s.fields or {}) do
+    local name, fs = f[1], f[2]
+    if fs.secret then out.fields[name] = true end
+    if fs.secret_values then out.maps[name] = true end
+    M.secrets(fs, out)
+  end
+  if s.items then M.secrets(s.items, out) end
+  if s.values then M.secrets(s.values, out) end
+  return out
+end
+
 ---------------------------------------------------------------------------
 -- OpenAPI
 ---------------------------------------------------------------------------

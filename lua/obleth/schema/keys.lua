@@ -5,7 +5,7 @@ local M = {}
 
 M.input = { type = "object", fields = {
   { "name", { type = "string", nullable = true, max_len = 128, format = "label",
-    description = "a label for the key (who or what uses it)" } },
+    description = "a label for the key (who or what uses it); not empty; left out: \"key <prefix>\"" } },
   { "owner", { type = "string", nullable = true, max_len = 128, format = "label",
     description = "who the key's usage is charged to (default: who made it)" } },
   { "requests_per_minute", { type = "integer", nullable = true, min = 1, max = 100000,

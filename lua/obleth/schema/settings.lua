@@ -29,7 +29,8 @@ M.connection_fields = {
     enum_text = "\"static\", \"key_file\" or \"command\"",
     description = "static: the saved token; key_file: minted from the site's HS256 key; command: printed by a command" } },
   { "token_key_file", PATH },
-  { "token_command", { type = "string", nullable = true, max_len = 4096 } },
+  { "token_command", { type = "string", nullable = true, max_len = 4096, secret = true,
+    description = "may carry a credential: shown only to who may change the settings, never in the audit trail" } },
   { "token_lifespan", { type = "integer", nullable = true, min = 30, max = 86400, unit = "seconds" } },
 }
 
@@ -51,7 +52,7 @@ M.defaults = { type = "object", nullable = true, fields = {
     items = { type = "integer", min = 1024, max = 65535 }, description = "[first, last]" } },
   { "environment", { type = "map", nullable = true, default = {}, shape = "NAME: value strings",
     key_pattern = "^[A-Za-z_][A-Za-z0-9_]*$", key_rule = "environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
-    values = { type = "string", max_len = 65536, scalars = true } } },
+    secret_values = true, values = { type = "string", max_len = 65536, scalars = true } } },
   { "user_groups", { type = "array", nullable = true, max_items = 256,
     items = { type = "string", max_len = 64, pattern = "^[A-Za-z0-9_.%-]+$", rule = "a group name" },
     description = "the Slurm user's groups for AllowGroups; null: this host's group database" } },

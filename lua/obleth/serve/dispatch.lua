@@ -1,6 +1,7 @@
 --- obleth.serve.dispatch — which part of `obleth serve` answers a path (pure; obleth.serve's
 -- handler applies it): `/v1`, `/v1/...` and `/metrics` the router, `/api` and `/api/...` the
--- Management API, anything else the dashboard's files. A path that is not canonical is refused
+-- Management API, `/healthz` the readiness check (a load balancer's), anything else the dashboard's
+-- files. A path that is not canonical is refused
 -- before any part sees it.
 local M = {}
 
@@ -24,10 +25,11 @@ function M.canonical_path(path)
   return true
 end
 
---- The part that answers `path`: "router", "api" or "web".
+--- The part that answers `path`: "router", "api", "health" or "web".
 ---@param path string
----@return "router"|"api"|"web"
+---@return "router"|"api"|"health"|"web"
 function M.part(path)
+  if path == "/healthz" then return "health" end
   if path == "/v1" or path:sub(1, 4) == "/v1/" or path == "/metrics" or path == "/metrics/" then return "router" end
   if path == "/api" or path:sub(1, 5) == "/api/" then return "api" end
   return "web"

@@ -63,6 +63,29 @@ end
 
 local function _ms(ctx, t0) return math.floor((ctx.clock() - t0) * 100000 + 0.5) / 100 end
 
+--- GET /healthz, the readiness check for a load balancer or a Kubernetes probe (no token): 200
+--- `{"status":"ok"}` when the store answers a query, 503 `{"status":"unavailable","reason":...}` while it
+--- does not (PostgreSQL unreachable or restarting) or while the server shuts down.
+function Serve:healthz(req)
+  local ctx = self.context
+  local t0 = ctx.clock()
+  local status, body
+  if req.method ~= "GET" and req.method ~= "HEAD" then
+    status, body = 405, { status = "method_not_allowed" }
+  elseif ctx.draining then
+    status, body = 503, { status = "unavailable", reason = "shutting_down" }
+  else
+    local ok, row, err = pcall(ctx.store.db.first, ctx.store.db, "SELECT 1 AS ok")
+    if ok and row then status, body = 200, { status = "ok" } else
+      status, body = 503, { status = "unavailable", reason = "storage" }
+      ctx.log.warn("healthz_storage", { error = tostring(ok and err or row) })
+    end
+  end
+  ctx.log.info("http_request", { method = req.method, path = req.path, status = status, ms = _ms(ctx, t0) })
+  return { status = status, headers = { ["Content-Type"] = "application/json", ["Cache-Control"] = "no-store",
+    Allow = status == 405 and "GET, HEAD" or nil }, body = require("cjson").encode(body) }
+end
+
 --- A function for http.server{handler = ...} (see the dispatch above).
 ---@return fun(req: table, res: table): table|nil
 function Serve:handler()
@@ -87,6 +110,7 @@ function Serve:handler()
       return out
     end
     if to_router then return rt:serve(req, res) end
+    if part == "health" then return self:healthz(req) end
     if part == "web" then
       local t0 = ctx.clock()
       local out = ctx.draining and web.text(503, "the server is shutting down") or files:serve(req)

@@ -297,7 +297,7 @@ local MIGRATIONS = {
     END;
   ]],
   -- 12: the audit trail (docs/access.md "Audit"): every write through the Management API, who made it
-  -- (a user, or admin-token), when, the route and its target, and a summary of the change without
+  -- (a user, or token:admin), when, the route and its target, and a summary of the change without
   -- secrets; model_id without a foreign key, so a deleted model's history stays
   [12] = [[
     CREATE TABLE audit (

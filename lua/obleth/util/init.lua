@@ -7,11 +7,12 @@
 --   obleth.util.args     command-line parsing shared by the obleth commands
 --   obleth.util.shell    POSIX shell quoting
 --   obleth.util.hostlist Slurm hostlist expressions
+--   obleth.util.text     cutting text on a UTF-8 character boundary
 local M = {}
 
 --- The helper modules, by short name.
 M.MODULES = { json = "obleth.util.json", tables = "obleth.util.tables", timefmt = "obleth.util.timefmt",
   format = "obleth.util.format", args = "obleth.util.args", shell = "obleth.util.shell",
-  hostlist = "obleth.util.hostlist" }
+  hostlist = "obleth.util.hostlist", text = "obleth.util.text" }
 
 return M

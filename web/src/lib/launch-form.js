@@ -32,7 +32,13 @@ const META = {
   memory_per_node: { kind: 'number', help: '0 is the whole node.' },
   constraint: { kind: 'text', help: 'Slurm\'s --constraint: features, e.g. a100&ib.' },
   exclude: { kind: 'text', help: 'Slurm\'s --exclude: a node list, e.g. n[1-2].' },
-  replicas: { kind: 'number' },
+  replicas: { kind: 'number', help: 'A fixed count. Leave it and fill Autoscaling instead to have the replicas follow the load.' },
+  'autoscale.min_replicas': { kind: 'number',
+    help: 'Any value here makes the replicas follow the load (no fixed count). 0: scale to zero when idle; the next request wakes it.' },
+  'autoscale.max_replicas': { kind: 'number', help: 'Needed to autoscale.' },
+  'autoscale.target_inflight': { kind: 'number', help: 'Requests in flight and waiting one replica should carry; more adds a replica.' },
+  'autoscale.scale_down_after': { kind: 'number', help: 'A replica goes only when the peak load of this window fits the others.' },
+  'autoscale.idle_to_zero_after': { kind: 'number', help: 'With Autoscale: at least 0, no request for this long scales to zero.' },
   stdout: { kind: 'text' },
   stderr: { kind: 'text' },
   rollover_margin: { kind: 'number',
@@ -63,8 +69,12 @@ export function fieldMeta(field, inputDefs = {}, labels = {}, hint = null) {
     if (hint.max != null) m.max = hint.max;
     // a setting a policy fills when it is left empty says the policy's value
     if (hint.empty != null) m.help = `${m.help ? `${m.help} ` : ''}Empty: ${hint.empty}${hint.unit === 'minutes' ? ' min' : ''}.`;
+    // autoscale's settings are all empty until one is given: the value an empty one takes then
+    else if (field.startsWith('autoscale.') && hint.default != null) {
+      m.help = `${m.help ? `${m.help} ` : ''}Empty: ${hint.default}${hint.unit === 'seconds' ? ' s' : ''}.`;
+    }
   }
-  const group = field.startsWith('health.') ? 'health'
+  const group = field.startsWith('health.') ? 'health' : field.startsWith('autoscale.') ? 'autoscale'
     : ['stdout', 'stderr', 'replicas', 'rollover_margin'].includes(field) ? 'run'
       : ['partition', 'account', 'qos', 'time_limit'].includes(field) ? 'where'
         : field === 'api_model_name' ? 'name' : 'resources';

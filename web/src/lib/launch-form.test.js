@@ -115,3 +115,16 @@ test('a setting shows the bounds and the empty value the server hands over, neve
   assert.match(m.help, /Empty: 7 min\.$/);
   assert.doesNotMatch(fieldMeta('rollover_margin').help, /Empty/);
 });
+
+test('autoscale: its own group, the bounds and the empty value from the server\'s hint, nested in the body and the YAML', () => {
+  const m = fieldMeta('autoscale.scale_down_after', {}, {}, { min: 0, max: 3600, default: 300, unit: 'seconds' });
+  assert.equal(m.group, 'autoscale');
+  assert.equal(m.kind, 'number');
+  assert.deepEqual([m.min, m.max], [0, 3600]);
+  assert.match(m.help, /Empty: 300 s\.$/);
+  const body = requestBody({ recipe_id: 'r' }, { 'autoscale.min_replicas': 0, 'autoscale.max_replicas': 2 });
+  assert.deepEqual(body.values, { autoscale: { min_replicas: 0, max_replicas: 2 } });
+  const yaml = toYaml([{ field: 'replicas', value: null }, { field: 'autoscale.min_replicas', value: null },
+    { field: 'autoscale.max_replicas', value: null }], { 'autoscale.min_replicas': 0, 'autoscale.max_replicas': 2 });
+  assert.equal(yaml, 'autoscale:\n  min_replicas: 0\n  max_replicas: 2\n');
+});

@@ -27,7 +27,7 @@ export function Keys({ loc }) {
     setBusy(true);
     setErr(null);
     try {
-      const k = await api.post('/keys', { name, requests_per_minute: limitValue(rpm), max_concurrent: limitValue(maxc) });
+      const k = await api.post('/keys', { name: name.trim() === '' ? null : name, requests_per_minute: limitValue(rpm), max_concurrent: limitValue(maxc) });
       setCreated(k);
       setName('');
       setRpm('');

@@ -271,7 +271,7 @@ function Field({ f, meta, raw, set, reset, preview }) {
 }
 
 const GROUPS = [['name', 'Name'], ['where', 'Where it runs'], ['resources', 'Resources per replica'], ['inputs', 'Recipe inputs'],
-  ['run', 'Replicas and job logs'], ['health', 'Health check']];
+  ['run', 'Replicas and job logs'], ['autoscale', 'Autoscaling'], ['health', 'Health check']];
 
 function Suggestions({ preview, onApply, applied }) {
   const list = preview.suggestions || [];
