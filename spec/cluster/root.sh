@@ -29,13 +29,23 @@ pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-plugins 
   slurm-wlm-mysql-plugin munge mariadb-server mariadb-client curl procps util-linux passwd)
 # What build/obleth links to (`ldd build/obleth`: the packages of its NEEDED libraries on Debian 12;
 # newer suites provide the same sonames, some under t64 package names, which apt picks) and lua-cjson.
-pkgs+=(liblua5.4-0 libevent-2.1-7 libcurl4 libyaml-0-2 libsystemd0 libsqlite3-0 libpq5 libldap-2.5-0 libssl3 libreadline8 lua-cjson)
+pkgs+=(liblua5.4-0 libevent-2.1-7 libcurl4 libyaml-0-2 libsystemd0 libsqlite3-0 libpq5 libssl3 libreadline8 lua-cjson)
+# OpenLDAP changed its soname after Debian 12 (libldap-2.5.so.0 there, libldap.so.2 in trixie and sid), so no
+# package of the newer suites has the one build/obleth links to: the root gets the packages of what OpenLDAP 2.5
+# itself needs (SASL, GnuTLS, whose sonames did not change) and the host's own libldap-2.5 / liblber-2.5
+# files beside it (host_libs, copied after the packages; their checksums are part of the root's name).
+pkgs+=(libsasl2-2 libgnutls30)
+host_libs=()
+for so in libldap-2.5.so.0 liblber-2.5.so.0; do
+  f=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ && !f {print $NF; f = 1}')
+  [ -z "$f" ] || host_libs+=("$(readlink -f "$f")")
+done
 # sid: the real llama.cpp server (llama-server) and the GGUF writer, for the engine specs' jobs
 if [ "$suite" = sid ]; then pkgs+=(llama.cpp-tools python3-gguf python3-numpy); fi
 
 cache="${OBLETH_CACHE_DIR:-$repo/build/cache}"
 case "$cache" in /*) ;; *) cache="$repo/$cache" ;; esac
-hash=$(printf '%s\n' "$suite" "${pkgs[@]}" | sha256sum | cut -c1-10)
+hash=$( { printf '%s\n' "$suite" "${pkgs[@]}"; [ ${#host_libs[@]} -eq 0 ] || sha256sum "${host_libs[@]}"; } | sha256sum | cut -c1-10)
 tarball="$cache/slurm-$release-$suite-$hash.tar"
 
 mounts=()
@@ -70,6 +80,9 @@ make_tarball() {
     "$release".*) say "Slurm $v installed" ;;
     *) die "the $suite root has Slurm '${v:-none}', not $release: spec/cluster/root.sh's release map needs updating" ;;
   esac
+  local so
+  for so in "${host_libs[@]}"; do cp -a "$so" "$r/usr/lib/x86_64-linux-gnu/"; done
+  [ ${#host_libs[@]} -eq 0 ] || chroot "$r" /sbin/ldconfig
   # the daemons are started by the harness, with their own config: no system state or units needed
   rm -f "$r/usr/sbin/policy-rc.d"
   rm -rf "$r/var/cache/apt/archives/"*.deb "$r/var/lib/apt/lists/"*

@@ -146,6 +146,21 @@ describe("client key limits and usage (" .. transport .. ")", function()
     end
   end)
 
+  it("an engine's usage above 2^31-1 tokens in one answer is not believed; counters never wrap", function()
+    local k = new_key { name = "big-usage" }
+    k.id = math.tointeger(k.id)
+    local router = require "obleth.router"
+    -- what an engine answering "prompt_tokens": 90071992547409929 makes the router count, 111 times
+    for _ = 1, 111 do app.router:_count_key({ key_id = k.id, model = "m" }, 90071992547409929, 3) end
+    app.router:_count_key({ key_id = k.id, model = "m" }, router.USAGE_MAX, nil)
+    local _, u = admin("GET", "/api/v1/keys/" .. ("%d"):format(k.id) .. "/usage")
+    assert.same({ 112, router.USAGE_MAX, 333 }, { u.requests, u.prompt_tokens, u.completion_tokens })
+    assert.equal(router.USAGE_MAX + 333, u.total_tokens)
+    local text = rig:req("GET", "/metrics").body
+    assert.truthy(text:find('obleth_router_key_tokens_total{key="' .. ("%d"):format(k.id) .. '",kind="prompt"} '
+      .. router.USAGE_MAX, 1, true))
+  end)
+
   it("keeps usage across a flush that fails, and writes it with the next one", function()
     local k = new_key {}
     t = 5000

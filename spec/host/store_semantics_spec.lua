@@ -27,6 +27,20 @@ describe("obleth.store on " .. backend.name, function()
     busted_it(name, function() if not store then return pending(why_not) end fn() end)
   end
 
+  it("a key's usage counters saturate at their bound instead of wrapping (or turning REAL)", function()
+    local k = assert(store:create_api_key { name = "big", prefix = "ob-big", hash = HASH_B })
+    local max = store.USAGE_COUNTER_MAX
+    assert(store:add_api_key_usage { [k.id] = { requests = 1, prompt_tokens = max - 5, completion_tokens = 7 } })
+    assert(store:add_api_key_usage { [k.id] = { requests = 1, prompt_tokens = 90071992547409929,
+      completion_tokens = 7 } })
+    local u = store:get_api_key(k.id).usage
+    assert.same({ "integer", max, 14, 2 }, { math.type(u.prompt_tokens), u.prompt_tokens, u.completion_tokens,
+      u.requests })
+    -- an unbounded delta is held to the bound too
+    assert(store:add_api_key_usage { [k.id] = { prompt_tokens = math.maxinteger } })
+    assert.equal(max, store:get_api_key(k.id).usage.prompt_tokens)
+  end)
+
   it("creates, renames and deletes models; a taken name is a conflict on field name", function()
     local a = assert(store:create_model { name = "a", description = "first" })
     assert.equal("staged", a.status)

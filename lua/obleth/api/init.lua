@@ -266,6 +266,21 @@ function App:_publish(route, ctx, rbody)
   return #list > 0
 end
 
+-- xpcall's message handler: a raised table is kept (the store's errors are), with the traceback
+local function _keep(e)
+  return { raised = e, trace = debug.traceback(tostring(e), 2) }
+end
+
+--- The answer when `e` (raised while handling) says the store cannot be reached: 503 `storage` with
+--- Retry-After (docs/errors.md), logged as a warning; nil for any other error (a bug: 500).
+function App:_unavailable(e, req)
+  local st = self.ctx.store
+  if not (st and st.unavailable and st:unavailable(e)) then return nil end
+  self.ctx.log.warn("store_unavailable", { method = req.method, path = req.path, error = tostring(e.message) })
+  local status, body = errors.fail(503, "storage", "the database cannot be reached right now; try again shortly")
+  return _reply(status, body, { ["Retry-After"] = "5" })
+end
+
 function App:_dispatch(req, res, found)
   if self.ctx.draining then
     return _reply(errors.fail(503, "shutting_down", "the server is shutting down"))
@@ -325,9 +340,11 @@ function App:_dispatch(req, res, found)
   -- the route's declared query and body, checked before its handler runs
   local bad, bad_body = request.check(route, ctx)
   if bad then return _reply(bad, bad_body) end
-  local ok, status, rbody, headers = xpcall(route.handler, debug.traceback, ctx)
+  local ok, status, rbody, headers = xpcall(route.handler, _keep, ctx)
   if not ok then
-    self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = tostring(status) })
+    local down = self:_unavailable(status.raised, req)
+    if down then return down end
+    self.ctx.log.error("api_handler_error", { method = req.method, path = path, error = status.trace })
     return _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
   end
   if (route.stream or route.parts) and res and res:sent() then
@@ -360,8 +377,13 @@ function App:handle(req, res)
   local ok, out = pcall(self._dispatch, self, req, res, found)
   if counted then c.inflight = c.inflight - 1 end
   if not ok then
-    c.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
-    out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
+    local down = self:_unavailable(out, req)
+    if down then
+      out = down
+    else
+      c.log.error("api_handler_error", { method = req.method, path = req.path, error = tostring(out) })
+      out = _reply(errors.fail(500, "internal", "internal server error (see the server log)"))
+    end
   end
   c.log.info("http_request", { method = req.method, path = req.path, status = out.status, actor = req.actor,
     ms = math.floor((c.clock() - t0) * 100000 + 0.5) / 100 })

@@ -155,7 +155,7 @@ function M.main(argv)
   log.add_secret(token)
 
   local store, serr = require("obleth.store").open(dbpath, { log = log })
-  if not store then return _die(serr.message, 1) end
+  if not store then return _die(serr.message, serr.code == "invalid" and 2 or 1) end
   local web_dir = o.web_dir or os.getenv("OBLETH_WEB_DIR")
   if web_dir == "" then web_dir = nil end
   web_dir = web_dir or require("obleth.web").default_dir()

@@ -732,6 +732,17 @@ function Router._limited(_, res, retry, which, limit)
   return _fail(res, 429, msg, "requests", nil, code, h)
 end
 
+--- The most tokens one answer's usage may count (prompt or completion): 2^31-1. An engine that says
+--- more is not believed: the number is ignored (the request still counts), logged once per process.
+M.USAGE_MAX = 2147483647
+-- What the in-memory sums saturate at (the store's counters' bound, obleth.store.keys)
+local USAGE_SUM_MAX = 4611686018427387903
+
+local function _sat_add(a, b)
+  if a > USAGE_SUM_MAX - b then return USAGE_SUM_MAX end
+  return a + b
+end
+
 --- Seconds between writes of the keys' usage to the store (obleth serve's timer; a read of
 --- GET /api/v1/keys/{id}/usage writes first).
 M.USAGE_FLUSH = 5
@@ -758,15 +769,20 @@ function Router:_count_key(req, usage_prompt, usage_completion)
     self.m_key_requests:inc(labels.limited)
     return
   end
-  u.requests = u.requests + 1
+  u.requests = _sat_add(u.requests, 1)
   self.m_key_requests:inc(labels.admitted)
-  if usage_prompt then
-    u.prompt_tokens = u.prompt_tokens + usage_prompt
-    self.m_key_tokens:inc(labels.prompt, usage_prompt)
-  end
-  if usage_completion then
-    u.completion_tokens = u.completion_tokens + usage_completion
-    self.m_key_tokens:inc(labels.completion, usage_completion)
+  for kind, n in pairs({ prompt = usage_prompt, completion = usage_completion }) do
+    if math.type(n) ~= "integer" or n < 0 or n > M.USAGE_MAX then
+      if n ~= nil and not self._usage_unbelieved then
+        self._usage_unbelieved = true
+        self.log.warn("usage_ignored", { key = id, kind = kind, value = tostring(n), model = req.model,
+          reason = ("over %d tokens in one answer (logged once)"):format(M.USAGE_MAX) })
+      end
+    else
+      local f = kind .. "_tokens"
+      u[f] = _sat_add(u[f], n)
+      self.m_key_tokens:inc(labels[kind], n)
+    end
   end
 end
 
@@ -783,7 +799,7 @@ function Router:flush_usage()
     for id, d in pairs(pending) do -- keep them: added to what came in meanwhile
       local u = self._usage[id]
       if u then
-        for k, v in pairs(d) do u[k] = u[k] + v end
+        for k, v in pairs(d) do u[k] = _sat_add(u[k], v) end
       else
         self._usage[id] = d
       end
@@ -818,17 +834,31 @@ function Router:serve(req, res)
   local ctx = self.ctx
   local t0 = self.clock()
   ctx.inflight = (ctx.inflight or 0) + 1
-  local ok, status, endpoint, prompt, completion = xpcall(self._route, debug.traceback, self, req, res)
+  local ok, status, endpoint, prompt, completion = xpcall(self._route, function(e)
+    return { raised = e, trace = debug.traceback(tostring(e), 2) }
+  end, self, req, res)
   ctx.inflight = ctx.inflight - 1
   if req.key_admitted then self.limiter:release(req.key_id) end
   if not ok then
-    self.log.error("router_error", { method = req.method, path = req.path, error = tostring(status) })
+    local e = status.raised
+    -- the store cannot be reached (PostgreSQL down or restarting): 503 with Retry-After, not a bug
+    local down = self.store and self.store.unavailable and self.store:unavailable(e)
+    if down then
+      self.log.warn("store_unavailable", { method = req.method, path = req.path, error = tostring(e.message) })
+    else
+      self.log.error("router_error", { method = req.method, path = req.path, error = status.trace })
+    end
+    status = down and 503 or 500
     if not res:sent() then
-      _fail(res, 500, "Internal server error (see the server log).", "server_error", nil, "internal")
+      if down then
+        _fail(res, 503, "The database cannot be reached right now; try again shortly.", "server_error", nil,
+          "storage", { ["Retry-After"] = "5" })
+      else
+        _fail(res, 500, "Internal server error (see the server log).", "server_error", nil, "internal")
+      end
     elseif not res:closed() then
       res:finish()
     end
-    status = 500
   end
   if req.path ~= "/metrics" and req.path ~= "/metrics/" then
     self.m_requests:inc(self:_status_labels(req.model or "", status))

@@ -43,6 +43,10 @@ end
 ---  access_policy: the access policy module to use (default: the
 ---  policy set's "access", policy.d overrides included)
 ---@return table context
+--- The largest change notice sent with its model ids (bytes of JSON); a larger one is sent as its
+--- topics only. PostgreSQL's NOTIFY refuses payloads of 8000 bytes or more (obleth.store.base).
+M.NOTICE_MAX = 7900
+
 function M.new(opts)
   if type(opts.admin_token) ~= "string" or opts.admin_token == "" then error("serve context: admin_token", 2) end
   local log = opts.log or require("obleth.log")
@@ -191,6 +195,16 @@ function Context:share_changes(list)
   local changes = {}
   for i, c in ipairs(list) do changes[i] = { c[1], c[2] or cjson.null } end
   local payload = cjson.encode({ from = self.instance_tag, changes = changes })
+  if #payload > M.NOTICE_MAX then
+    -- PostgreSQL refuses a NOTIFY payload of 8000 bytes or more: a pass touching many models is
+    -- shared as its topics without ids (the others publish each topic for every model)
+    local seen, topics = {}, {}
+    for _, c in ipairs(list) do
+      if not seen[c[1]] then seen[c[1]] = true; topics[#topics + 1] = c[1] end
+    end
+    table.sort(topics)
+    payload = cjson.encode({ from = self.instance_tag, topics = topics })
+  end
   require("obleth.loop").spawn(function()
     local ok, err = self.store:notify_changes(payload)
     if not ok then self.log.warn("changes_not_shared", { error = err and err.message }) end
@@ -208,7 +222,11 @@ function Context:follow_changes(on_remote)
   return self.store:listen_changes(function(payload)
     local ok, doc = pcall(cjson.decode, payload or "null")
     if payload and (not ok or type(doc) ~= "table" or doc.from == self.instance_tag) then return end
-    if payload then
+    if payload and type(doc.topics) == "table" then -- a pass too big for ids: each topic, every model
+      for _, t in ipairs(doc.topics) do
+        if topics[t] then self.events:publish(t) end
+      end
+    elseif payload then
       for _, c in ipairs(type(doc.changes) == "table" and doc.changes or {}) do
         if type(c) == "table" and topics[c[1]] then self.events:publish(c[1], math.tointeger(c[2])) end
       end

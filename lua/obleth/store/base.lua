@@ -10,6 +10,7 @@
 --   db:execute(sql, ...) -> changes | nil, err   db:insert(sql, ...) -> id | nil, err (the new row's id)
 --   db:transaction(fn, ...) -> fn's results | nil, err   (one writer at a time, as SQLite's
 --                                                         BEGIN IMMEDIATE; nested calls are savepoints)
+--   db:unavailable(e) -> true when e says the database cannot be reached (optional)
 --   db:storage_error(e) -> fields for a "storage" error when e is the backend's error, else nil
 --   db:schema_version() -> integer;  db:migrate(version, script) -> true, applied | nil, err (applied
 --                                    false: another instance applied it meanwhile)
@@ -96,6 +97,13 @@ function Store:transaction(fn, ...)
     error(e, 0)
   end
   return table.unpack(res, 1, res.n)
+end
+
+--- Whether e, an error a store method raised, says the database cannot be reached right now (a
+--- connection refused or lost: PostgreSQL down or restarting), not a bug: the caller answers 503
+--- `storage` with Retry-After instead of 500. Always false on a backend without connections (SQLite).
+function Store:unavailable(e)
+  return (self.db and self.db.unavailable and self.db:unavailable(e)) and true or false
 end
 
 ---------------------------------------------------------------------------

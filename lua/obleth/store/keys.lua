@@ -52,7 +52,25 @@ function Store:get_api_key(id)
   return _key_out(self:_one(KEY_SELECT .. " WHERE k.id = ?", id))
 end
 
---- Add to the keys' usage counters, in one transaction.
+-- A counter plus its delta, saturating (the test comes before the sum: PostgreSQL's bigint would
+-- overflow in the sum itself).
+local function _sat(col)
+  return ("CASE WHEN api_key_usage.%s > 4611686018427387903 - excluded.%s THEN 4611686018427387903 "
+    .. "ELSE api_key_usage.%s + excluded.%s END"):format(col, col, col, col)
+end
+
+-- A delta as an integer within [0, the counter's bound]
+local function _cap(v)
+  v = math.tointeger(v) or 0
+  if v < 0 then return 0 end
+  return math.min(v, 4611686018427387903)
+end
+
+--- The most a usage counter holds: a sum that would pass it stays at it (saturates, never wraps or
+--- turns REAL on SQLite / bigint out of range on PostgreSQL); 2^62-1, so prompt + completion fits too.
+Store.USAGE_COUNTER_MAX = 4611686018427387903
+
+--- Add to the keys' usage counters, in one transaction (each counter saturates at USAGE_COUNTER_MAX).
 ---@param deltas table<integer, {requests: integer, limited: integer, prompt_tokens: integer,
 ---  completion_tokens: integer}> by key id (a key deleted meanwhile is skipped)
 ---@return true|nil ok, table|nil err
@@ -62,12 +80,12 @@ function Store:add_api_key_usage(deltas)
     for id, d in pairs(deltas) do
       self:_x([[INSERT INTO api_key_usage (key_id, requests, limited, prompt_tokens, completion_tokens, updated_at)
           SELECT id, ?, ?, ?, ?, ? FROM api_keys WHERE id = ?
-        ON CONFLICT (key_id) DO UPDATE SET requests = api_key_usage.requests + excluded.requests,
-          limited = api_key_usage.limited + excluded.limited,
-          prompt_tokens = api_key_usage.prompt_tokens + excluded.prompt_tokens,
-          completion_tokens = api_key_usage.completion_tokens + excluded.completion_tokens,
+        ON CONFLICT (key_id) DO UPDATE SET requests = ]] .. _sat("requests") .. [[,
+          limited = ]] .. _sat("limited") .. [[,
+          prompt_tokens = ]] .. _sat("prompt_tokens") .. [[,
+          completion_tokens = ]] .. _sat("completion_tokens") .. [[,
           updated_at = excluded.updated_at]],
-        d.requests or 0, d.limited or 0, d.prompt_tokens or 0, d.completion_tokens or 0, now, id)
+        _cap(d.requests), _cap(d.limited), _cap(d.prompt_tokens), _cap(d.completion_tokens), now, id)
     end
     return true
   end)

@@ -344,9 +344,11 @@ local function _dollars(sql)
 end
 M._dollars = _dollars
 
---- The location without its password (for logs and messages).
+--- The location shown in logs and messages: built from its parsed parts (scheme, user, host, port,
+--- dbname) only, never its password or other parameters.
 function M.redact(url)
-  return (url:gsub("^(%a[%w+.-]*://[^:/@]*:)[^@/]*@", "%1***@"):gsub("([?&]password=)[^&]*", "%1***"))
+  local loc = require("obleth.store").locate(url)
+  return loc and loc.masked or "postgresql://?"
 end
 
 ---------------------------------------------------------------------------
@@ -512,6 +514,13 @@ function Conn:transaction(fn, ...)
   end
 end
 
+--- Whether e (raised by a statement) says the server cannot be reached right now: its connection was
+--- refused or lost (libpq's "connection" class), not a fault of the statement.
+function Conn.unavailable(_, e)
+  local mt = type(e) == "table" and getmetatable(e)
+  return (mt and mt.__name == "obleth.pg.error" and e.code == "connection") and true or false
+end
+
 function Conn.storage_error(_, e)
   local mt = type(e) == "table" and getmetatable(e)
   if mt and mt.__name == "obleth.pg.error" then return { sqlstate = e.sqlstate, pg = e.code } end
@@ -637,19 +646,26 @@ end
 ---@param url string postgresql://... (or postgres://)
 ---@param opts table|nil {log = obleth.log, pool = connections (8), connect_timeout = seconds (10)}
 ---@return table|nil store, table|nil err {code = "storage"|"unsupported", message}
-function M.open(url, opts)
+function M.open(url, opts, loc)
   opts = opts or {}
+  local store = require "obleth.store"
+  if not loc then
+    local lerr
+    loc, lerr = store.locate(url)
+    if not loc then return nil, lerr end
+  end
   local base = require "obleth.store.base"
   if not pcall(require, "obleth.pg") then
     return nil, { code = "unsupported", message = "PostgreSQL stores need the obleth runtime (obleth.pg)" }
   end
   local conn = setmetatable({ pool = _pool(url, opts.pool or 8, opts.connect_timeout or 10),
-    tx = setmetatable({}, { __mode = "k" }), location = M.redact(url), backend = "postgresql", shared = true,
+    tx = setmetatable({}, { __mode = "k" }), location = loc.masked, backend = "postgresql", shared = true,
     migrations = MIGRATIONS, sql = M.sql }, Conn)
   local c, err = conn.pool:acquire()
   if not c then
     conn.pool:close()
-    return nil, base.err("storage", "cannot connect to the database %s: %s", conn.location, err and err.message or "?")
+    return nil, base.err("storage", "cannot connect to the database %s: %s", conn.location,
+      store.mask(loc, err and err.message or "?")) -- libpq's text may quote the conninfo
   end
   conn.pool:release(c)
   return base.new(conn, { log = opts.log })
