@@ -241,9 +241,11 @@ describe("obleth serve: sign-in sessions", function()
     st, doc = srv:request("POST", "/api/v1/session", { token = "not-the-token-0123456789" }, { Authorization = false })
     assert.equal(401, st)
     assert.equal("unauthorized", doc.error.code)
+    -- a password with no directory to check it against (no OBLETH_LDAP_URL) names the user field
     st, doc = srv:request("POST", "/api/v1/session", { password = "x" }, { Authorization = false })
     assert.equal(400, st)
-    assert.equal("password", doc.error.field)
+    assert.equal("user", doc.error.field)
+    assert.truthy(doc.error.message:find("admin token only", 1, true), doc.error.message)
     assert.equal(401, (with_cookie("GET", "/api/v1/session", ("0"):rep(64))))
     assert.equal(401, (srv:request("GET", "/api/v1/session", nil, { Authorization = false })))
     -- a wrong bearer token is not rescued by a good cookie

@@ -226,7 +226,7 @@ describe("the launch flow on the harness cluster", function()
     assert.equal("my-smoke", first.recipe.id)
     assert.equal("staged", first.model.status)
     assert.equal(first.launch.id, first.spec.launch_id)
-    assert.equal("admin", first.launch.created_by)
+    assert.equal("token:admin", first.launch.created_by)
     local _, saved = srv:request("GET", "/api/v1/recipes/my-smoke")
     assert.equal(25, saved.recipe.resources.time_limit)
     -- the form's account and QoS are kept in the saved recipe too

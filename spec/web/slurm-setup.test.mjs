@@ -187,6 +187,8 @@ test('a policy file obleth serve cannot load shows on the Slurm card, with its f
       const shown = card.getByRole('status').filter({ hasText: 'Policy file not loaded by obleth serve' });
       await shown.waitFor();
       assert.match(await shown.innerText(), new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:\\d+`));
+      // the file is named once, beside the message, not again at the message's start
+      assert.equal((await shown.innerText()).split(file).length - 1, 1, await shown.innerText());
       await shot('serve-policy-error');
       await axe(page, 'the Slurm card with a policy error');
     } finally {

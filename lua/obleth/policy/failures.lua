@@ -11,6 +11,7 @@
 -- Pure: facts in, a decision out. Overridable in policy.d like the other modules: a file can change
 -- `CLASSES` (add, reorder, reword) or wrap `classify`.
 local factory = require "obleth.policy.factory"
+local WHY = require "obleth.job.cancel_why"
 
 -- The first line of `lines` (newest last) that matches one of the Lua patterns, searching from the end.
 local function _find(lines, patterns)
@@ -121,10 +122,10 @@ local function new(defaults)
     { class = "slow_start", title = "not healthy within the start-up grace", node_fault = nil,
       anchor = "slow-start",
       what = "If the model only needs longer to load, raise health.startup_grace; else read the job's output.",
-      test = function(f) return f.cancel_why == "startup grace exceeded" end },
+      test = function(f) return f.cancel_why == WHY.STARTUP_GRACE end },
     { class = "unhealthy", title = "health checks failing", node_fault = nil, anchor = "failing-health-checks",
       what = "Read the job's output and the check's error; the replica is cancelled if it stays failing.",
-      test = function(f) return f.cancel_why == "unhealthy past grace" or f.replica_state == "unhealthy" end },
+      test = function(f) return f.cancel_why == WHY.UNHEALTHY or f.replica_state == "unhealthy" end },
     { class = "exit", title = "the engine exited", node_fault = nil, anchor = "the-engine-exited",
       what = "Read the last lines of the job's output.",
       test = function(f, log)
@@ -182,4 +183,4 @@ end
 
 -- failed_start_cancels: obleth's cancels that end a failing start (the health checks'), as in
 -- obleth.policy.lost; every other cancel_why is on purpose
-return new({ failed_start_cancels = { ["startup grace exceeded"] = true, ["unhealthy past grace"] = true } })
+return new({ failed_start_cancels = WHY.failed_start() })

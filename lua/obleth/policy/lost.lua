@@ -11,6 +11,7 @@
 -- of their own (a restart, a pause, a scale-down, a rollover: every cancel_why but the health
 -- checks' own, `failed_start_cancels`). Such an end is skipped: it neither counts nor breaks the row.
 local factory = require "obleth.policy.factory"
+local WHY = require "obleth.job.cancel_why"
 local function new(defaults)
   local M = factory.instance(defaults, new)
 
@@ -83,4 +84,4 @@ local function new(defaults)
 end
 
 return new({ k = 3, slack = 7, backoff_base = 10, backoff_max = 600, port_clash_exit = 98,
-  failed_start_cancels = { ["startup grace exceeded"] = true, ["unhealthy past grace"] = true } })
+  failed_start_cancels = WHY.failed_start() })

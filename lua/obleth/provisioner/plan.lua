@@ -11,6 +11,7 @@
 -- snapshot and the job listing, runs the submits, cancels and checks these
 -- functions ask for, and reports the rows they return. Times are epoch
 -- seconds; time limits are minutes (docs/managed-spec.md).
+local WHY = require "obleth.job.cancel_why"
 local tag = require "obleth.job.tag"
 local never_starts = require("obleth.slurm.submit").never_starts
 local tables = require "obleth.util.tables"
@@ -133,7 +134,7 @@ function M.reconcile(input)
       local mm = models[jt.tag.model_id]
       if not mm then
         -- a model the store does not know (deleted for good): cancel the job
-        out.cancels[#out.cancels + 1] = { job_id = jt.job.id, why = "no such model", row = nil }
+        out.cancels[#out.cancels + 1] = { job_id = jt.job.id, why = WHY.NO_SUCH_MODEL, row = nil }
       else
         local row = { nonce = nonce, model_id = mm.id, slot = jt.tag.slot, state = "submitted",
           job_id = jt.job.id, submitted_at = jt.job.submit_time or now, adopted = true,
@@ -257,7 +258,7 @@ function M.reconcile(input)
     for _, row in ipairs(mm.rows) do
       if row.id and restart[row.id] then
         out.ack.restart[#out.ack.restart + 1] = row.id
-        cancel(row, "restart asked")
+        cancel(row, WHY.RESTART)
       end
     end
   end
@@ -281,11 +282,11 @@ function M.reconcile(input)
       mm.cleared = true
     end
     if not spec or spec.enabled == false or not enabled then
-      local why = not spec and "spec deleted" or (not enabled and "Slurm turned off" or "spec paused")
+      local why = not spec and WHY.DELETED or (not enabled and WHY.SLURM_OFF or WHY.PAUSED)
       for _, row in ipairs(live) do cancel(row, why) end
     else
       local n = spec.replicas or 1
-      local surplus, drain_until = "surplus replica", nil
+      local surplus, drain_until = WHY.SURPLUS, nil
       if type(spec.autoscale) == "table" then
         -- the scale policy sets the count from the load; the slots above it drain (they leave the
         -- endpoints at once, their jobs go after drain_seconds), as a walltime rollover does
@@ -298,7 +299,7 @@ function M.reconcile(input)
         mm.scaling = d
         mm.decisions[#mm.decisions + 1] = { rule = "scale", decision = d, action = d.change }
         n = d.desired
-        surplus, drain_until = "scaled down", now + (input.drain_seconds or 30)
+        surplus, drain_until = WHY.SCALED_DOWN, now + (input.drain_seconds or 30)
       end
       local per_slot = {}
       for _, row in ipairs(live) do
@@ -323,7 +324,7 @@ function M.reconcile(input)
         end
         if lost_row then
           -- not replaced until "Try once more"
-          for _, r in ipairs(active) do cancel(r, "slot lost") end
+          for _, r in ipairs(active) do cancel(r, WHY.SLOT_LOST) end
         else
           -- never two jobs for one replica: keep one primary (+ its successor)
           local primary, successor = nil, nil
@@ -346,7 +347,7 @@ function M.reconcile(input)
                 primary = r
                 touch(r)
               else
-                cancel(r, "duplicate replica")
+                cancel(r, WHY.DUPLICATE)
               end
             end
           end
@@ -431,7 +432,7 @@ function M.reconcile(input)
             -- the successor serves: the old one leaves the endpoints, then its job goes
             successor.successor_of = nil
             touch(successor)
-            cancel(primary, "walltime rollover", now + (input.drain_seconds or 30))
+            cancel(primary, WHY.ROLLOVER, now + (input.drain_seconds or 30))
           end
         end
       end
@@ -486,7 +487,7 @@ function M.health(state, results, now)
             row.problem = ("not healthy %d s after start (startup grace %d s): %s"):format(
               math.floor(now - (row.started_at or now)), grace, res.error or ("HTTP " .. tostring(res.status)))
             row.state = "ending"
-            row.cancel_why = "startup grace exceeded"
+            row.cancel_why = WHY.STARTUP_GRACE
             cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = row.cancel_why }
           end
         elseif row.state == "healthy" then
@@ -509,7 +510,7 @@ function M.health(state, results, now)
           elseif now - (row.unhealthy_since or now) > grace then
             row.state = "ending"
             row.problem = "unhealthy for longer than the grace period"
-            row.cancel_why = "unhealthy past grace"
+            row.cancel_why = WHY.UNHEALTHY
             cancels[#cancels + 1] = { row = row, job_id = row.job_id, why = row.cancel_why }
           end
         end

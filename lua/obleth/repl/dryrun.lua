@@ -5,6 +5,7 @@
 --
 -- What a dry run cannot know: the drain deadlines the running provisioner
 -- keeps in memory, and the health checks (it runs none).
+local WHY = require "obleth.job.cancel_why"
 local plan = require "obleth.provisioner.plan"
 local fmt = require "obleth.util.format"
 
@@ -21,17 +22,17 @@ end
 -- The facts behind a cancel, in words.
 local function _cancel_facts(why, row, mm)
   local spec = mm and mm.spec
-  if why == "surplus replica" then
+  if why == WHY.SURPLUS then
     return ("slot %s is above the spec's replicas = %s"):format(tostring(row and row.slot), tostring(spec and spec.replicas))
-  elseif why == "spec paused" then return "the spec has enabled = false"
-  elseif why == "spec deleted" then return "the model has no managed spec any more"
-  elseif why == "Slurm turned off" then return "the Slurm settings have enabled = false"
-  elseif why == "no such model" then return "the job's tag names a model the Management API does not know"
-  elseif why == "duplicate replica" then return "another job already serves this slot"
-  elseif why == "restart asked" then return "a restart was asked through the API"
-  elseif why == "slot lost" then return "the slot is lost (waits for Try once more)"
-  elseif why == "walltime rollover" then return "the successor is healthy; the old job is drained first"
-  elseif why == "scaled down" then
+  elseif why == WHY.PAUSED then return "the spec has enabled = false"
+  elseif why == WHY.DELETED then return "the model has no managed spec any more"
+  elseif why == WHY.SLURM_OFF then return "the Slurm settings have enabled = false"
+  elseif why == WHY.NO_SUCH_MODEL then return "the job's tag names a model the Management API does not know"
+  elseif why == WHY.DUPLICATE then return "another job already serves this slot"
+  elseif why == WHY.RESTART then return "a restart was asked through the API"
+  elseif why == WHY.SLOT_LOST then return "the slot is lost (waits for Try once more)"
+  elseif why == WHY.ROLLOVER then return "the successor is healthy; the old job is drained first"
+  elseif why == WHY.SCALED_DOWN then
     return ("slot %s is above the scale policy's desired %s; it leaves the endpoints and its job goes after the "
       .. "drain"):format(tostring(row and row.slot), tostring(mm and mm.scaling and mm.scaling.desired))
   end

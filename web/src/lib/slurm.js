@@ -79,10 +79,11 @@ export { duration };
 export function policyErrors(settings) {
   const out = [];
   const where = (e) => (e.file ? `${e.file}${e.line != null ? `:${e.line}` : ''}` : (e.policy || 'a policy file'));
-  for (const e of (settings && settings.serve_policy_errors) || []) {
-    out.push({ who: 'obleth serve', where: where(e), message: e.message });
-  }
+  // Lua's own message starts with the file and line the card already shows beside it: said once
+  const said = (e, w) => (e.message.startsWith(`${w}: `) ? e.message.slice(w.length + 2) : e.message);
+  const add = (who, e) => { const w = where(e); out.push({ who, where: w, message: said(e, w) }); };
+  for (const e of (settings && settings.serve_policy_errors) || []) add('obleth serve', e);
   const p = settings && settings.provisioner && settings.provisioner.policy_error;
-  if (p && p.message) out.push({ who: 'the provisioner', where: where(p), message: p.message });
+  if (p && p.message) add('the provisioner', p);
   return out;
 }

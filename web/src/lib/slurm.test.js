@@ -67,7 +67,7 @@ test('policy files that do not load are named with their file and line, for serv
       message: '/etc/obleth/policy.d/suggestions.lua:1: unexpected symbol' }],
     provisioner: { policy_error: { file: '/etc/obleth/policy.d/lost.lua', line: null, message: 'lost.check must be a function' } },
   }), [
-    { who: 'obleth serve', where: '/etc/obleth/policy.d/suggestions.lua:1', message: '/etc/obleth/policy.d/suggestions.lua:1: unexpected symbol' },
+    { who: 'obleth serve', where: '/etc/obleth/policy.d/suggestions.lua:1', message: 'unexpected symbol' },
     { who: 'the provisioner', where: '/etc/obleth/policy.d/lost.lua', message: 'lost.check must be a function' },
   ]);
 });
