@@ -157,7 +157,11 @@ describe("the llama.cpp library recipe with the real llama-server (engine tier)"
     assert.is_string(doc.choices[1].text)
   end)
 
-  it("streams a chat reply through the router as separate chunks, 10 or more", function()
+  -- How many reads the events arrive in depends on how busy the machine is (a client that reads late
+  -- gets several events at once), so this asks only that the reply came in more than one piece, the
+  -- first before the end; that the router passes each event on as the engine writes it is pinned with
+  -- an engine whose timing the spec controls (spec/host/router_proxy_spec.lua).
+  it("streams a chat reply through the router in several pieces, not in one at its end", function()
     local r = assert(v1("/v1/chat/completions", { model = NAME, stream = true, max_tokens = 48, ignore_eos = true,
       messages = { { role = "user", content = "stream a reply" } } }, { stream = true }))
     assert.equal(200, r.status)
@@ -178,7 +182,8 @@ describe("the llama.cpp library recipe with the real llama-server (engine tier)"
     end
     report.stream_chunks = chunks
     assert.matches("data: %[DONE%]", table.concat(parts))
-    assert.is_true(chunks >= 10, ("%d chunks (%d events)"):format(chunks, events))
+    assert.is_true(events >= 10, ("%d events in %d chunks"):format(events, chunks))
+    assert.is_true(chunks >= 2, ("%d chunks (%d events)"):format(chunks, events))
     assert.is_true(last > first, "all chunks arrived at once")
   end)
 
