@@ -209,7 +209,7 @@ describe("obleth-provisioner on the harness cluster", function()
       wait_until(function()
         local live = replicas(mid, true)
         return #live == 1 and live[1].state == "healthy" and live[1].node ~= node and live[1].job_id ~= job_id
-      end, 90, "a healthy replacement on another node")
+      end, 240, "a healthy replacement on another node")
       -- never two jobs for the replica, never a stale endpoint
       assert.equal(1, #slurm_jobs(mid))
       local m = model(mid)

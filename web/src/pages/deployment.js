@@ -229,7 +229,7 @@ export function Deployment({ params, loc }) {
     <section class="card" aria-labelledby="sum-h">
       <div class="card-head"><h2 id="sum-h">Status</h2>
         <span><${Badge} value=${model.status} />${spec && !spec.enabled ? html` <${Badge} value="paused" />` : ''}</span></div>
-      <p class="summary" role="status">${spec ? `${healthy} of ${count('replica', spec.scaling ? spec.scaling.desired : spec.replicas)} healthy` : `Stopped: obleth launches nothing for this model${live ? `; ${count('job', live)} still ending` : ''}.`}
+      <p class="summary" role="status">${spec ? `${healthy} of ${count('replica', spec.scaling && spec.scaling.autoscaled ? spec.scaling.desired : spec.replicas)} healthy` : `Stopped: obleth launches nothing for this model${live ? `; ${count('job', live)} still ending` : ''}.`}
         ${spec && !spec.enabled ? ' — paused: no job is submitted until you resume it; clients get 503 meanwhile.'
           : !spec ? (model.status === 'staged' ? ' Clients get 503. Launch it again, or delete it.' : '')
           : model.status === 'staged' && spec.autoscale ? ' — a request wakes it: the router holds it while a replica starts, then answers it or says when to retry (503).'
