@@ -298,6 +298,18 @@ local MIGRATIONS = {
     ALTER TABLE dashboard_sessions ADD COLUMN username TEXT;
     ALTER TABLE dashboard_sessions ADD COLUMN groups TEXT;
   ]],
+  -- 15: each obleth serve's router load window, published for the others (obleth.store.load_shares):
+  -- UNLOGGED, as it is rewritten every few seconds and worth nothing after a crash of the server
+  [15] = [[
+    CREATE UNLOGGED TABLE load_shares (
+      instance TEXT PRIMARY KEY,
+      host TEXT,
+      pid BIGINT,
+      started_at DOUBLE PRECISION NOT NULL,
+      updated_at DOUBLE PRECISION NOT NULL,
+      doc TEXT NOT NULL
+    );
+  ]],
 }
 
 M.migrations = MIGRATIONS
