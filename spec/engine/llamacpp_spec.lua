@@ -157,34 +157,41 @@ describe("the llama.cpp library recipe with the real llama-server (engine tier)"
     assert.is_string(doc.choices[1].text)
   end)
 
-  -- How many reads the events arrive in depends on how busy the machine is (a client that reads late
-  -- gets several events at once), so this asks only that the reply came in more than one piece, the
-  -- first before the end; that the router passes each event on as the engine writes it is pinned with
-  -- an engine whose timing the spec controls (spec/host/router_proxy_spec.lua).
-  it("streams a chat reply through the router in several pieces, not in one at its end", function()
+  -- How many reads the events arrive in depends on the machine, not on the router: the tiny model writes
+  -- its 48 tokens within a few milliseconds, so a client may read all of them at once (CI read 46 events
+  -- in one piece on a quiet machine). What shows the router took the streaming path is how it framed the
+  -- answer: chunked as the engine's events arrive, never a held body sent with a Content-Length. That the
+  -- router passes each event on as the engine writes it is pinned with an engine whose timing the spec
+  -- controls (spec/host/router_proxy_spec.lua).
+  it("streams a chat reply through the router: chunked as it arrives, each event a chat.completion.chunk", function()
     local r = assert(v1("/v1/chat/completions", { model = NAME, stream = true, max_tokens = 48, ignore_eos = true,
       messages = { { role = "user", content = "stream a reply" } } }, { stream = true }))
     assert.equal(200, r.status)
     assert.matches("text/event-stream", r.headers["content-type"], 1, true)
-    local chunks, parts, events, first, last = 0, {}, 0, nil, nil
+    assert.matches("chunked", r.headers["transfer-encoding"] or "", 1, true)
+    assert.is_nil(r.headers["content-length"])
+    local chunks, parts = 0, {}
     while true do
       local c, err = r:read()
       assert.is_nil(err)
       if not c then break end
-      local n = select(2, c:gsub("data: ", ""))
-      if n > 0 then
-        chunks = chunks + 1
-        events = events + n
-        first = first or loop.monotonic()
-        last = loop.monotonic()
-      end
+      if c:find("data: ", 1, true) then chunks = chunks + 1 end
       parts[#parts + 1] = c
     end
     report.stream_chunks = chunks
-    assert.matches("data: %[DONE%]", table.concat(parts))
-    assert.is_true(events >= 10, ("%d events in %d chunks"):format(events, chunks))
-    assert.is_true(chunks >= 2, ("%d chunks (%d events)"):format(chunks, events))
-    assert.is_true(last > first, "all chunks arrived at once")
+    local body, events, text = table.concat(parts), 0, {}
+    assert.matches("data: %[DONE%]%s*$", body)
+    for data in body:gmatch("data: ([^\n]*)") do
+      if data ~= "[DONE]" then
+        local ev = cjson.decode(data)
+        assert.equal("chat.completion.chunk", ev.object)
+        local delta = ev.choices[1] and ev.choices[1].delta
+        if delta and type(delta.content) == "string" then text[#text + 1] = delta.content end
+        events = events + 1
+      end
+    end
+    assert.is_true(events >= 10, ("%d events in %d pieces"):format(events, chunks))
+    assert.is_true(#text >= 10, ("%d events carried text"):format(#text))
   end)
 
   it("restarts: the replica's job is replaced by a new one that turns healthy", function()
