@@ -91,7 +91,9 @@ describe("obleth.deployment.load_history", function()
 
   it("sample_all samples every managed model with its scaling row, and models with load only", function()
     local store = {
-      list_replicas = function() return { { model_id = 1, state = "healthy" }, { model_id = 1, state = "submitted" } } end,
+      list_replicas = function()
+        return { { model_id = 1, state = "healthy" }, { model_id = 1, state = "submitted" } }
+      end,
       list_specs = function() return { { model_id = 1, model_name = "a", replicas = 3, enabled = true } } end,
     }
     t = t + 1
