@@ -75,8 +75,8 @@ describe("obleth.deployment.load_history", function()
     assert.equal(1, #a.points)
     assert.equal(4, a.points[1].capacity)
     assert.equal("In the last 11 min: at most 3 requests in flight and 0 queued at once, 1 finished (at most 1 in a "
-      .. "minute). Replicas in this span: 1 running or on their way, 1 wanted. A replica is added when the requests in flight and queued pass 4 "
-      .. "requests per replica (capacity).", a.summary)
+      .. "minute). Replicas in this span: 1 running or on their way, 1 wanted. A replica is added when the "
+      .. "requests in flight and queued pass 4 requests per replica (capacity).", a.summary)
     local keys = {}
     for _, s in ipairs(a.series) do keys[#keys + 1] = s.key end
     assert.same({ "inflight", "queued", "finished", "capacity", "current", "desired" }, keys)
