@@ -223,6 +223,9 @@ function M.main(argv)
     handles[#handles + 1] = loop.every(share.interval, function() share:publish() end)
     log.info("load_share_started", { instance = share.id, interval = share.interval, expiry = share.expiry })
   end
+  -- each model's load and replicas, minute by minute, for the deployment page's chart
+  handles[#handles + 1] = loop.every(require("obleth.deployment.load_history").SAMPLE,
+    function() process:sample_load() end)
   for _, sig in ipairs({ "TERM", "INT" }) do
     handles[#handles + 1] = loop.on_signal(sig, function(name)
       if stopping then return end
