@@ -1,4 +1,5 @@
--- Two `obleth serve` on one PostgreSQL (Debian's, started here on 127.0.0.1:7850), as behind a load
+-- Two `obleth serve` on one PostgreSQL (Debian's, started here on a unix socket in its own directory:
+-- no TCP port to collide with a harness cluster's), as behind a load
 -- balancer: streams sent to each are counted by each router, and the provisioner's snapshot, read
 -- through either, carries their sum as the model's load; /metrics says what the scale policy wants for
 -- it. An instance SIGKILLed stops counting once its expiry has passed (here 3 s, publishing every 1 s:
@@ -18,17 +19,16 @@ describe("the router's load window shared by two obleth serve on PostgreSQL", fu
   local sys = require "obleth.sys"
   local cjson = require "cjson"
   local smoke = require "obleth.testing"
-  local PG_PORT = tonumber(os.getenv("OBLETH_LOAD_SHARE_SPEC_PG_PORT") or "7850")
   local a, b, engine_srv, dir
   local pg = util.root() .. "/spec/support/pg.sh"
 
   setup(function()
     dir = os.tmpname()
     os.remove(dir)
-    local fh = assert(io.popen(("%s start %s %d"):format(util.shq(pg), util.shq(dir), PG_PORT)))
+    local fh = assert(io.popen(("%s start %s"):format(util.shq(pg), util.shq(dir))))
     local url = fh:read("l")
     fh:close()
-    assert(url and url:match("^postgresql://"), "PostgreSQL did not start on port " .. PG_PORT)
+    assert(url and url:match("^postgresql://"), "PostgreSQL did not start in " .. dir)
     local token = sys.random_hex(24)
     local env = { OBLETH_LOAD_SHARE_INTERVAL = "1", OBLETH_LOAD_SHARE_EXPIRY = "3" }
     a = server.start { db = url, token = token, env = env }
@@ -70,7 +70,8 @@ describe("the router's load window shared by two obleth serve on PostgreSQL", fu
       body = cjson.encode { model = "shared-m", stream = true, messages = { { role = "user", content = "hi" } } } }
   end
 
-  it("the snapshot and /metrics of either instance count the streams sent to both; a killed one stops counting after its expiry", function()
+  it("the snapshot and /metrics of either instance count the streams sent to both; a killed one stops counting "
+    .. "after its expiry", function()
     ok(a, "PUT", "/api/v1/settings/router", { keyless = true })
     local m = ok(a, "POST", "/api/v1/models", { name = "shared-m" })
     m = m.model or m

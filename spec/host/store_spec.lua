@@ -70,8 +70,10 @@ describe("obleth.store backends", function()
     local pg_m = require("obleth.store.pg").migrations
     assert.equal(#sqlite_m, #pg_m)
     for v = 1, #sqlite_m do
-      -- the same tables in the same order
+      -- the same tables in the same order (UNLOGGED is PostgreSQL's: a table of data it need not keep
+      -- through a crash, migration 15's load_shares)
       local function tables(script)
+        script = script:gsub("CREATE UNLOGGED TABLE", "CREATE TABLE")
         local t = {}
         for name in script:gmatch("CREATE TABLE (%w[%w_]*)") do t[#t + 1] = name end
         for name in script:gmatch("ALTER TABLE (%w[%w_]*) ADD COLUMN (%w[%w_]*)") do t[#t + 1] = name end

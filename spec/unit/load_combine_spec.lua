@@ -104,12 +104,13 @@ describe("obleth.router.load combined over instances", function()
     assert.is_nil((load.import({ models = {} })))
     local _, err = load.import({ since = 1, bucket = 10, models = { m = { inflight = -1, queued = 0, finished = 0,
       buckets = {} } } })
-    assert.matches("model m: inflight, queued and finished must be counts", err, 1, true)
+    assert.equal("invalid", err.code)
+    assert.matches("model m: inflight, queued and finished must be counts", err.message, 1, true)
     _, err = load.import({ since = 1, bucket = 10, models = { m = { inflight = 0, queued = 0, finished = 0,
       buckets = { { 20, 0, 0, 0, 0, 0, cjson.null, 0, 0 }, { 10, 0, 0, 0, 0, 0, cjson.null, 0, 0 } } } } })
-    assert.matches("model m: bucket 2 is out of order", err, 1, true)
+    assert.matches("model m: bucket 2 is out of order", err.message, 1, true)
     _, err = load.import({ since = 1, bucket = 10, models = { m = { inflight = 0, queued = 0, finished = 0,
       buckets = { { 10, 1.5, 0, 0, 0, 0, cjson.null, 0, 0 } } } } })
-    assert.matches("model m: bucket 1: inflight must be a count", err, 1, true)
+    assert.matches("model m: bucket 1: inflight must be a count", err.message, 1, true)
   end)
 end)

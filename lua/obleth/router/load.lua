@@ -205,36 +205,40 @@ end
 
 local function _count(v) return math.type(v) == "integer" and v >= 0 end
 local function _time(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
+local function _invalid(message) return { code = "invalid", message = message } end
 
 --- Read back what `export` made (decoded from JSON by another process: checked, not trusted).
 ---@param doc table
----@return {since: number, bucket: number, models: table}|nil part, string|nil err what is wrong
+---@return {since: number, bucket: number, models: table}|nil part
+---@return {code: "invalid", message: string}|nil err what is wrong
 function M.import(doc)
   if type(doc) ~= "table" or not _time(doc.since) or type(doc.models) ~= "table" then
-    return nil, "not a load window: since and models are expected"
+    return nil, _invalid("not a load window: since and models are expected")
   end
   local models = {}
   for name, m in pairs(doc.models) do
     if type(name) ~= "string" or type(m) ~= "table" or type(m.buckets) ~= "table" then
-      return nil, "model " .. tostring(name) .. ": counts and buckets are expected"
+      return nil, _invalid("model " .. tostring(name) .. ": counts and buckets are expected")
     end
     local r = { inflight = math.tointeger(m.inflight), queued = math.tointeger(m.queued),
       finished = math.tointeger(m.finished), last_request_at = _time(m.last_request_at) and m.last_request_at or nil,
       buckets = {} }
     if not (_count(r.inflight) and _count(r.queued) and _count(r.finished)) then
-      return nil, "model " .. name .. ": inflight, queued and finished must be counts"
+      return nil, _invalid("model " .. name .. ": inflight, queued and finished must be counts")
     end
     local last = -math.huge
     for i, x in ipairs(m.buckets) do
       local at = type(x) == "table" and x[1]
-      if not _time(at) or at <= last then return nil, ("model %s: bucket %d is out of order"):format(name, i) end
+      if not _time(at) or at <= last then return nil, _invalid(("model %s: bucket %d is out of order"):format(name, i)) end
       last = at
       local b = { at = at, span = doc.bucket, inflight = math.tointeger(x[2]), queued = math.tointeger(x[3]),
         arrivals = math.tointeger(x[4]), finished = math.tointeger(x[5]), seconds = tonumber(x[6]) or 0,
         tokens = type(x[7]) == "number" and x[7] or nil, level_inflight = math.tointeger(x[8]),
         level_queued = math.tointeger(x[9]) }
       for _, k in ipairs({ "inflight", "queued", "arrivals", "finished", "level_inflight", "level_queued" }) do
-        if not _count(b[k]) then return nil, ("model %s: bucket %d: %s must be a count"):format(name, i, k) end
+        if not _count(b[k]) then
+          return nil, _invalid(("model %s: bucket %d: %s must be a count"):format(name, i, k))
+        end
       end
       r.buckets[i] = b
     end

@@ -99,9 +99,10 @@ end
 --- Publish this window, read the others' (and delete the rows of instances gone for 2 × expiry).
 --- Inside a task. A failure (the database unreachable) is logged once until it works again; the
 --- others' last counts are used until they expire.
----@return true|nil ok, string|nil err
+---@return true|nil ok
+---@return {code: "busy"|"storage", message: string}|nil err busy: the previous round is not over
 function Share:publish()
-  if self._busy then return nil, "busy" end
+  if self._busy then return nil, { code = "busy", message = "the previous publish is not over" } end
   self._busy = true
   local now = self.now()
   local ok, err = pcall(function()
@@ -111,16 +112,17 @@ function Share:publish()
     for _, r in ipairs(store:load_shares(now - self.expiry, self.id)) do
       local okd, doc = pcall(cjson.decode, r.doc)
       local part, perr
-      if okd then part, perr = load.import(doc) else perr = "not JSON" end
+      if okd then part, perr = load.import(doc) else perr = { message = "not JSON" } end
       if part and part.bucket ~= self.window.bucket then
-        part, perr = nil, ("buckets of %s s, not %s s"):format(tostring(part.bucket), tostring(self.window.bucket))
+        part, perr = nil, { message = ("buckets of %s s, not %s s"):format(tostring(part.bucket),
+          tostring(self.window.bucket)) }
       end
       if part then
         part.instance, part.updated_at, part.host, part.pid = r.instance, r.updated_at, r.host, r.pid
         peers[#peers + 1] = part
       elseif not self._bad[r.instance] then
         self._bad[r.instance] = true
-        self.log.warn("load_share_unreadable", { instance = r.instance, host = r.host, pid = r.pid, error = perr })
+        self.log.warn("load_share_unreadable", { instance = r.instance, host = r.host, pid = r.pid, error = perr.message })
       end
     end
     self.peers = peers
@@ -135,7 +137,7 @@ function Share:publish()
       self._failing = true
       self.log.warn("load_share_failed", { instance = self.id, error = type(err) == "table" and err.message or tostring(err) })
     end
-    return nil, type(err) == "table" and err.message or tostring(err)
+    return nil, { code = "storage", message = type(err) == "table" and err.message or tostring(err) }
   end
   if self._failing then
     self._failing = nil
@@ -145,10 +147,11 @@ function Share:publish()
 end
 
 --- Delete this instance's row (at shutdown): the others stop counting it at once. Inside a task.
----@return true|nil ok, string|nil err
+---@return true|nil ok
+---@return {code: "storage", message: string}|nil err
 function Share:withdraw()
   local ok, err = pcall(self.store.load_share_delete, self.store, self.id)
-  if not ok then return nil, type(err) == "table" and err.message or tostring(err) end
+  if not ok then return nil, { code = "storage", message = type(err) == "table" and err.message or tostring(err) } end
   return true
 end
 
