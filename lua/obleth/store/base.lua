@@ -152,6 +152,26 @@ function Store:migrate()
   return true
 end
 
+--- The tables of the schema, by name (not the backend's own: where it keeps the schema version).
+---@return string[]
+function Store:tables()
+  local out = {}
+  for _, r in ipairs(self:_q(self.db.sql.tables)) do out[#out + 1] = r.name end
+  return out
+end
+
+--- A table's columns in order (also keyed by name: cols.id is true when it has an id).
+---@param t string a table of tables()
+---@return table
+function Store:columns(t)
+  local out = {}
+  for _, r in ipairs(self:_q(self.db.sql.columns, t)) do
+    out[#out + 1] = r.name
+    out[r.name] = true
+  end
+  return out
+end
+
 --- The schema version (the last migration applied).
 function Store:schema_version()
   return self.db:schema_version()

@@ -6,7 +6,8 @@
 --   sql(text) -> text    a statement as this backend runs it: the `?` parameters (outside quoted
 --                        literals) become `$1, $2, ...` on PostgreSQL; SQLite takes `?` as written
 --   sync_triggers(sources) -> script   migration 11's triggers (see obleth.store.migrations)
---   statements           the few queries whose text differs (route_model)
+--   statements           the few queries whose text differs (route_model; tables and columns, the
+--                        catalog's)
 -- What needs no dialect, and is written once as both speak it: upserts (INSERT ... ON CONFLICT (key)
 -- DO UPDATE SET col = excluded.col / DO NOTHING); the new row's id (Store:_insert: SQLite's rowid,
 -- PostgreSQL's RETURNING id, in the backend's insert); the time (Lua's clock, passed as a parameter:
@@ -38,6 +39,10 @@ M.sqlite = {
     route_model = [[SELECT m.id, m.status, (SELECT group_concat(url, char(10)) FROM
       (SELECT url FROM endpoints e WHERE e.model_id = m.id ORDER BY position, url)) AS urls
     FROM models m WHERE m.name = ?]],
+    -- the schema's tables, by name (Store:tables)
+    tables = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    -- a table's columns in order (Store:columns)
+    columns = "SELECT name FROM pragma_table_info(?) ORDER BY cid",
   },
 }
 
@@ -81,6 +86,12 @@ M.postgresql = {
     route_model = [[SELECT m.id, m.status, (SELECT string_agg(url, chr(10) ORDER BY position, url) FROM endpoints e
       WHERE e.model_id = m.id) AS urls
     FROM models m WHERE m.name = ?]],
+    -- without obleth_schema, where the backend keeps the schema version
+    tables = [[SELECT table_name AS name FROM information_schema.tables
+      WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> 'obleth_schema'
+      ORDER BY table_name]],
+    columns = [[SELECT column_name AS name FROM information_schema.columns
+      WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position]],
   },
 }
 

@@ -254,28 +254,6 @@ function Conn:migrate(v, script)
   return true, res
 end
 
---- The tables of the schema (without obleth_schema), by name.
-function Conn:tables()
-  local out = {}
-  for _, r in ipairs(assert(self:query([[SELECT table_name AS name FROM information_schema.tables
-      WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> 'obleth_schema'
-      ORDER BY table_name]]))) do
-    out[#out + 1] = r.name
-  end
-  return out
-end
-
---- A table's columns in order (also keyed by name: cols.id is true when it has an id).
-function Conn:columns(t)
-  local out = {}
-  for _, r in ipairs(assert(self:query([[SELECT column_name AS name FROM information_schema.columns
-      WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position]], t))) do
-    out[#out + 1] = r.name
-    out[r.name] = true
-  end
-  return out
-end
-
 --- After rows were inserted with their ids: the next id of table t follows the largest.
 function Conn:reset_identity(t)
   assert(self:query(("SELECT setval(pg_get_serial_sequence('%s', 'id'), coalesce(max(id), 0) + 1, false) FROM %s")

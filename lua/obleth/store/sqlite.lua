@@ -41,25 +41,6 @@ function Conn:migrate(v, script)
     return true
   end)
 end
---- The tables of the schema, by name.
-function Conn:tables()
-  local out = {}
-  for _, r in ipairs(assert(self.sqlite:query(
-      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"))) do
-    out[#out + 1] = r.name
-  end
-  return out
-end
-
---- A table's columns in order (also keyed by name: cols.id is true when it has an id).
-function Conn:columns(t)
-  local out = {}
-  for _, r in ipairs(assert(self.sqlite:query("SELECT name FROM pragma_table_info(?) ORDER BY cid", t))) do
-    out[#out + 1] = r.name
-    out[r.name] = true
-  end
-  return out
-end
 
 function Conn:close()
   if self.sqlite then self.sqlite:close() end
