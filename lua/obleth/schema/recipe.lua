@@ -39,7 +39,7 @@ M.saved = { type = "object", required = { "engine" },
     { "description", ANY }, { "inputs", ANY }, { "resources", ANY }, { "health", ANY }, { "script", ANY },
     { "image", ANY }, { "launch", ANY }, { "preamble", ANY }, { "environment", ANY }, { "replicas", ANY },
     { "rollover_margin", ANY }, { "stdout", ANY }, { "stderr", ANY }, { "one_of", ANY }, { "requires", ANY },
-    { "programs", ANY },
+    { "programs", ANY }, { "autoscale", ANY },
   },
 }
 
