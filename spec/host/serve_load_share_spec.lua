@@ -30,7 +30,8 @@ describe("the router's load window shared by two obleth serve on PostgreSQL", fu
     fh:close()
     assert(url and url:match("^postgresql://"), "PostgreSQL did not start in " .. dir)
     local token = sys.random_hex(24)
-    local env = { OBLETH_LOAD_SHARE_INTERVAL = "1", OBLETH_LOAD_SHARE_EXPIRY = "3" }
+    -- a held request waits 5 s for a replica (none comes here), then 503
+    local env = { OBLETH_LOAD_SHARE_INTERVAL = "1", OBLETH_LOAD_SHARE_EXPIRY = "3", OBLETH_WAKE_WAIT = "5" }
     a = server.start { db = url, token = token, env = env }
     b = server.start { db = url, token = token, env = env }
     -- each stream lasts 600 × 0.1 s: in flight for the whole test
@@ -70,9 +71,35 @@ describe("the router's load window shared by two obleth serve on PostgreSQL", fu
       body = cjson.encode { model = "shared-m", stream = true, messages = { { role = "user", content = "hi" } } } }
   end
 
+  it("a request held on one instance ends the provisioner's wait on the other, whose snapshot counts it", function()
+    ok(a, "PUT", "/api/v1/settings/router", { keyless = true })
+    local m = ok(a, "POST", "/api/v1/models", { name = "wake-m" })
+    m = m.model or m
+    -- at zero: no endpoint, and no provisioner to give it one
+    ok(a, "PUT", "/api/v1/models/" .. m.id .. "/managed?check=false", { partition = "gpu", account = "research",
+      time_limit = 10, nodes = 1, cpus_per_node = 1, memory_per_node = 200, launch_command = "obleth smoke-engine",
+      autoscale = { min_replicas = 0, max_replicas = 2, target_inflight = 2 } })
+    util.wait_until(function() return metric(a, "obleth_load_share_instances ") == 2 and
+      metric(b, "obleth_load_share_instances ") == 2 end, 30, "each instance to see the other")
+    local seq = ok(b, "GET", "/api/v1/provisioner/wait").seq
+    local waited
+    loop.spawn(function() waited = ok(b, "GET", ("/api/v1/provisioner/wait?since=%d&timeout=60"):format(seq)) end)
+    local held
+    loop.spawn(function()
+      held = http.request { url = a.base .. "/v1/chat/completions", method = "POST", timeout = 120,
+        headers = { ["Content-Type"] = "application/json" },
+        body = cjson.encode { model = "wake-m", messages = { { role = "user", content = "hi" } } } }
+    end)
+    util.wait_until(function() return waited ~= nil end, 30, "b's provisioner wait to end")
+    assert.is_true(waited.woken)
+    assert.equal("wake-m", waited.why)
+    assert.equal(1, snapshot_load(b, "wake-m").queued, "b read a's held request before it ended the wait")
+    util.wait_until(function() return held ~= nil end, 60, "the held request to be answered 503")
+    assert.equal(503, held.status)
+  end)
+
   it("the snapshot and /metrics of either instance count the streams sent to both; a killed one stops counting "
     .. "after its expiry", function()
-    ok(a, "PUT", "/api/v1/settings/router", { keyless = true })
     local m = ok(a, "POST", "/api/v1/models", { name = "shared-m" })
     m = m.model or m
     -- an autoscaled spec (the provisioner is not running: nothing is submitted), served by the engine here

@@ -210,7 +210,11 @@ function M.main(argv)
   local stopping = false
   local handles = {}
   -- several obleth serve on one PostgreSQL: the changes each makes reach the others' browsers
-  local follow = ctx:follow_changes(function() process.router:invalidate() end)
+  local follow = ctx:follow_changes(function() process.router:invalidate() end, function(model)
+    -- a request held on another instance: read its counts now, then end this one's provisioner wait
+    local share = process.load_share
+    if share then share:woken(function() ctx.wakeups:wake(model, true) end) else ctx.wakeups:wake(model, true) end
+  end)
   if follow then handles[#handles + 1] = { cancel = follow.close } end
   -- the client keys' usage the router counted goes to the store every few seconds, and at the end
   local router = process.router

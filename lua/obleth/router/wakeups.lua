@@ -19,10 +19,13 @@ end
 
 --- Ask for a pass now.
 ---@param why string|nil e.g. the model's name
-function W:wake(why)
+---@param remote boolean|nil another obleth serve asked (not relayed again)
+function W:wake(why, remote)
   self.seq = self.seq + 1
   self.why = why
   for n in pairs(self.waiters) do n:notify() end
+  -- several obleth serve on one PostgreSQL: the provisioner may be waiting on another one
+  if self.relay and not remote then self.relay(why) end
 end
 
 --- Wait (in a task) until a wake comes after `since`, or `timeout` seconds.

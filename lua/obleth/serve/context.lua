@@ -212,17 +212,32 @@ function Context:share_changes(list)
   end)
 end
 
+--- Tell the other instances sharing the store that a request held here wakes `model` (the provisioner
+--- may wait on one of them: GET /api/v1/provisioner/wait). In the calling task.
+---@param model string
+function Context:share_wake(model)
+  if not (self.store and self.store.shared) then return end
+  local ok, err = self.store:notify_changes(cjson.encode({ from = self.instance_tag, wake = model }))
+  if not ok then self.log.warn("wake_not_shared", { model = model, error = err and err.message }) end
+end
+
 --- Follow the changes the other instances sharing the store make: they reach this one's event
 --- streams, then on_remote() runs (obleth.serve: the router reads afresh). After a lost database
 --- connection came back, every topic is published (anything may have changed meanwhile).
---- Returns a handle with close(), or nil on a store nobody shares.
+--- Returns a handle with close(), or nil on a store nobody shares. on_wake(model) runs for a wake
+--- another instance relayed (`share_wake`).
 ---@param on_remote function|nil
-function Context:follow_changes(on_remote)
+---@param on_wake fun(model: string)|nil
+function Context:follow_changes(on_remote, on_wake)
   if not (self.store and self.store.shared) then return nil end
   local topics = require("obleth.api.changes").TOPICS
   return self.store:listen_changes(function(payload)
     local ok, doc = pcall(cjson.decode, payload or "null")
     if payload and (not ok or type(doc) ~= "table" or doc.from == self.instance_tag) then return end
+    if payload and type(doc.wake) == "string" then -- a request held on another wakes a model
+      if on_wake then on_wake(doc.wake) end
+      return
+    end
     if payload and type(doc.topics) == "table" then -- a pass too big for ids: each topic, every model
       for _, t in ipairs(doc.topics) do
         if topics[t] then self.events:publish(t) end

@@ -61,6 +61,12 @@ function M.new(opts)
   ctx.load_history = require("obleth.deployment.load_history").new { now = ctx.now }
   -- the router's requests for a pass now (wake on demand), which GET /api/v1/provisioner/wait answers
   ctx.wakeups = require("obleth.router.wakeups").new()
+  if share then
+    -- a request held here wakes the model on every instance: the provisioner may wait on another
+    ctx.wakeups.relay = function(name)
+      share:relay_wake(name, function(n) ctx:share_wake(n) end)
+    end
+  end
   local self = setmetatable({
     context = ctx,
     api = api.new(ctx, { modules = opts.modules }),

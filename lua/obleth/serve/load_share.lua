@@ -146,6 +146,37 @@ function Share:publish()
   return true
 end
 
+--- A request held on this instance wakes a model: publish now (the held request in the counts), then
+--- `notify(name)` tells the others (obleth.serve wires it to the change notices), which read the rows
+--- again and wake the provisioner if it waits on them (`Share:woken`). At most one relay per model at a
+--- time and per `interval`: a burst of held requests publishes once. In a task of its own.
+---@param name string the model
+---@param notify fun(name: string) sends the notice
+function Share:relay_wake(name, notify)
+  local t = self.now()
+  self._relayed = self._relayed or {}
+  if (self._relayed[name] or -math.huge) > t - self.interval then return end
+  self._relayed[name] = t
+  require("obleth.loop").spawn(function()
+    local ok = self:publish()
+    if not ok then self:publish() end -- the round in progress may predate the held request: once more
+    notify(name)
+  end)
+end
+
+--- Another instance relayed a wake: read the rows now (its held request among them), then `wake()`.
+--- In a task of its own.
+---@param wake fun() wakes this instance's waiters
+function Share:woken(wake)
+  require("obleth.loop").spawn(function()
+    for _ = 1, 20 do
+      if self:publish() then break end
+      require("obleth.loop").sleep(0.05) -- a round in progress: wait for it
+    end
+    wake()
+  end)
+end
+
 --- Delete this instance's row (at shutdown): the others stop counting it at once. Inside a task.
 ---@return true|nil ok
 ---@return {code: "storage", message: string}|nil err
