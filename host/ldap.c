@@ -349,6 +349,8 @@ static void begin_handshake(conn_ud *c) {
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    /* liblber retries a write that would block from where it got to, not with the same pointer */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
     int loaded = c->ca_file ? SSL_CTX_load_verify_locations(ctx, c->ca_file, NULL) : SSL_CTX_set_default_verify_paths(ctx);
     if (loaded != 1) {
         unsigned long e = ERR_peek_last_error();
