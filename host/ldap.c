@@ -357,7 +357,7 @@ static void begin_handshake(conn_ud *c) {
     }
     SSL_set_connect_state(c->ssl);
     c->op = OP_HANDSHAKE;
-    c->deadline = mono() + c->timeout;
+    c->deadline = obleth_mono() + c->timeout;
     if (watch(c, fd, EV_WRITE) != 0) open_failed(c, "connection", "cannot watch the LDAP socket");
 }
 
@@ -393,7 +393,7 @@ static void step_handshake(conn_ud *c, short what) {
 /* The StartTLS answer: on to the handshake, or the server's refusal. */
 static void step_starttls(conn_ud *c, short what) {
     char msg[512];
-    if (what & EV_TIMEOUT && mono() >= c->deadline) {
+    if (what & EV_TIMEOUT && obleth_mono() >= c->deadline) {
         open_failed(c, "timeout", "the LDAP server did not answer StartTLS in time");
         return;
     }
@@ -469,7 +469,7 @@ static void step_connect(conn_ud *c, short what) {
         }
         c->msgid = msgid;
         c->op = OP_STARTTLS;
-        c->deadline = mono() + c->timeout;
+        c->deadline = obleth_mono() + c->timeout;
         if (watch(c, fd, EV_READ) != 0) open_failed(c, "connection", "cannot watch the LDAP socket");
         return;
     }
