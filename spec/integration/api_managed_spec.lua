@@ -14,6 +14,31 @@ describe("obleth serve: managed specs", function()
   setup(function() srv = server.start() end)
   teardown(function() srv:cleanup() end)
 
+  it("GET .../load answers the model's per-minute history with its words, refuses hours outside 1 to 6, "
+    .. "and the OpenAPI document names its schema", function()
+    local m = new_model(srv, "load-a")
+    local path = "/api/v1/models/" .. m.id .. "/load"
+    local st, doc = srv:request("GET", path .. "?hours=2")
+    assert.equal(200, st)
+    assert.same({ m.id, "load-a", 60, 2, 6 }, { doc.model_id, doc.model, doc.step, doc.hours, doc.hours_max })
+    assert.equal(2 * 3600, doc.to - doc.from)
+    assert.matches("^No request in the last %d+ min%.$", doc.summary)
+    -- sampled on the read: this minute's point, with no replicas (no managed spec)
+    assert.equal(1, #doc.points)
+    assert.same({ 0, 0, 0 }, { doc.points[1].inflight, doc.points[1].queued, doc.points[1].finished })
+    assert.is_nil(doc.points[1].current)
+    for _, h in ipairs({ "0", "7", "x" }) do
+      local st2, e = srv:request("GET", path .. "?hours=" .. h)
+      assert.equal(400, st2, h)
+      assert.equal("hours", e.error.field)
+    end
+    assert.equal(404, (srv:request("GET", "/api/v1/models/999999/load")))
+    local _, api = srv:request("GET", "/api/v1/openapi.json")
+    assert.equal("#/components/schemas/ModelLoad",
+      api.paths["/api/v1/models/{id}/load"].get.responses["200"].content["application/json"].schema["$ref"])
+    assert.is_table(api.components.schemas.ModelLoad.properties.points)
+  end)
+
   it("PUT stores a checked spec with defaults and minutes; GET returns it; identical PUT keeps the generation", function()
     local m = new_model(srv, "spec-a")
     local path = "/api/v1/models/" .. m.id .. "/managed"

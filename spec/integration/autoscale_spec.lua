@@ -97,6 +97,15 @@ describe("autoscaling on the harness cluster", function()
     wait_until(function() return #done == 6, #done end, 120, "the six streams to end")
     for i = 1, 6 do assert.is_true(done[i], "stream " .. i .. " was answered whole") end
 
+    -- the deployment page's chart: the history of the last hour has the six streams in flight at once,
+    -- the seven requests finished and two replicas wanted (GET /api/v1/models/{id}/load)
+    local ld = ok("GET", ("/api/v1/models/%d/load?hours=1"):format(m.id))
+    local peak, fin, wanted = 0, 0, 0
+    for _, p in ipairs(ld.points) do
+      peak, fin, wanted = math.max(peak, p.inflight), fin + p.finished, math.max(wanted, p.desired or 0)
+    end
+    assert.same({ 6, 7, 2, 2 }, { peak, fin, wanted, ld.max_replicas })
+
     -- the load is gone: back to 1 after scale_down_after; the replica that went drained first
     wait_until(function() return count(m.id) == 1, count(m.id) end, 90, "one replica left")
     local all = ok("GET", ("/api/v1/models/%d/replicas"):format(m.id))

@@ -264,6 +264,26 @@ describe("the launch flow on the harness cluster", function()
     end
   end)
 
+  it("a recipe saved from an autoscaled launch keeps autoscale, and a launch from it is autoscaled again", function()
+    local first = ok("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "auto-save-0",
+      values = { autoscale = { min_replicas = 0, max_replicas = 2, target_inflight = 3, idle_to_zero_after = 600 } },
+      save_recipe = { id = "my-auto-smoke" } })
+    assert.equal("my-auto-smoke", first.recipe.id)
+    local _, saved = srv:request("GET", "/api/v1/recipes/my-auto-smoke")
+    assert.same({ min_replicas = 0, max_replicas = 2, target_inflight = 3, idle_to_zero_after = 600 },
+      saved.recipe.autoscale)
+    assert.is_nil(saved.recipe.replicas) -- smoke-test's fixed 2 is not kept beside it
+    local again = ok("POST", "/api/v1/deployments/launch", { recipe_id = "my-auto-smoke",
+      api_model_name = "auto-save-1" })
+    assert.same({ min_replicas = 0, max_replicas = 2, target_inflight = 3, scale_down_after = 300,
+      idle_to_zero_after = 600 }, again.spec.autoscale)
+    assert.is_nil(again.spec.replicas)
+    assert.equal("recipe", again.launch.settings.provenance["autoscale.max_replicas"])
+    for _, l in ipairs({ first, again }) do
+      assert.equal(204, (srv:request("DELETE", "/api/v1/models/" .. l.model.id .. "/managed")))
+    end
+  end)
+
   it("a stopped model is launched again under its own name (model_id), then deleted", function()
     local first = ok("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "again-1",
       values = { replicas = 0 } })

@@ -115,6 +115,67 @@ describe("obleth.deployment.preview: autoscale from the form", function()
     assert.is_table(err(res, "autoscale.max_replicas"))
   end)
 
+  -- issue #30: a recipe saved from an autoscaled launch kept only the fixed `replicas` of the recipe it came
+  -- from (smoke-test's 2), so a launch from it had a fixed count again
+  it("a recipe saved from an autoscaled launch keeps autoscale and no fixed count; a launch from it restores it",
+    function()
+    local doc = { id = "eng", name = "Engine", engine = "custom", programs = { "engine" }, replicas = 2,
+      inputs = { model = { type = "string", required = true } }, launch = { "engine", "{{ inputs.model }}" } }
+    local src = assert(recipe.validate(doc))
+    local res = pv({ recipe = src, values = { inputs = { model = "m" },
+      autoscale = { min_replicas = 0, max_replicas = 3, target_inflight = 6 } } })
+    assert.is_true(res.ok, res.errors[1] and res.errors[1].message)
+    local prov = {}
+    for _, f in ipairs(res.fields) do prov[f.field] = f.provenance end
+    local out = launch.saved_recipe(doc, { id = "mine" }, res.values, prov)
+    assert.same({ min_replicas = 0, max_replicas = 3, target_inflight = 6 }, out.autoscale)
+    assert.is_nil(out.replicas) -- the library recipe's fixed 2 is not kept beside it
+    local saved = assert(recipe.validate(out))
+    -- the launch from the saved recipe: the same autoscale, the recipe's, with the spec's defaults filled
+    local again = pv({ recipe = saved, values = { inputs = { model = "m" } } })
+    assert.is_true(again.ok, again.errors[1] and again.errors[1].message)
+    assert.same({ min_replicas = 0, max_replicas = 3, target_inflight = 6, scale_down_after = 300,
+      idle_to_zero_after = 1800 }, again.spec.autoscale)
+    assert.is_nil(again.spec.replicas)
+    assert.same({ value = 3, provenance = "recipe" }, again.settings["autoscale.max_replicas"])
+    assert.is_nil(field(again, "autoscale.scale_down_after").provenance)
+    -- the user's value is laid over the recipe's; a fixed count of theirs replaces the recipe's autoscale
+    local over = pv({ recipe = saved, values = { inputs = { model = "m" }, autoscale = { max_replicas = 5 } } })
+    assert.same({ 0, 5, 6 }, { over.spec.autoscale.min_replicas, over.spec.autoscale.max_replicas,
+      over.spec.autoscale.target_inflight })
+    local fixed = pv({ recipe = saved, values = { inputs = { model = "m" }, replicas = 2 } })
+    assert.is_true(fixed.ok, fixed.errors[1] and fixed.errors[1].message)
+    assert.equal(2, fixed.spec.replicas)
+    assert.is_nil(fixed.spec.autoscale)
+    assert.is_nil(field(fixed, "autoscale.max_replicas").value)
+    -- saved from that fixed launch: the fixed count, and no autoscale
+    local prov2 = {}
+    for _, f in ipairs(fixed.fields) do prov2[f.field] = f.provenance end
+    local out2 = launch.saved_recipe(out, { id = "mine-fixed" }, fixed.values, prov2)
+    assert.equal(2, out2.replicas)
+    assert.is_nil(out2.autoscale)
+    assert.is_truthy(recipe.validate(out2))
+  end)
+
+  it("a recipe's autoscale is checked like the spec's (keys, bounds) and not with replicas", function()
+    local base = { id = "eng", name = "Engine", engine = "custom", programs = { "engine" }, launch = { "engine" } }
+    local function bad(extra)
+      local d = {}
+      for k, v in pairs(base) do d[k] = v end
+      for k, v in pairs(extra) do d[k] = v end
+      local r, e = recipe.validate(d)
+      assert.is_nil(r)
+      return e.errors[1]
+    end
+    assert.same({ "autoscale.min", true }, (function()
+      local e = bad({ autoscale = { min = 0 } })
+      return { e.field, e.message:find("min_replicas, max_replicas", 1, true) ~= nil }
+    end)())
+    assert.equal("autoscale.scale_down_after", bad({ autoscale = { max_replicas = 2, scale_down_after = 7200 } }).field)
+    assert.equal("autoscale", bad({ autoscale = 3 }).field)
+    assert.equal("replicas", bad({ replicas = 1, autoscale = { max_replicas = 2 } }).field)
+  end)
+
   it("the YAML view reads autoscale as a mapping, and names its keys for an unknown one", function()
     local values, diags = launch.yaml_values({ autoscale = { min_replicas = 0, max_replicas = 2 } }, nil, R)
     assert.same({}, diags)

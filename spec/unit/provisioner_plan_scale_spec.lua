@@ -107,3 +107,72 @@ describe("provisioner plan: autoscaled spec", function()
     assert.equal(2, st.submits[1].row.slot)
   end)
 end)
+
+describe("provisioner plan: which replicas a scale-down removes", function()
+  local function desired(n)
+    return function(f) return { desired = n, current = #f.replicas, change = "down", reason = "spec" } end
+  end
+  local function queued(slot, job_id)
+    local n = ("%016x"):format(9000 + slot)
+    return { nonce = n, model_id = 1, slot = slot, state = "submitted", job_id = job_id, port = 20000 + slot },
+      { id = job_id, name = tag.name(INSTANCE, 1, slot, n), comment = tag.comment(INSTANCE, 1, slot, n, 1, 20000 + slot),
+        state = { base = "PENDING", flags = {} }, reason = "Resources" }
+  end
+  local function by_slot(st)
+    local s = {}
+    for _, r in ipairs(st.rows) do s[r.slot] = r end
+    return s
+  end
+
+  it("first a replica still pending in Slurm, though its slot number is the lowest", function()
+    local r1, j1 = queued(1, 501)
+    local r2, j2 = healthy(2, 502)
+    local r3, j3 = healthy(3, 503)
+    local st = run({ r1, r2, r3 }, { j1, j2, j3 }, {}, { scale = desired(2) })
+    local s = by_slot(st)
+    assert.equal("ending", s[1].state)
+    assert.equal("scaled down", s[1].cancel_why)
+    assert.same({ 501 }, { st.cancels[1].job_id }, "a queued job holds nothing to drain: cancelled at once")
+    assert.equal(1, #st.cancels)
+    assert.same({ "healthy", "healthy" }, { s[2].state, s[3].state })
+    assert.equal(0, #st.submits)
+  end)
+
+  it("then the highest slot numbers, among started replicas too", function()
+    local r1, j1 = queued(1, 501)
+    local r2, j2 = healthy(2, 502)
+    local r3, j3 = healthy(3, 503)
+    local st = run({ r1, r2, r3 }, { j1, j2, j3 }, {}, { scale = desired(1), drain_seconds = 30 })
+    local s = by_slot(st)
+    assert.same({ "ending", "healthy", "ending" }, { s[1].state, s[2].state, s[3].state })
+    assert.equal(NOW + 30, s[3].cancel_at, "a serving replica drains first")
+    local q1, k1 = queued(1, 504)
+    local q2, k2 = queued(2, 505)
+    st = run({ q1, q2 }, { k1, k2 }, {}, { scale = desired(1) })
+    s = by_slot(st)
+    assert.same({ "submitted", "ending" }, { s[1].state, s[2].state })
+  end)
+
+  it("the slots that stay are kept next pass, and a scale-up fills the lowest free slot", function()
+    local r2, j2 = healthy(2, 502)
+    local r3, j3 = healthy(3, 503)
+    local st = run({ r2, r3 }, { j2, j3 }, {}, { scale = desired(2) })
+    assert.equal(0, #st.cancels)
+    assert.equal(0, #st.submits)
+    st = run({ r2, r3 }, { j2, j3 }, {}, { scale = desired(3) })
+    assert.equal(1, #st.submits)
+    assert.equal(1, st.submits[1].row.slot)
+  end)
+
+  it("a draining replica keeps its job until the drain is over, also in the passes after the one that decided", function()
+    local r1, j1 = healthy(1, 501)
+    local r2, j2 = healthy(2, 502)
+    r2.state, r2.cancel_why, r2.cancel_at = "ending", "scaled down", NOW + 20
+    local st = run({ r1, r2 }, { j1, j2 }, {}, { scale = desired(1) })
+    assert.equal(0, #st.cancels)
+    r2.cancel_at = NOW - 1
+    st = run({ r1, r2 }, { j1, j2 }, {}, { scale = desired(1) })
+    assert.same({ 502 }, { st.cancels[1].job_id })
+    assert.equal("scaled down", st.cancels[1].why)
+  end)
+end)

@@ -66,6 +66,17 @@ describe("repl dry run", function()
     assert.equal("slot 2 is above the spec's replicas = 1", can.facts)
   end)
 
+  it("a surplus slot that goes though its number is within the count: its job has not started", function()
+    local f = facts()
+    -- alpha's slot 1 waits in Slurm's queue, slot 2 runs: slot 1 goes
+    f.snapshot.models[1].replicas[1].state = "submitted"
+    f.jobs[1] = job(101, 1, 1, "aaaa000000000001", "PENDING", { reason = "Priority" })
+    local can = action(dryrun.run(f), "alpha", 1)
+    assert.equal("cancel job 101", can.action)
+    assert.equal("slot 1 has no job running in Slurm: it goes first, the spec's replicas = 1 keeps the running ones",
+      can.facts)
+  end)
+
   it("shows each replica's state now and after the pass", function()
     local run = dryrun.run(facts())
     local seen = {}

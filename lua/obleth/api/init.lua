@@ -94,7 +94,7 @@ function M.load_routes(modules)
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
         public = r.public, stream = r.stream, parts = r.parts, headers = r.headers, body_optional = r.body_optional,
-        action = action, audit = r.audit }
+        action = action, audit = r.audit, response = r.response }
     end
   end
   return routes

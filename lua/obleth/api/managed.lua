@@ -99,6 +99,68 @@ local function dismiss(ctx)
   return 200, spec
 end
 
+-- GET /api/v1/models/{id}/load?hours=N: the model's load and replicas minute by minute over the last N
+-- hours (obleth.deployment.load_history: in memory, HOURS at most), sampled now first so the current
+-- minute is up to date, with the scale policy's target and the words the page shows.
+local function load_history(ctx)
+  local id, s, e = _model(ctx)
+  if not id then return s, e end
+  local history = require "obleth.deployment.load_history"
+  local hours = history.HOURS
+  if ctx.query.hours ~= nil then
+    hours = math.tointeger(tonumber(ctx.query.hours))
+    if not hours or hours < 1 or hours > history.HOURS then
+      return errors.fail(400, "invalid", ("hours: a whole number of hours from 1 to %d"):format(history.HOURS), "hours")
+    end
+  end
+  local app = ctx.app
+  local model = app.store:get_model(id)
+  local spec = app.store:get_spec(id)
+  local scale = require("obleth.policy").get("scale")
+  local row, settings
+  if spec then
+    row = require("obleth.deployment.scaling").row(spec, app.store:list_replicas({ model_id = id, live = true }),
+      app.load, scale, app.now())
+    if type(spec.autoscale) == "table" then settings = scale.settings(spec.autoscale) end
+  end
+  local h = app.load_history
+  if app.load then h:sample(model.name, app.load:view(model.name, h:minute()), row) end
+  local out = h:answer(model.name, hours, row, settings)
+  out.model_id = id
+  return 200, out
+end
+
+M.schemas = {
+  ModelLoad = { type = "object", description = "a model's load and replicas per minute (docs/autoscaling.md#load-history)",
+    required = { "model", "model_id", "step", "hours", "from", "to", "observed_since", "points", "series", "summary" },
+    properties = {
+      model = { type = "string" }, model_id = { type = "integer" },
+      step = { type = "integer", description = "seconds a point covers (60)" },
+      hours = { type = "integer", description = "the hours asked for" },
+      hours_max = { type = "integer", description = "the most hours kept (6)" },
+      from = { type = "integer", description = "epoch seconds: the start of the span asked for" },
+      to = { type = "integer", description = "epoch seconds: the end of the current minute" },
+      observed_since = { type = "integer", description = "epoch seconds: from when this obleth serve has seen " ..
+        "every request (its start, or `from`); no point before it" },
+      target_inflight = { type = "integer", description = "autoscaled: requests one replica should carry" },
+      min_replicas = { type = "integer" }, max_replicas = { type = "integer" },
+      points = { type = "array", description = "oldest first; a minute no sample saw has none", items = {
+        type = "object", required = { "at", "inflight", "queued", "arrivals", "finished" }, properties = {
+          at = { type = "integer", description = "epoch seconds: the minute's start" },
+          inflight = { type = "integer", description = "the most requests in flight at once in the minute" },
+          queued = { type = "integer", description = "the most requests held (queued) in the router at once" },
+          arrivals = { type = "integer" }, finished = { type = "integer", description = "requests finished in the minute" },
+          current = { type = "integer", description = "replicas holding or waiting for a job (managed models)" },
+          desired = { type = "integer", description = "replicas wanted (managed models)" },
+          capacity = { type = "integer", description = "autoscaled: current × target_inflight" } } } },
+      series = { type = "array", description = "what the chart draws, in order, with its legend's words", items = {
+        type = "object", properties = { key = { type = "string" }, label = { type = "string" },
+          unit = { type = "string", enum = { "requests", "replicas" } },
+          chart = { type = "string", enum = { "requests", "replicas" } } } } },
+      summary = { type = "string", description = "the span in words (the chart's text alternative)" },
+    } },
+}
+
 M.routes = {
   { "GET", "/api/v1/managed", list, summary = "Every managed spec" },
   { "GET", "/api/v1/models/{id}/managed", get, summary = "A model's Slurm spec" },
@@ -109,6 +171,10 @@ M.routes = {
     body = "ManagedSpec" },
   { "DELETE", "/api/v1/models/{id}/managed", delete, action = "deployments.manage", changes = { "managed", "models" },
     summary = "Delete a model's spec: nothing more is launched and its jobs are cancelled" },
+  { "GET", "/api/v1/models/{id}/load", load_history, response = "ModelLoad",
+    query = { { "hours", pattern = "^%d+$", rule = "1 to 6: the hours of history (default 6)" } },
+    summary = "A model's load and replicas per minute over the last hours (in flight, queued, finished; "
+      .. "replicas now and wanted), kept by this obleth serve in memory for 6 h" },
   { "PATCH", "/api/v1/models/{id}/managed/provision-error", dismiss, action = "deployments.manage", changes = { "managed" },
     body = "ProvisionErrorDismiss", body_optional = true,
     summary = "Dismiss the last refused-job message" },

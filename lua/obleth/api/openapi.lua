@@ -81,7 +81,8 @@ function M.document(routes)
       tags = { r.tag },
       parameters = params,
       responses = {
-        ["200"] = { description = "OK", content = { ["application/json"] = { schema = { type = "object" } } } },
+        ["200"] = { description = "OK", content = { ["application/json"] = { schema = r.response
+          and { ["$ref"] = "#/components/schemas/" .. r.response } or { type = "object" } } } },
         default = { description = "An error", content = { ["application/json"] = {
           schema = { ["$ref"] = "#/components/schemas/Error" } } } },
       },

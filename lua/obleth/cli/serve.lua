@@ -198,6 +198,9 @@ function M.main(argv)
   -- the client keys' usage the router counted goes to the store every few seconds, and at the end
   local router = process.router
   handles[#handles + 1] = loop.every(require("obleth.router").USAGE_FLUSH, function() router:flush_usage() end)
+  -- each model's load and replicas, minute by minute, for the deployment page's chart
+  handles[#handles + 1] = loop.every(require("obleth.deployment.load_history").SAMPLE,
+    function() process:sample_load() end)
   for _, sig in ipairs({ "TERM", "INT" }) do
     handles[#handles + 1] = loop.on_signal(sig, function(name)
       if stopping then return end

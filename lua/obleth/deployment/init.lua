@@ -615,7 +615,7 @@ end
 
 
 --- The recipe document to save: the launched recipe's own document with the
---- form's settings written in (resources with account and QoS, replicas, job logs,
+--- form's settings written in (resources with account and QoS, replicas or autoscale, job logs,
 --- rollover margin, health, input defaults): every value the user changed, that was
 --- learned from past launches, or that a Hugging Face choice set (`prefilled`).
 --- Values from cluster defaults stay out, so the recipe keeps following them.
@@ -642,6 +642,17 @@ function M.saved_recipe(doc, save, values, provenance, prefilled)
   if next(out.resources) == nil then out.resources = nil end
   for f in pairs(recipe.TOP_SETTINGS) do
     if keep(f) then out[f] = values[f] end
+  end
+  -- autoscale: an autoscaled launch saves its settings (and no fixed count); a fixed one, none
+  if values.autoscale then
+    local auto = _copy(_v(doc.autoscale))
+    for _, k in ipairs(recipe.AUTOSCALE_KEYS) do
+      if keep("autoscale." .. k) then auto[k] = values.autoscale[k] end
+    end
+    out.autoscale = next(auto) ~= nil and auto or nil
+    out.replicas = nil
+  else
+    out.autoscale = nil
   end
   local health = _copy(_v(doc.health))
   for _, k in ipairs(M.HEALTH_KEYS) do

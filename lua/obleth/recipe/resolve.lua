@@ -164,11 +164,20 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
     err("gpu_type", "a GPU type needs at least one GPU per node")
   end
 
-  -- autoscale: the user's values only; any of them makes the replicas follow the load (the spec's
-  -- `autoscale`, its defaults filled by obleth.deployment.input), and then there is no fixed count
+  -- autoscale: the recipe's `autoscale:` (a saved recipe keeps the launch's), the user's values over it;
+  -- any of them makes the replicas follow the load (the spec's `autoscale`, its defaults filled by
+  -- obleth.deployment.input), and then there is no fixed count. A fixed count the user gives (replicas)
+  -- with no autoscale value of theirs replaces the recipe's autoscale.
+  local user_auto, user_fixed = false, provenance.replicas == "user"
+  for _, a in ipairs(AUTOSCALE) do
+    local uv = _v(user["autoscale." .. a[1]])
+    if uv ~= nil and uv ~= "" then user_auto = true end
+  end
   for _, a in ipairs(AUTOSCALE) do
     local k, rule = a[1], a[2]
     local field = "autoscale." .. k
+    local rv = recipe.autoscale and recipe.autoscale[k]
+    if rv ~= nil and (user_auto or not user_fixed) then set(field, rv, "recipe") end
     local uv = _v(user[field])
     if uv ~= nil and uv ~= "" then
       local n = math.tointeger(tonumber(uv))
@@ -181,7 +190,7 @@ function M.resolve(recipe, user_values, cluster_defaults, learned)
   if next(values.autoscale) == nil then
     values.autoscale = nil
   else
-    if provenance.replicas == "user" then
+    if user_fixed then
       err("replicas", "replicas or autoscale, not both: clear the replicas to let them follow the load")
     end
     values.replicas, provenance.replicas = nil, nil

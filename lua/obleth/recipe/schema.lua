@@ -84,7 +84,7 @@ local TOP_KEYS = {
   id = true, name = true, engine = true, description = true, inputs = true, resources = true,
   health = true, script = true, image = true, launch = true, preamble = true, environment = true,
   replicas = true, rollover_margin = true, stdout = true, stderr = true, one_of = true, requires = true,
-  programs = true,
+  programs = true, autoscale = true,
 }
 local INPUT_KEYS = {
   type = true, default = true, required = true, description = true, pattern = true, min = true,

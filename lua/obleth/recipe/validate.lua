@@ -236,6 +236,12 @@ local function _seconds(name)
   local f = wire.field(managed.health, name)
   return { kind = "seconds", min = f.min, max = f.max }
 end
+-- autoscale: (a recipe's `autoscale:` mapping) the managed spec's fields and bounds (obleth.schema.managed)
+local AUTOSCALE_RULES, AUTOSCALE_NAMES = {}, {}
+for _, f in ipairs(managed.autoscale.fields) do
+  AUTOSCALE_RULES[f[1]] = { kind = "integer", min = f[2].min, max = f[2].max }
+  AUTOSCALE_NAMES[#AUTOSCALE_NAMES + 1] = f[1]
+end
 local HEALTH_RULES = {
   path = { kind = "path" },
   interval = _seconds("interval"),
@@ -502,6 +508,28 @@ function M.validate(tbl, positions)
     end
   end
 
+  -- autoscale: the replicas follow the load (obleth.schema.managed.autoscale), instead of `replicas`
+  local auto = _v(tbl.autoscale)
+  if auto ~= nil and type(auto) ~= "table" then
+    add(tbl, "autoscale", "autoscale", "autoscale must be a mapping (" .. table.concat(AUTOSCALE_NAMES, ", ") .. ")")
+  elseif auto then
+    out.autoscale = {}
+    for k, val in pairs(auto) do
+      local rule = AUTOSCALE_RULES[k]
+      if not rule then
+        add(auto, k, "autoscale." .. tostring(k), ("unknown key %q (%s)"):format(tostring(k),
+          table.concat(AUTOSCALE_NAMES, ", ")))
+      elseif _v(val) ~= nil then
+        local v, err = _check_rule(rule, val, "autoscale." .. k)
+        if v == nil then add(auto, k, "autoscale." .. k, err) else out.autoscale[k] = v end
+      end
+    end
+    if next(out.autoscale) == nil then out.autoscale = nil end
+    if out.autoscale and out.replicas ~= nil then
+      add(tbl, "replicas", "replicas", "give replicas (a fixed count) or autoscale, not both")
+    end
+  end
+
   -- health
   out.health = {}
   for k, val in pairs(schema.HEALTH_DEFAULTS) do out.health[k] = val end
@@ -697,6 +725,7 @@ end
 -- named exports the other parts of obleth.recipe use
 M.RES_RULES = RES_RULES
 M.HEALTH_RULES = HEALTH_RULES
+M.AUTOSCALE_RULES = AUTOSCALE_RULES
 M.check_rule = _check_rule
 M.check_typed_value = _check_typed_value
 

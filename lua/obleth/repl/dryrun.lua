@@ -22,8 +22,15 @@ end
 -- The facts behind a cancel, in words.
 local function _cancel_facts(why, row, mm)
   local spec = mm and mm.spec
+  -- a count goes down by the slots not started in Slurm first, then the highest (provisioner.plan.slots)
+  local slot = row and tonumber(row.slot)
   if why == WHY.SURPLUS then
-    return ("slot %s is above the spec's replicas = %s"):format(tostring(row and row.slot), tostring(spec and spec.replicas))
+    local n = spec and spec.replicas
+    if slot and type(n) == "number" and slot <= n then
+      return ("slot %s has no job running in Slurm: it goes first, the spec's replicas = %s keeps the running ones")
+        :format(slot, n)
+    end
+    return ("slot %s is above the spec's replicas = %s"):format(tostring(row and row.slot), tostring(n))
   elseif why == WHY.PAUSED then return "the spec has enabled = false"
   elseif why == WHY.DELETED then return "the model has no managed spec any more"
   elseif why == WHY.SLURM_OFF then return "the Slurm settings have enabled = false"
@@ -33,8 +40,13 @@ local function _cancel_facts(why, row, mm)
   elseif why == WHY.SLOT_LOST then return "the slot is lost (waits for Try once more)"
   elseif why == WHY.ROLLOVER then return "the successor is healthy; the old job is drained first"
   elseif why == WHY.SCALED_DOWN then
+    local n = mm and mm.scaling and mm.scaling.desired
+    if slot and type(n) == "number" and slot <= n then
+      return ("slot %s has no job running in Slurm: it goes first, the scale policy's desired %s keeps the running "
+        .. "ones"):format(slot, n)
+    end
     return ("slot %s is above the scale policy's desired %s; it leaves the endpoints and its job goes after the "
-      .. "drain"):format(tostring(row and row.slot), tostring(mm and mm.scaling and mm.scaling.desired))
+      .. "drain"):format(tostring(row and row.slot), tostring(n))
   end
   return why
 end

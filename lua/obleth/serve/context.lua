@@ -6,7 +6,8 @@
 -- seconds), draining (true once shutdown began), inflight (requests being answered that a shutdown
 -- waits for), sessions (obleth.api.sessions), events (obleth.api.changes), metrics (the process's
 -- Prometheus registry, obleth.util.prometheus), load (the per-model load window the router counts
--- into and the provisioner's snapshot reads, obleth.router.load; set by obleth.serve), wakeups (the
+-- into and the provisioner's snapshot reads, obleth.router.load; set by obleth.serve), load_history (each
+-- model's load and replicas per minute, obleth.deployment.load_history; set by obleth.serve), wakeups (the
 -- router's requests for a provisioner pass now, obleth.router.wakeups; set by obleth.serve),
 -- public_origin ("scheme://host[:port]" or nil), cache (per-process memo tables of the API's
 -- handlers, by name), _token (the admin token).

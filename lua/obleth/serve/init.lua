@@ -41,6 +41,9 @@ function M.new(opts)
   -- the per-model load window: the router counts into it, the provisioner's snapshot reads it
   ropts.load = ropts.load or require("obleth.router.load").new { now = ctx.now }
   ctx.load = ropts.load
+  -- the load and replicas minute by minute over the last hours (the deployment page's chart), read from
+  -- the window: it counts nothing itself
+  ctx.load_history = require("obleth.deployment.load_history").new { now = ctx.now }
   -- the router's requests for a pass now (wake on demand), which GET /api/v1/provisioner/wait answers
   ctx.wakeups = require("obleth.router.wakeups").new()
   local self = setmetatable({
@@ -54,6 +57,15 @@ function M.new(opts)
   ctx._flush_key_usage = function() return rt:flush_usage() end
   require("obleth.serve.metrics").register(ctx, opts.http or ropts.http)
   return self
+end
+
+--- Sample every model's load and replicas into the history (obleth.deployment.load_history; the
+--- command's timer calls it every load_history.SAMPLE seconds). Errors are logged, never raised.
+function Serve:sample_load()
+  local ctx = self.context
+  local ok, err = pcall(ctx.load_history.sample_all, ctx.load_history, ctx.store, ctx.load,
+    require("obleth.policy").get("scale"))
+  if not ok then ctx.log.warn("load_history_failed", { error = tostring(err) }) end
 end
 
 --- Start shutting down: new requests get 503 shutting_down; event streams end.

@@ -1,6 +1,7 @@
 // /deployments/{model_id}: one model's deployment — status, how clients call
 // it, the spec's key settings, replicas live (each one's step as the
-// provisioner reports it), actions, and the launch history with job outcomes.
+// provisioner reports it), a chart of load and replicas over the last hours,
+// actions, and the launch history with job outcomes.
 import { useState } from 'preact/hooks';
 import { html } from '../html.js';
 import { api } from '../api.js';
@@ -9,6 +10,7 @@ import { useResource, useNow } from '../live.js';
 import { Layout } from '../components/layout.js';
 import { Badge, CopyButton, ErrorNote, Item } from '../components/notice.js';
 import { ConfirmDialog } from '../components/dialog.js';
+import { LoadChart } from '../components/load-chart.js';
 import { useSession, can } from '../session.js';
 import { progress, stepText, timeLeftText, healthyCount, visibleReplicas, outcomeLevel } from '../lib/replica.js';
 import { timestamp, relative, minutes, memory, count } from '../lib/format.js';
@@ -250,6 +252,11 @@ export function Deployment({ params, loc }) {
         ${can(session, 'deployments.manage') && html`<button type="button" aria-disabled=${busy === 'clear' ? 'true' : undefined} onClick=${() => act('clear',
           () => api.post(`/models/${model.id}/replicas/clear-lost`), 'Trying once more: the provisioner submits again on its next pass.')}>Try once more</button>`}
       </div>`}
+    </section>
+
+    <section class="card" aria-labelledby="load-h">
+      <div class="card-head"><h2 id="load-h">Load and replicas</h2></div>
+      <${LoadChart} modelId=${model.id} />
     </section>
 
     <section class="card" aria-labelledby="call-h">
