@@ -280,8 +280,9 @@ if os.getenv("STEADY_ONLY") then
   -- only the steady passes at the big size, no check due (spec/bench/provisioner_instructions.sh runs
   -- this under callgrind: each measured pass's tidy ends one dump)
   local r = measure(BIG, 3600)
-  print(("%d replicas, steady pass, no check due: %.1f ms CPU per pass (provisioner %.1f, serve %.1f)"):format(
-    BIG * 2, (r.cpu + r.serve) * 1000, r.cpu * 1000, r.serve * 1000))
+  print(("%d replicas, steady pass, no check due: %.1f ms CPU per pass (provisioner %.1f, serve %.1f); provisioner "
+    .. "RSS between passes %.1f MiB"):format(BIG * 2, (r.cpu + r.serve) * 1000, r.cpu * 1000, r.serve * 1000,
+    r.rss / 1024))
   return
 end
 local rows = {
