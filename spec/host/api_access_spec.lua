@@ -97,6 +97,12 @@ describe("access: roles and a trusted proxy", function()
     assert.equal("viewer", b.role)
     local _, h = call("GET", "/api/v1/session", nil, as("carol", "ml-ops;hpc-admins"))
     assert.equal("admin", h.role)
+    -- the roles a personal token of theirs may have (the dashboard offers these)
+    assert.same({ "viewer", "operator" }, s.token_roles)
+    assert.same({ "viewer" }, b.token_roles)
+    assert.same({ "viewer", "operator", "admin" }, h.token_roles)
+    local _, adm = call("GET", "/api/v1/session", nil, { Authorization = "Bearer " .. ADMIN })
+    assert.same({}, adm.token_roles)
   end)
 
   it("the admin token stays admin", function()
@@ -208,6 +214,21 @@ describe("access: roles and a trusted proxy", function()
     assert.equal(401, (call("GET", "/api/v1/models", nil, bearer)))
     -- the admin token is no user
     assert.equal(409, (call("POST", "/api/v1/tokens", {}, { Authorization = "Bearer " .. ADMIN })))
+  end)
+
+  it("another user's tokens are listed and revoked only with users.manage (an admin's)", function()
+    local alice, carol = as("alice", "ml-ops"), as("carol", "hpc-admins")
+    local _, t = call("POST", "/api/v1/tokens", { name = "nightly" }, alice)
+    local st, e = call("GET", "/api/v1/tokens?user=carol", nil, alice)
+    assert.same({ 403, "user" }, { st, e.error.field })
+    local st2, l = call("GET", "/api/v1/tokens?user=alice", nil, carol)
+    assert.equal(200, st2)
+    local names = {}
+    for _, x in ipairs(l.tokens) do names[x.name] = x.user end
+    assert.equal("alice", names.nightly)
+    local _, own = call("GET", "/api/v1/tokens", nil, carol)
+    for _, x in ipairs(own.tokens) do assert.equal("carol", x.user) end
+    assert.equal(200, (call("DELETE", "/api/v1/tokens/" .. ("%d"):format(t.id), nil, carol)))
   end)
 
   it("every route declares an action the access policy knows", function()

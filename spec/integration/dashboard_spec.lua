@@ -54,7 +54,7 @@ describe("obleth serve: the dashboard's files", function()
 
   it("answers index.html on every page path, revalidated every time, with the security headers", function()
     for _, p in ipairs({ "/", "/signin", "/deployments", "/deployments/new", "/deployments/17", "/keys", "/cluster",
-      "/docs/replicas-and-failures",
+      "/tokens", "/audit", "/docs/replicas-and-failures",
       "/deployments?slurm=1" }) do
       local r = raw(srv, "GET", p)
       assert.equal(200, r.status, p)

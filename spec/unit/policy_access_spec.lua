@@ -31,6 +31,14 @@ describe("policy access", function()
     assert.is_true(access.actions_of("admin", D)["users.manage"])
   end)
 
+  it("gives a personal token every role up to its user's, and the admin token, which is no user, none", function()
+    local tokens = require "obleth.api.tokens"
+    assert.same({ "viewer" }, tokens.roles_for({ user = "bob", role = "viewer" }, access))
+    assert.same({ "viewer", "operator" }, tokens.roles_for({ user = "alice", role = "operator" }, access))
+    assert.same({ "viewer", "operator", "admin" }, tokens.roles_for({ user = "carol", role = "admin" }, access))
+    assert.same({}, tokens.roles_for({ admin = true, role = "admin" }, access))
+  end)
+
   it("is overridable in policy.d: the site's groups and an action moved to another role", function()
     local dir = os.tmpname()
     os.remove(dir)

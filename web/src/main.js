@@ -11,11 +11,13 @@ import { NewDeployment } from './pages/new-deployment.js';
 import { EditDeployment } from './pages/edit-deployment.js';
 import { Keys } from './pages/keys.js';
 import { Cluster } from './pages/cluster.js';
+import { Tokens } from './pages/tokens.js';
+import { Audit } from './pages/audit.js';
 import { Docs } from './pages/docs.js';
 import { NotFound } from './pages/not-found.js';
 
 const PAGES = { signin: SignIn, deployments: Deployments, deployment: Deployment,
-  'new-deployment': NewDeployment, 'edit-deployment': EditDeployment, keys: Keys, cluster: Cluster, docs: Docs, 'not-found': NotFound };
+  'new-deployment': NewDeployment, 'edit-deployment': EditDeployment, keys: Keys, cluster: Cluster, tokens: Tokens, audit: Audit, docs: Docs, 'not-found': NotFound };
 
 function App() {
   const loc = useLocation();

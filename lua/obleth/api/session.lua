@@ -89,7 +89,8 @@ local function show(ctx)
     via = ctx.identity.via == "pat" and "pat" or ctx.auth == "session" and "session" or ctx.auth == "proxy" and "proxy"
       or "token",
     user = ident.user or null, role = ident.role, groups = require("obleth.util.json").array(ident.groups or {}),
-    actor = ident.actor, can = require("obleth.util.json").array(can) }
+    actor = ident.actor, can = require("obleth.util.json").array(can),
+    token_roles = require("obleth.util.json").array(require("obleth.api.tokens").roles_for(ident, pol)) }
 end
 
 -- How one signs in here (public: the sign-in page asks before anyone has).
@@ -123,7 +124,8 @@ M.routes = {
     summary = "How one signs in here: {token: true, ldap: true when users sign in with the site's directory}" },
   { "GET", "/api/v1/session", show, action = "session.own", tag = "dashboard",
     summary = "Whether the request is signed in: {signed_in, expires_at (epoch s; null for the bearer token), via "
-      .. "(token, session, proxy), user, role, groups, actor, can (the actions the role may take)}" },
+      .. "(token, session, proxy, pat), user, role, groups, actor, can (the actions the role may take), token_roles "
+      .. "(the roles a personal access token of yours may have, least first; [] for the admin token)}" },
   { "DELETE", "/api/v1/session", delete, public = true, changes = {}, tag = "dashboard",
     summary = "Sign out: the session is revoked and its cookie cleared (204)" },
 }

@@ -12,14 +12,34 @@ M.RANDOM_BYTES = 24
 --- Characters kept (and listed) to tell tokens apart: "obp_" and 8 hex.
 M.SHOWN = 12
 
-local function _rank(ctx, role) return ctx.app:access_policy().rank(role) end
+--- The roles a personal token of this identity may have, least first: every role up to the
+--- identity's own; none for the admin token, which is no user and makes no token. The one owner of
+--- that rule: POST /api/v1/tokens checks it, GET /api/v1/session tells the dashboard (token_roles).
+---@param ident {user: string|nil, role: string}
+---@param pol table the access policy (obleth.policy.access or its override)
+---@return string[] roles
+function M.roles_for(ident, pol)
+  local out = {}
+  if not ident.user then return out end
+  local mine = pol.rank(ident.role) or 0
+  for _, r in ipairs(pol.ROLES) do
+    if pol.rank(r) <= mine then out[#out + 1] = r end
+  end
+  return out
+end
+
+--- May this identity list and revoke another user's tokens? The policy's `users.manage`.
+local function _manages_users(ctx)
+  local pol = ctx.app:access_policy()
+  return (pol.allows(ctx.identity.role, "users.manage", pol.DEFAULTS))
+end
 
 local function list(ctx)
   local ident = ctx.identity
   local user = ident.user
   if ctx.query.user then
-    if ident.role ~= "admin" and ctx.query.user ~= user then
-      return errors.fail(403, "forbidden", "only an admin lists another user's tokens", "user")
+    if ctx.query.user ~= user and not _manages_users(ctx) then
+      return errors.fail(403, "forbidden", "user: listing another user's tokens needs users.manage", "user")
     end
     user = ctx.query.user
   elseif ident.admin then
@@ -41,10 +61,13 @@ local function create(ctx)
   end
   local role = b.role
   if role == nil or role == require("cjson").null then role = ident.role end
-  if type(role) ~= "string" or not _rank(ctx, role) then
-    return errors.fail(400, "invalid", "role: must be viewer, operator or admin", "role")
+  local pol = ctx.app:access_policy()
+  if type(role) ~= "string" or not pol.rank(role) then
+    return errors.fail(400, "invalid", "role: must be one of " .. table.concat(pol.ROLES, ", "), "role")
   end
-  if _rank(ctx, role) > _rank(ctx, ident.role) then
+  local allowed = false
+  for _, r in ipairs(M.roles_for(ident, pol)) do allowed = allowed or r == role end
+  if not allowed then
     return errors.fail(403, "forbidden", ("%s has the %s role: a token of theirs cannot be %s"):format(ident.user,
       ident.role, role), "role", { role = ident.role })
   end
@@ -61,7 +84,7 @@ local function revoke(ctx)
   local id = params.int_param(ctx, "id")
   local t = id and ctx.app.store:get_personal_token(id)
   local ident = ctx.identity
-  if not t or (t.user ~= ident.user and ident.role ~= "admin") then
+  if not t or (t.user ~= ident.user and not _manages_users(ctx)) then
     return errors.not_found("personal token", ctx.params.id)
   end
   local r, err = ctx.app.store:revoke_personal_token(id)
@@ -79,13 +102,15 @@ M.schemas = {
 
 M.routes = {
   { "GET", "/api/v1/tokens", list, action = "session.own", tag = "access", query = { "user" },
-    summary = "Your personal access tokens (an admin: ?user=, the admin token: everyone's); never the token" },
+    summary = "Your personal access tokens (with users.manage, an admin's: ?user=; the admin token: everyone's); "
+      .. "never the token" },
   { "POST", "/api/v1/tokens", create, action = "session.own", tag = "access", body = "PersonalTokenInput",
     body_optional = true, changes = {},
     summary = "Make a personal access token for scripts (Authorization: Bearer obp_...), acting as you with a "
       .. "role no higher than yours; the answer's `token` is shown this once (only its hash is stored)" },
   { "DELETE", "/api/v1/tokens/{id}", revoke, action = "session.own", tag = "access", changes = {},
-    summary = "Revoke one of your personal access tokens (an admin: anyone's); it stops working at once" },
+    summary = "Revoke one of your personal access tokens (with users.manage, an admin's: anyone's); it stops "
+      .. "working at once" },
 }
 
 return M

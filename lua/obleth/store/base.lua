@@ -1,9 +1,11 @@
 --- obleth.store.base — the store object, backend-neutral: transactions, expected failures, migrations
 -- applied at open. The methods of each table group live in their own module (obleth.store.models,
 -- .specs, .replicas, .settings, .provisioner, .launches, .recipes, .keys) and are written once in the
--- SQL both backends speak (`?` parameters, ON CONFLICT, RETURNING through _insert). What differs
--- between SQLite and PostgreSQL is the backend's (obleth.store.sqlite, obleth.store.pg): its
--- connection, its transactions, its migrations (in its dialect) and the few statements in `db.sql`.
+-- SQL both backends speak (`?` parameters, ON CONFLICT, the new id through _insert); so are the
+-- migrations (obleth.store.migrations). What the two SQLs differ in is obleth.store.dialect's (types,
+-- `?` as `$n`, migration 11's triggers, the few statements in `db.sql`); the backend
+-- (obleth.store.sqlite, obleth.store.pg) brings the connection, the transactions and where the
+-- schema version is kept.
 --
 -- A backend connection `db` answers:
 --   db:query(sql, ...) -> rows | nil, err        db:first(sql, ...) -> row | nil | nil, err
@@ -14,7 +16,7 @@
 --   db:storage_error(e) -> fields for a "storage" error when e is the backend's error, else nil
 --   db:schema_version() -> integer;  db:migrate(version, script) -> true, applied | nil, err (applied
 --                                    false: another instance applied it meanwhile)
---   db:close();  db.migrations (scripts, in order);  db.sql (statements that differ);  db.location;
+--   db:close();  db.migrations (scripts, in order);  db.sql (the dialect's statements);  db.location;
 --   db.shared (true when several obleth serve may use the database at once: PostgreSQL)
 local cjson = require "cjson"
 
@@ -148,6 +150,26 @@ function Store:migrate()
     if self.log and err ~= false then self.log.info("store_migrated", { version = v }) end
   end
   return true
+end
+
+--- The tables of the schema, by name (not the backend's own: where it keeps the schema version).
+---@return string[]
+function Store:tables()
+  local out = {}
+  for _, r in ipairs(self:_q(self.db.sql.tables)) do out[#out + 1] = r.name end
+  return out
+end
+
+--- A table's columns in order (also keyed by name: cols.id is true when it has an id).
+---@param t string a table of tables()
+---@return table
+function Store:columns(t)
+  local out = {}
+  for _, r in ipairs(self:_q(self.db.sql.columns, t)) do
+    out[#out + 1] = r.name
+    out[r.name] = true
+  end
+  return out
 end
 
 --- The schema version (the last migration applied).

@@ -31,7 +31,7 @@ function M.copy(src, dst)
   end
   local known = {}
   for _, t in ipairs(M.TABLES) do known[t] = true end
-  for _, t in ipairs(src.db:tables()) do
+  for _, t in ipairs(src:tables()) do
     if not known[t] and not M.DERIVED[t] then return nil, _err("invalid", "table %s is not in obleth.store.copy's list", t) end
   end
   for _, t in ipairs(M.TABLES) do
@@ -46,7 +46,7 @@ function M.copy(src, dst)
   local counts = {}
   local res, err = dst:transaction(function()
     for _, t in ipairs(M.TABLES) do
-      local cols = src.db:columns(t)
+      local cols = src:columns(t)
       local rows = src:_q("SELECT * FROM " .. t .. (cols.id and " ORDER BY id" or ""))
       if SINGLETONS[t] and #rows > 0 then dst:_x("DELETE FROM " .. t) end
       local names, marks = {}, {}

@@ -1,7 +1,8 @@
 --- obleth.store — the Management API's durable store, behind one interface. The semantics live in
 -- obleth.store.base and its table-group modules (models, specs, replicas, settings, provisioner,
--- launches, recipes, keys), written once; a backend (obleth.store.sqlite, obleth.store.pg) brings the connection,
--- the transactions and the migrations in its dialect. Callers see tables shaped like the API's JSON
+-- launches, recipes, keys), written once, as are the migrations (obleth.store.migrations); a backend
+-- (obleth.store.sqlite, obleth.store.pg) brings the connection and the transactions, and its words of
+-- SQL are obleth.store.dialect's. Callers see tables shaped like the API's JSON
 -- (see docs/api.md and docs/managed-spec.md).
 --
 -- Errors: expected failures return nil, err with err.code one of

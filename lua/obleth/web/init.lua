@@ -40,7 +40,7 @@ M.CACHE_LIMIT = 64 * 1024 * 1024
 ---@return boolean
 function M.is_page(path)
   if path == "/" or path == "/signin" or path == "/deployments" or path == "/deployments/new" or path == "/keys"
-    or path == "/cluster" then
+    or path == "/cluster" or path == "/tokens" or path == "/audit" then
     return true
   end
   return path:match("^/deployments/[^/]+$") ~= nil or path:match("^/docs/[a-z0-9-]+$") ~= nil

@@ -29,6 +29,8 @@ export function Layout({ title, path, children, actions = null }) {
           ${nav('/deployments', 'Deployments', path.startsWith('/deployments') || path === '/')}
           ${nav('/cluster', 'Cluster', path === '/cluster')}
           ${can(session, 'keys.manage') && nav('/keys', 'Client keys', path === '/keys')}
+          ${can(session, 'audit.read') && nav('/audit', 'Audit', path === '/audit')}
+          ${can(session, 'session.own') && nav('/tokens', 'Access tokens', path === '/tokens')}
           ${nav('/docs/launch-on-slurm', 'Guide', path.startsWith('/docs/'))}
         </ul>
       </nav>

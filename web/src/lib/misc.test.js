@@ -66,6 +66,8 @@ test('routes match the paths the server answers with the app', () => {
   assert.deepEqual(match('/deployments/12'), { name: 'deployment', params: { modelId: '12' } });
   assert.deepEqual(match('/keys'), { name: 'keys', params: {} });
   assert.deepEqual(match('/cluster'), { name: 'cluster', params: {} });
+  assert.deepEqual(match('/tokens'), { name: 'tokens', params: {} });
+  assert.deepEqual(match('/audit'), { name: 'audit', params: {} });
   assert.deepEqual(match('/docs/replicas-and-failures'), { name: 'docs', params: { page: 'replicas-and-failures' } });
   assert.equal(match('/docs/../x').name, 'not-found');
   assert.equal(match('/signin').name, 'signin');

@@ -8,6 +8,8 @@ const ROUTES = [
   ['deployment', /^\/deployments\/([^/]+)\/?$/, ['modelId']],
   ['keys', /^\/keys\/?$/],
   ['cluster', /^\/cluster\/?$/],
+  ['tokens', /^\/tokens\/?$/],
+  ['audit', /^\/audit\/?$/],
   ['docs', /^\/docs\/([a-z0-9-]+)\/?$/, ['page']],
 ];
 
