@@ -142,12 +142,20 @@ local function measure(replicas)
   end
   loop.sleep(0.2) -- the probe's first answers
   local t_full = loop.monotonic()
-  local cpu, bytes = passes(false)
-  passes(true) -- the version to start from
-  local t_steady = loop.monotonic()
-  local steady_cpu, steady_bytes = passes(true)
+  local t_steady, cpu, bytes, steady_cpu, steady_bytes
+  local ok, err = pcall(function()
+    cpu, bytes = passes(false)
+    passes(true) -- the version to start from
+    t_steady = loop.monotonic()
+    steady_cpu, steady_bytes = passes(true)
+  end)
   local t_end = loop.monotonic()
   sys.kill(prober_pid, "TERM")
+  if not ok then -- the probe stopped first: else it runs on after the bench
+    prober:close()
+    srv:stop()
+    error(err, 0)
+  end
   -- the longest answer of the probes that started in each phase
   local full_stall, longest, probes = 0, 0, 0
   for line in prober:lines() do
