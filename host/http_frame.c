@@ -37,6 +37,7 @@
  */
 #define _GNU_SOURCE
 #include "http_internal.h"
+#include "util.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -104,12 +105,6 @@ static void pending_remove(frame *f);
 
 /* ---- connection limits ---------------------------------------------------------- */
 
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static struct timeval tv_of(double s) {
     struct timeval tv = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)};
     return tv;
@@ -144,7 +139,7 @@ static void wait_enter(frame *f, int idle) {
     c->wait_tail = f;
     f->waiting = 1;
     f->idle = idle;
-    f->wait_since = mono();
+    f->wait_since = obleth_mono();
     arm(f);
 }
 
@@ -163,7 +158,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
    waiting in the socket; *protected_ says there was one. Looks at EVICT_SCAN connections at most. */
 #define EVICT_SCAN 64
 static int evict_oldest(obleth_http_conns *c, frame *except, int *protected_) {
-    double now = mono();
+    double now = obleth_mono();
     int n = 0;
     if (protected_) *protected_ = 0;
     for (frame *f = c->wait_head; f && n < EVICT_SCAN; f = f->wnext, n++) {
@@ -207,7 +202,7 @@ static void refuse_fd(int fd) {
 
 /* Descriptors or the cap ran short: said once per episode, and once when it is over. */
 static void episode_note(obleth_http_conns *c, const char *why, int err) {
-    c->episode_at = mono();
+    c->episode_at = obleth_mono();
     if (c->episode) return;
     c->episode = 1;
     c->episode_refused = c->episode_evicted = 0;
@@ -216,7 +211,7 @@ static void episode_note(obleth_http_conns *c, const char *why, int err) {
 }
 
 static void episode_check_end(obleth_http_conns *c) {
-    if (!c->episode || mono() - c->episode_at < 1.0) return;
+    if (!c->episode || obleth_mono() - c->episode_at < 1.0) return;
     c->episode = 0;
     obleth_log("info", "http_connections_recovered", "refused=%lu evicted=%lu open=%d", c->episode_refused,
                c->episode_evicted, c->open);

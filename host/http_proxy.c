@@ -60,6 +60,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "http_internal.h"
+#include "util.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -154,21 +155,6 @@ struct proxy_op {
     int complete;    /* the whole answer arrived */
     int client_gone, timed_out, connect_timed_out, paused;
 };
-
-static double now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static struct timeval secs_tv(double s) {
-    struct timeval tv;
-    if (!(s > 0)) s = 0;
-    if (s > 1e9) s = 1e9;
-    tv.tv_sec = (time_t)s;
-    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
-    return tv;
-}
 
 /* ---- the connection pool --------------------------------------------------- */
 
@@ -477,7 +463,7 @@ static int up_header_cb(struct evhttp_request *up, void *arg) {
         return -1;
     }
     op->status = code;
-    op->ttfb = now_mono() - op->t0;
+    op->ttfb = obleth_mono() - op->t0;
     const char *ctype = evhttp_find_header(evhttp_request_get_input_headers(up), "Content-Type");
     if (op->stream || (ctype && strstr(ctype, "text/event-stream"))) start_passing(op, up);
     else op->mode = 1;
@@ -512,7 +498,7 @@ static void up_done_cb(struct evhttp_request *up, void *arg) {
         op->complete = 1;
         if (op->mode == 0) { /* an answer without a body (204, 304, HEAD) */
             op->status = evhttp_request_get_response_code(up); /* checked by up_header_cb */
-            op->ttfb = now_mono() - op->t0;
+            op->ttfb = obleth_mono() - op->t0;
             op->mode = 1;
         }
         struct evhttp_request *client = op->res ? op->res->req : NULL;
@@ -536,7 +522,7 @@ static void up_done_cb(struct evhttp_request *up, void *arg) {
         }
     } else if (up && op->err < 0) {
         op->failed_connect = 1; /* evhttp gives up on a connection it could not make */
-        if (op->fresh && now_mono() - op->t0 >= op->connect_timeout * 0.99) op->connect_timed_out = 1;
+        if (op->fresh && obleth_mono() - op->t0 >= op->connect_timeout * 0.99) op->connect_timed_out = 1;
     }
     if (!op->complete && !op->got_bytes) op->ep->stale = 1; /* no connection, or nothing came back */
     op_finish_later(op);
@@ -548,7 +534,7 @@ static void connw_cb(evutil_socket_t fd, short what, void *arg) {
     if (!op->up || !op->conn) return;
     if (what & EV_WRITE) {
         /* connected (or failed, which evhttp reports): from now on the idle limit is the exchange's */
-        struct timeval tv = secs_tv(op->timeout);
+        struct timeval tv = obleth_tv(op->timeout);
         evhttp_connection_set_timeout_tv(op->conn, &tv);
         return;
     }
@@ -653,11 +639,7 @@ static void proxy_done(response *r, const proxy_result *res) {
     int nret = 4;
     if (res->status == 0) { /* nil, {code, message} (docs/errors.md) */
         lua_pushnil(co);
-        lua_createtable(co, 0, 2);
-        lua_pushstring(co, res->code);
-        lua_setfield(co, -2, "code");
-        lua_pushstring(co, res->message);
-        lua_setfield(co, -2, "message");
+        obleth_error_push(co, NULL, res->code, res->message, strlen(res->message), NULL);
         nret = 2;
     } else {
         lua_pushinteger(co, res->status);
@@ -794,7 +776,7 @@ static int op_send(struct proxy_op *op, const char *via) {
     op->conn = pool_take(op->ep, &op->fresh);
     if (!op->conn) return -1;
     op->incb = evbuffer_add_cb(bufferevent_get_input(evhttp_connection_get_bufferevent(op->conn)), up_input_cb, op);
-    struct timeval tv = secs_tv(op->fresh ? op->connect_timeout : op->timeout);
+    struct timeval tv = obleth_tv(op->fresh ? op->connect_timeout : op->timeout);
     evhttp_connection_set_timeout_tv(op->conn, &tv);
     struct evhttp_request *up = evhttp_request_new(up_done_cb, op);
     if (!up) return -1;
@@ -813,7 +795,7 @@ static int op_send(struct proxy_op *op, const char *via) {
         if (n > 0) evbuffer_add(evhttp_request_get_output_buffer(up), evbuffer_pullup(body, -1), n);
     }
     op->up = up;
-    op->t0 = now_mono();
+    op->t0 = obleth_mono();
     if (evhttp_make_request(op->conn, up, method, op->target) != 0) {
         /* evhttp freed the request */
         op->up = NULL;
@@ -826,7 +808,7 @@ static int op_send(struct proxy_op *op, const char *via) {
         evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(op->conn));
         if (fd >= 0) {
             op->connw = event_new(obleth_base(), fd, EV_WRITE, connw_cb, op);
-            struct timeval ct = secs_tv(op->connect_timeout);
+            struct timeval ct = obleth_tv(op->connect_timeout);
             if (op->connw) event_add(op->connw, &ct);
         }
     }
@@ -851,7 +833,7 @@ static double opt_number(lua_State *L, int t, const char *k, double dflt, double
    or memory ran out. */
 static struct proxy_op *proxy_start(response *r, const proxy_opts *o, const char **why) {
     *why = NULL;
-    double now = now_mono();
+    double now = obleth_mono();
     endpoint *e = pool_endpoint(o->host, o->port, now, why);
     if (!e) return NULL;
     /* one block: the op, its three events (event_assign'ed, sized by the library
@@ -893,7 +875,7 @@ static struct proxy_op *proxy_start(response *r, const proxy_opts *o, const char
         return NULL;
     }
     event_base_update_cache_time(obleth_base());
-    struct timeval tv = secs_tv(o->timeout);
+    struct timeval tv = obleth_tv(o->timeout);
     evtimer_add(op->timer, &tv);
     struct timeval one = {1, 0};
     evtimer_add(op->slow, &one);

@@ -50,6 +50,7 @@
 #define LDAP_DEPRECATED 0
 #include "ldap.h"
 #include "host.h"
+#include "util.h"
 
 #include <event2/event.h>
 #include <lauxlib.h>
@@ -95,25 +96,14 @@ typedef struct conn_ud {
 
 static void conn_cb(evutil_socket_t fd, short what, void *arg);
 
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ---- errors ------------------------------------------------------------- */
 
 static void push_err(lua_State *L, const char *code, const char *msg, int ldap_code) {
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, code);
-    lua_setfield(L, -2, "code");
-    lua_pushstring(L, msg && *msg ? msg : "the directory failed without a message");
-    lua_setfield(L, -2, "message");
+    obleth_error_push(L, ERROR_MT, code, msg, msg ? strlen(msg) : 0, "the directory failed without a message");
     if (ldap_code >= 0) {
         lua_pushinteger(L, ldap_code);
         lua_setfield(L, -2, "ldap_code");
     }
-    luaL_setmetatable(L, ERROR_MT);
 }
 
 static const char *code_of(int rc) {
@@ -141,13 +131,6 @@ static void push_ldap_err(lua_State *L, int rc, const char *server_msg) {
     lua_remove(L, -2);
 }
 
-static int error_tostring(lua_State *L) {
-    lua_getfield(L, 1, "code");
-    lua_getfield(L, 1, "message");
-    lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "error"), luaL_optstring(L, -1, "?"));
-    return 1;
-}
-
 /* ---- the connection's state ------------------------------------------------ */
 
 static conn_ud *check_conn(lua_State *L, int i) { return luaL_checkudata(L, i, CONN_MT); }
@@ -161,15 +144,8 @@ static conn_ud *check_open(lua_State *L, int i) {
 
 /* Watch fd for `what` until the deadline. */
 static int watch(conn_ud *c, int fd, short what) {
-    if (c->ev) event_del(c->ev);
-    else if (!(c->ev = event_new(obleth_base(), -1, 0, conn_cb, c))) return -1;
-    if (event_assign(c->ev, obleth_base(), fd, what, conn_cb, c) != 0) return -1;
-    double left = c->deadline - mono();
-    if (left < 0) left = 0;
-    struct timeval tv;
-    tv.tv_sec = (time_t)left;
-    tv.tv_usec = (suseconds_t)((left - (double)tv.tv_sec) * 1e6);
-    return event_add(c->ev, &tv);
+    struct timeval tv = obleth_tv(c->deadline - obleth_mono());
+    return obleth_fd_wait(&c->ev, fd, what, conn_cb, c, &tv);
 }
 
 static int ldap_fd(conn_ud *c) {
@@ -327,7 +303,7 @@ static void conn_cb(evutil_socket_t fd, short what, void *arg) {
     struct timeval zero = {0, 0};
     int t = ldap_result(c->ld, c->msgid, LDAP_MSG_ALL, &zero, &res);
     if (t == 0) {
-        if (mono() < c->deadline) {
+        if (obleth_mono() < c->deadline) {
             int sfd = ldap_fd(c);
             if (sfd >= 0 && watch(c, sfd, EV_READ) == 0) return;
         }
@@ -414,7 +390,7 @@ static int l_open(lua_State *L) {
     c->fd = fd;
     c->msgid = -1;
     c->timeout = timeout;
-    c->deadline = mono() + timeout;
+    c->deadline = obleth_mono() + timeout;
     c->op = OP_CONNECT;
     luaL_setmetatable(L, CONN_MT);
     c->url = strdup(url);
@@ -442,7 +418,7 @@ static int start(lua_State *L, conn_ud *c, int rc, int msgid, enum op op, const 
     int fd = ldap_fd(c);
     c->msgid = msgid;
     c->op = op;
-    c->deadline = mono() + c->timeout;
+    c->deadline = obleth_mono() + c->timeout;
     if (fd < 0 || watch(c, fd, EV_READ) != 0) {
         ldap_abandon_ext(c->ld, msgid, NULL, NULL);
         c->op = OP_IDLE;
@@ -531,13 +507,8 @@ static int conn_close(lua_State *L) {
     }
     release(c);
     c->op = OP_CLOSED;
-    if (c->ev) {
-        event_del(c->ev);
-        if (waiting) { /* resume the waiting task on the next loop turn, with nil, err (conn_cb) */
-            event_assign(c->ev, obleth_base(), -1, 0, conn_cb, c);
-            event_active(c->ev, EV_TIMEOUT, 1);
-        }
-    }
+    /* a waiting task is resumed on the next loop turn, with nil, err (conn_cb) */
+    obleth_fd_wait_stop(c->ev, waiting, conn_cb, c);
     return 0;
 }
 
@@ -585,7 +556,7 @@ int luaopen_obleth_ldap(lua_State *L) {
         {"bind", conn_bind}, {"search", conn_search}, {"close", conn_close}, {NULL, NULL}};
     obleth_newclass(L, CONN_MT,
                     &(obleth_class){.methods = conn_m, .gc = conn_gc, .close = conn_close, .tostring = conn_tostring});
-    obleth_newclass(L, ERROR_MT, &(obleth_class){.tostring = error_tostring});
+    obleth_error_class(L, ERROR_MT);
     static const luaL_Reg fns[] = {
         {"open", l_open}, {"escape_filter", l_escape_filter}, {"escape_dn", l_escape_dn}, {NULL, NULL}};
     luaL_newlib(L, fns);

@@ -31,6 +31,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "host.h"
+#include "util.h"
 
 #include <event2/event.h>
 #include <lualib.h>
@@ -234,15 +235,6 @@ void obleth_wait_drop(lua_State *L, obleth_waiter *w) {
 
 /* ---- time helpers ---------------------------------------------------------- */
 
-static struct timeval to_tv(double s) {
-    struct timeval tv;
-    if (s < 0 || isnan(s)) s = 0;
-    if (s > 1e9) s = 1e9;
-    tv.tv_sec = (time_t)s;
-    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
-    return tv;
-}
-
 static double check_seconds(lua_State *L, int i) {
     double s = luaL_checknumber(L, i);
     luaL_argcheck(L, s >= 0 && !isnan(s), i, "seconds must be a number >= 0");
@@ -284,7 +276,7 @@ static int l_sleep(lua_State *L) {
     s->ev = evtimer_new(g_base, sleeper_cb, s);
     if (!s->ev) return luaL_error(L, "out of memory");
     s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    struct timeval tv = to_tv(secs);
+    struct timeval tv = obleth_tv(secs);
     /* timers count from libevent's cached loop time, which is stale when
        a task ran for long without yielding: refresh it first */
     event_base_update_cache_time(g_base);
@@ -343,7 +335,7 @@ static int notifier_wait(lua_State *L) {
     if (!n->ev) return luaL_error(L, "notifier: closed");
     n->waiting = 1;
     if (timed) {
-        struct timeval tv = to_tv(secs);
+        struct timeval tv = obleth_tv(secs);
         event_base_update_cache_time(g_base);
         event_add(n->ev, &tv);
     }
@@ -416,7 +408,7 @@ static int new_timer(lua_State *L, int repeat) {
     t->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pushvalue(L, -1);
     t->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    struct timeval tv = to_tv(secs);
+    struct timeval tv = obleth_tv(secs);
     event_base_update_cache_time(g_base);
     event_add(t->ev, &tv);
     return 1;
@@ -564,9 +556,7 @@ static int l_now(lua_State *L) {
 }
 
 static int l_monotonic(lua_State *L) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
+    lua_pushnumber(L, obleth_mono());
     return 1;
 }
 

@@ -63,6 +63,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "pg.h"
 #include "host.h"
+#include "util.h"
 
 #include <event2/event.h>
 #include <lauxlib.h>
@@ -132,12 +133,7 @@ static const char *constraint_of(const char *state) {
 static void push_err(lua_State *L, const char *code, const char *msg, const char *state) {
     size_t n = msg ? strlen(msg) : 0;
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) n--;
-    lua_createtable(L, 0, 4);
-    lua_pushstring(L, code);
-    lua_setfield(L, -2, "code");
-    if (n > 0) lua_pushlstring(L, msg, n);
-    else lua_pushliteral(L, "PostgreSQL failed without a message");
-    lua_setfield(L, -2, "message");
+    obleth_error_push(L, ERROR_MT, code, msg, n, "PostgreSQL failed without a message");
     if (state) {
         lua_pushstring(L, state);
         lua_setfield(L, -2, "sqlstate");
@@ -146,7 +142,6 @@ static void push_err(lua_State *L, const char *code, const char *msg, const char
             lua_setfield(L, -2, "constraint");
         }
     }
-    luaL_setmetatable(L, ERROR_MT);
 }
 
 static void push_result_err(lua_State *L, const PGresult *r) {
@@ -164,13 +159,6 @@ static void push_result_err(lua_State *L, const PGresult *r) {
     } else {
         push_err(L, code_of(state), primary, state);
     }
-}
-
-static int error_tostring(lua_State *L) {
-    lua_getfield(L, 1, "code");
-    lua_getfield(L, 1, "message");
-    lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "error"), luaL_optstring(L, -1, "?"));
-    return 1;
 }
 
 /* ---- the connection's state ------------------------------------------------ */
@@ -200,17 +188,13 @@ static void clear_state(conn_ud *c) {
 static int watch(conn_ud *c, short what, int timed) {
     int fd = PQsocket(c->pg);
     if (fd < 0) return -1;
-    if (c->ev) event_del(c->ev);
-    else if (!(c->ev = event_new(obleth_base(), -1, 0, conn_cb, c))) return -1;
-    if (event_assign(c->ev, obleth_base(), fd, what, conn_cb, c) != 0) return -1;
     struct timeval tv, *tvp = NULL;
     if (timed && c->timeout > 0) {
-        tv.tv_sec = (time_t)c->timeout;
-        tv.tv_usec = (suseconds_t)((c->timeout - (double)tv.tv_sec) * 1e6);
+        tv = obleth_tv(c->timeout);
         tvp = &tv;
         event_base_update_cache_time(obleth_base());
     }
-    return event_add(c->ev, tvp);
+    return obleth_fd_wait(&c->ev, fd, what, conn_cb, c, tvp);
 }
 
 /* ---- results to Lua ---------------------------------------------------------- */
@@ -645,13 +629,8 @@ static int conn_close(lua_State *L) {
     if (c->pg) PQfinish(c->pg);
     c->pg = NULL;
     c->op = OP_CLOSED;
-    if (c->ev) {
-        event_del(c->ev);
-        if (waiting) { /* resume the waiting task on the next loop turn, with nil, err (conn_cb) */
-            event_assign(c->ev, obleth_base(), -1, 0, conn_cb, c);
-            event_active(c->ev, EV_TIMEOUT, 1);
-        }
-    }
+    /* a waiting task is resumed on the next loop turn, with nil, err (conn_cb) */
+    obleth_fd_wait_stop(c->ev, waiting, conn_cb, c);
     return 0;
 }
 
@@ -682,7 +661,7 @@ int luaopen_obleth_pg(lua_State *L) {
         {"close", conn_close},       {NULL, NULL}};
     obleth_newclass(L, CONN_MT,
                     &(obleth_class){.methods = conn_m, .gc = conn_gc, .close = conn_close, .tostring = conn_tostring});
-    obleth_newclass(L, ERROR_MT, &(obleth_class){.tostring = error_tostring});
+    obleth_error_class(L, ERROR_MT);
     static const luaL_Reg fns[] = {{"connect", l_connect}, {NULL, NULL}};
     luaL_newlib(L, fns);
     lua_pushinteger(L, PQlibVersion());

@@ -1,7 +1,9 @@
 -- What a route declares (its query parameters, its body) is checked by the dispatcher before the
--- handler runs, on a real obleth serve over HTTP; and the OpenAPI document it serves accepts the managed
--- specs and Slurm settings the API accepts and refuses those it refuses (spec/support/json_schema.lua reads
--- the document).
+-- handler runs, on a real obleth serve over HTTP; and the OpenAPI document it serves accepts the bodies
+-- the API accepts and refuses those it refuses (spec/support/json_schema.lua reads the document): managed
+-- specs, Slurm settings, the provisioner protocol's report, lease and submits, the launch flow's preview,
+-- launch and YAML check, and saved recipes. Rules between fields (exactly one of recipe_id or hf; a report
+-- part with more: true carries replicas only) are not OpenAPI's to say, and are left out.
 local server = require "spec.support.server"
 local api = require "obleth.api"
 local json_schema = require "spec.support.json_schema"
@@ -157,5 +159,171 @@ describe("obleth serve: a route's declared query and body", function()
         end
       end)
     end
+  end)
+
+  describe("the OpenAPI document and the API agree on the provisioner's and the launch flow's bodies", function()
+    local doc, gen, token
+    setup(function()
+      local st
+      st, doc = srv:request("GET", "/api/v1/openapi.json")
+      assert.equal(200, st)
+      local lease
+      st, lease = srv:request("POST", "/api/v1/provisioner/lease", { holder = "spec", host = "h", pid = 1, ttl = 3600 })
+      assert.equal(200, st, lease and lease.error and lease.error.message)
+      gen, token = lease.lease.generation, lease.token
+    end)
+    local N = cjson.null
+    local NONCE = "0123456789abcdef"
+
+    -- {route, schema, body (a function of the lease generation and the model id), field a refusal names}
+    local function lease_body(over)
+      return function()
+        local b = { holder = "spec", host = "h", pid = 1, ttl = 3600, generation = gen }
+        for k, v in pairs(over or {}) do b[k] = v end
+        return b
+      end
+    end
+    local function report_body(over)
+      return function()
+        local b = { lease_generation = gen, pass = { started_at = 1.5, duration = 0.4, error = N } }
+        for k, v in pairs(type(over) == "function" and over() or over or {}) do b[k] = v end
+        return b
+      end
+    end
+    local function submits_body(replica)
+      return function()
+        local r = { nonce = NONCE, model_id = mid, slot = 1, state = "pending" }
+        for k, v in pairs(replica or {}) do r[k] = v end
+        return { lease_generation = gen, replicas = { r } }
+      end
+    end
+    local LEASE = { "POST", "/api/v1/provisioner/lease", "ProvisionerLease" }
+    local REPORT = { "POST", "/api/v1/provisioner/report", "ProvisionerReport" }
+    local SUBMITS = { "POST", "/api/v1/provisioner/submits", "ProvisionerSubmits" }
+    local PREVIEW = { "POST", "/api/v1/deployments/preview", "LaunchPreview" }
+    local LAUNCH = { "POST", "/api/v1/deployments/launch", "LaunchRequest" }
+    local YAML = { "POST", "/api/v1/deployments/check-yaml", "LaunchYaml" }
+    local RECIPE = { "POST", "/api/v1/recipes", "Recipe" }
+    local RECIPE_PUT = { "PUT", "/api/v1/recipes/saved-agree-put", "RecipeById" }
+    local function recipe(over)
+      local r = { id = "saved-agree", name = "Agree", engine = "custom", programs = { "engine" },
+        launch = { "engine", "--port", "$OBLETH_PORT" }, resources = { time_limit = 600 } }
+      for k, v in pairs(over or {}) do r[k] = v end
+      return r
+    end
+    local examples = {
+      -- the lease: provisioner_lease_spec's acquisitions and renewals
+      { LEASE, lease_body() },
+      { LEASE, lease_body({ generation = N, ttl = 2.5 }) },
+      { LEASE, lease_body({ pid = 0 }), "pid" },
+      { LEASE, lease_body({ ttl = 1 }), "ttl" },
+      { LEASE, lease_body({ holder = N }), "holder" },
+      { LEASE, lease_body({ holder = 3 }), "holder" },
+      { LEASE, lease_body({ generation = 0 }), "generation" },
+      { LEASE, lease_body({ colour = "red" }), "colour" },
+      -- a pass's report: provisioner_spec's and provisioner_report_parts_spec's
+      { REPORT, report_body() },
+      { REPORT, report_body(function() return {
+        replicas = { { nonce = NONCE, model_id = mid, slot = 1, state = "healthy", node = N, job_id = 7,
+          successor_of = "fedcba9876543210", ["end"] = { state = "TIMEOUT", exit_code = 0, signal = 15 },
+          slurm = { state = "RUNNING", start_time = 1e9, time_limit = 60, estimated = false } } },
+        outcomes = { { model_id = mid, state = "NODE_FAIL", replica_id = 3, launch_id = N, signal = "SIGKILL" } },
+        endpoints = { [tostring(mid)] = { "http://10.0.0.1:20001" } },
+        provision_errors = { [tostring(mid)] = { message = "bad account", field = "account", code = 2045,
+          generation = 2 } },
+        acknowledged = { restart = {}, clear_lost = { 4 } } } end) },
+      { REPORT, report_body({ pass = { started_at = 2, duration = 1, error = "slurmrestd: 503",
+        policy_error = { file = "/etc/obleth/policy.d/lost.lua", line = 3, message = "boom", since = 1 },
+        token = { source = "key_file", expires_at = 2e9, renewed_at = 1e9 } } }) },
+      { REPORT, report_body({ more = true, replicas = {} }) },
+      { REPORT, report_body(function() return { provision_errors = { [tostring(mid)] = N }, more = false } end) },
+      { REPORT, report_body({ pass = N }), "pass" },
+      { REPORT, report_body({ replicas = { { nonce = "ab", state = "dancing" } } }), "replicas[0].state" },
+      { REPORT, report_body({ replicas = { { state = "ended" } } }), "replicas[0].nonce" },
+      { REPORT, report_body({ replicas = { { nonce = "zz" } } }), "replicas[0].nonce" },
+      { REPORT, report_body({ replicas = { { nonce = NONCE, slot = 65 } } }), "replicas[0].slot" },
+      { REPORT, report_body({ replicas = { { nonce = NONCE, ["end"] = { signal = true } } } }), "replicas[0].end.signal" },
+      { REPORT, report_body({ endpoints = { x = {} } }), "endpoints.x" },
+      { REPORT, report_body({ endpoints = { ["1"] = { "ftp://x" } } }), "endpoints.1[0]" },
+      { REPORT, report_body({ provision_errors = { ["1"] = { field = "x" } } }), "provision_errors.1.message" },
+      { REPORT, report_body({ acknowledged = { restart = { 0 } } }), "acknowledged.restart[0]" },
+      { REPORT, report_body({ pass = { token = { expires_at = 1 } } }), "pass.token.source" },
+      { REPORT, report_body({ pass = { token = { source = "env" } } }), "pass.token.source" },
+      { REPORT, report_body({ lease_generation = 0 }), "lease_generation" },
+      { REPORT, report_body({ colour = 1 }), "colour" },
+      -- the replicas a pass is about to submit
+      { SUBMITS, submits_body() },
+      { SUBMITS, submits_body({ state = "healthy" }), "replicas[0].state" },
+      { SUBMITS, submits_body({ slot = N }), "replicas[0].slot" },
+      { SUBMITS, submits_body({ nonce = "x" }), "replicas[0].nonce" },
+      { SUBMITS, function() return { replicas = {} } end, "lease_generation" },
+      { SUBMITS, function() return { lease_generation = gen, replicas = "all" } end, "replicas" },
+      -- the launch flow: launch_spec's, launch_hf_spec's and launch_checks_spec's bodies
+      { PREVIEW, function() return { recipe_id = "smoke-test" } end },
+      { PREVIEW, function() return { recipe_id = "smoke-test", api_model_name = "m", values = { replicas = 2 } } end },
+      { PREVIEW, function() return { recipe_id = "smoke-test", api_model_name = N, values = N, hf = N } end },
+      { PREVIEW, function() return { recipe_id = "smoke-test", colour = 1 } end, "colour" },
+      { PREVIEW, function() return { recipe_id = "smoke-test", values = { 1, 2 } } end, "values" },
+      { PREVIEW, function() return { recipe_id = "smoke-test", api_model_name = 3 } end, "api_model_name" },
+      { PREVIEW, function() return { recipe_id = "a b" } end, "recipe_id" },
+      { PREVIEW, function() return { recipe_id = "smoke-test", save_recipe = { id = "x" } } end, "save_recipe" },
+      { PREVIEW, function() return { hf = { engine = "vllm" } } end, "hf.repo_id" },
+      { PREVIEW, function() return { hf = { repo_id = "a/b", engine = "vllm", speed = 1 } } end, "hf.speed" },
+      { PREVIEW, function() return { hf = { repo_id = "a/b", engine = "vllm", revision = 3 } } end, "hf.revision" },
+      { PREVIEW, function() return { hf = { repo_id = "a/b", engine = "vllm", choice = true } } end, "hf.choice" },
+      { LAUNCH, function() return { recipe_id = "smoke-test", model_id = 999999 } end },
+      { LAUNCH, function() return { recipe_id = "smoke-test", model_id = 1.5 } end, "model_id" },
+      { LAUNCH, function() return { recipe_id = "smoke-test", save_recipe = { id = "Bad Id" } } end, "save_recipe.id" },
+      { LAUNCH, function() return { recipe_id = "smoke-test", save_recipe = { name = "n" } } end, "save_recipe.id" },
+      { LAUNCH, function() return { recipe_id = "smoke-test", save_recipe = { id = "ok", name = string.rep("n", 257) } } end,
+        "save_recipe.name" },
+      { YAML, function() return { yaml = "replicas: 2\n" } end },
+      { YAML, function() return { yaml = "a: [", recipe_id = "smoke-test" } end },
+      { YAML, function() return { yaml = 3 } end, "yaml" },
+      { YAML, function() return {} end, "yaml" },
+      { YAML, function() return { yaml = "x: 1", colour = 1 } end, "colour" },
+      -- saved recipes: api_recipes_spec's
+      { RECIPE, function() return recipe() end },
+      { RECIPE, function() return recipe({ id = "saved-agree-2", source = "saved", name = N }) end },
+      { RECIPE, function() return recipe({ id = "a b" }) end, "id" },
+      { RECIPE, function() return recipe({ id = "saved-agree-3", name = 3 }) end, "name" },
+      { RECIPE, function() return recipe({ id = "saved-agree-4", source = "library" }) end, "source" },
+      { RECIPE, function() return recipe({ id = "saved-agree-5", engine = "rocket" }) end, "engine" },
+      { RECIPE, function() return recipe({ id = "saved-agree-6", colour = 1 }) end, "colour" },
+      { RECIPE, function() return recipe({ id = N }) end, "id" },
+      { RECIPE_PUT, function() local r = recipe(); r.id = nil; return r end },
+      { RECIPE_PUT, function() return recipe({ id = "saved-agree-put", engine = N }) end, "engine" },
+    }
+    for i, ex in ipairs(examples) do
+      local route, make, field = ex[1], ex[2], ex[3]
+      it(("%s example %d: %s"):format(route[3], i, field and ("both refuse a bad " .. field) or "both take it"), function()
+        local body = make()
+        local st, ans = srv:request(route[1], route[2], body, { ["Obleth-Lease-Token"] = token })
+        local ok, why = json_schema.check({ ["$ref"] = "#/components/schemas/" .. route[3] },
+          cjson.decode(cjson.encode(body)), doc)
+        if field then
+          assert.equal(400, st, route[2] .. ": " .. tostring(ans and ans.error and ans.error.message))
+          assert.equal(field, ans.error.field, ans.error.message)
+          assert.is_false(ok, route[3] .. " took it")
+        else
+          assert(st ~= 400, route[2] .. ": " .. tostring(ans and ans.error and ans.error.message))
+          assert(ok, why)
+        end
+      end)
+    end
+
+    it("derives every request body of the document from its schema: no placeholder is left", function()
+      for _, r in ipairs(api.load_routes()) do
+        if r.body_schema then
+          local s = doc.components.schemas[r.body]
+          assert.equal("object", s.type, r.body)
+          assert.is_table(s.properties, r.body)
+        end
+      end
+      for _, name in ipairs({ "ProvisionerReport", "ProvisionerLease", "ProvisionerSubmits", "LaunchRequest",
+        "LaunchPreview", "LaunchYaml", "Recipe", "RecipeById" }) do
+        assert.is_table(doc.components.schemas[name].properties, name)
+      end
+    end)
   end)
 end)

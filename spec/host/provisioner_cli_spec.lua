@@ -1,6 +1,6 @@
 -- obleth-provisioner's settings from the environment: the admin token from a file (a Compose or
 -- Kubernetes secret), a lease that outlasts two passes, and the test-only crash points of make chaos
--- (OBLETH_CHAOS, obleth.provisioner.chaos).
+-- (OBLETH_CHAOS) and the faults of the integration specs (OBLETH_FAULT), both obleth.provisioner.chaos.
 local util = require "spec.support.util"
 
 local function run(env, args)
@@ -61,5 +61,18 @@ describe("obleth-provisioner's environment", function()
       assert.matches("OBLETH_CHAOS=" .. v, out, 1, true)
       assert.matches("before_submit, after_submit", out, 1, true)
     end
+  end)
+
+  it("refuses an OBLETH_FAULT that names no fault, and lists them; a known one is taken", function()
+    local env = { OBLETH_ADMIN_BASE_URL = dead, OBLETH_ADMIN_TOKEN = "0123456789abcdef0123", OBLETH_FAULT = "exit_now" }
+    local code, out = run(env)
+    assert.equal(2, code, out)
+    assert.matches("OBLETH_FAULT=exit_now: expected one of exit_after_submit, pause_after_submit, stop_before_submit",
+      out, 1, true)
+    -- a known one is taken: the pass runs (and fails as usual, nothing answers the Management API)
+    env.OBLETH_FAULT = "exit_after_submit"
+    code, out = run(env)
+    assert.equal(1, code, out)
+    assert.matches("pass failed: Management API", out, 1, true)
   end)
 end)

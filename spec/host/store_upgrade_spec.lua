@@ -6,15 +6,10 @@
 local store_mod = require "obleth.store"
 local sqlite = require "obleth.sqlite"
 local schema = require "spec.support.schema"
+local util = require "spec.support.util"
 
-local FIXTURES = debug.getinfo(1, "S").source:match("^@(.-)spec/host/[^/]*$") .. "spec/fixtures/store/"
-
-local function slurp(path)
-  local f = assert(io.open(path))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local FIXTURES = util.root() .. "/spec/fixtures/store/"
+local slurp = util.slurp
 
 local function sqlite_schema(path)
   local db = assert(sqlite.open(path))

@@ -1,7 +1,8 @@
 --- A small JSON Schema checker for the specs (the OpenAPI 3.0 subset obleth's document uses): type
 -- (integer = a whole number), nullable, enum, minimum, maximum, maxLength, pattern, items, maxItems,
 -- minItems, properties, additionalProperties, required, oneOf, allOf, $ref to #/components/schemas/.
--- readOnly and the x- extensions are not checked (a request may send read-only fields back).
+-- readOnly and the x- extensions are not checked (a request may send read-only fields back), but for
+-- x-key-pattern (obleth's: the pattern every key of a map must match; OpenAPI 3.0 has no propertyNames).
 -- Patterns are ECMA regular expressions of the plain kind (anchors, classes, escapes, * + ? *?, a
 -- top-level |); anything else raises, so a spec never passes on a pattern it did not read.
 local cjson = require "cjson"
@@ -151,6 +152,11 @@ function M.check(s, v, doc, path)
     for k in pairs(v) do keys[#keys + 1] = k end
     table.sort(keys)
     for _, k in ipairs(keys) do
+      if s["x-key-pattern"] then
+        local any = false
+        for _, p in ipairs(M.lua_patterns(s["x-key-pattern"])) do if k:find(p) then any = true break end end
+        if not any then return false, path .. "." .. k .. ": the key does not match " .. s["x-key-pattern"] end
+      end
       local sub = s.properties and s.properties[k]
       if sub then
         local ok, why = M.check(sub, v[k], doc, path .. "." .. k)

@@ -122,3 +122,21 @@ describe("provisioner plan, jobs step: follow", function()
     assert.is_nil(r._touched)
   end)
 end)
+
+describe("provisioner plan, jobs step: step", function()
+  it("runs index, adopt and follow over every model: cancels, adopted rows, outcomes, ended_now", function()
+    local known = { nonce = "00000000000000e1", model_id = 1, slot = 1, state = "starting", job_id = 61, port = 20001 }
+    local models = { { id = 1, rows = { known }, ended_now = {} } }
+    local listing = { job(61, 1, known.nonce, "FAILED", { end_time = NOW - 1, exit_code = { code = 1 } }),
+      job(62, 2, "00000000000000e2", "RUNNING"),
+      { id = 63, name = tag.name(INSTANCE, 9, 1, "00000000000000e3"),
+        comment = tag.comment(INSTANCE, 9, 1, "00000000000000e3", 1, 20009), state = { base = "RUNNING" } } }
+    local cancels, adopted, outcomes = jobs.step(models, { now = NOW, jobs = listing, instance = INSTANCE })
+    assert.same({ { job_id = 63, why = "no such model" } }, cancels)
+    assert.same({ 62 }, { adopted[1].job_id })
+    assert.equal(1, #adopted)
+    assert.same({ "FAILED", 61 }, { outcomes[1].state, outcomes[1].job_id })
+    assert.same({ known }, models[1].ended_now)
+    assert.equal("starting", adopted[1].state, "an adopted job is followed in the same pass")
+  end)
+end)

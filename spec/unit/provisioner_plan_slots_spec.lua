@@ -190,3 +190,32 @@ describe("provisioner plan, slots step: settle", function()
     assert.same({}, rec.cancels)
   end)
 end)
+
+describe("provisioner plan, slots step: sweep", function()
+  local function ending(over)
+    local r = row(1, "ending", { job_live = true, cancel_why = "scaled down" })
+    for k, v in pairs(over or {}) do r[k] = v end
+    return r
+  end
+
+  it("cancels a replica on its way out whose job still runs, once its drain is over", function()
+    local r = ending({ cancel_at = NOW - 1 })
+    assert.same({ { row = r, job_id = r.job_id, why = "scaled down" } }, slots.sweep({ r }, NOW))
+    assert.is_true(r.cancel_queued)
+    assert.same({}, slots.sweep({ r }, NOW), "a cancel queued this pass is not repeated")
+  end)
+
+  it("waits while the drain lasts; leaves a job that no longer runs and rows that are not ending", function()
+    assert.same({}, slots.sweep({ ending({ cancel_at = NOW + 20 }), ending({ job_live = false }),
+      row(2, "healthy", { job_live = true }) }, NOW))
+  end)
+
+  it("a drain this process never knew (a restart) or a cancel that did not take is sent again", function()
+    local r = ending()
+    r.cancel_why = nil
+    assert.equal("ending, its job still runs", slots.sweep({ r }, NOW)[1].why)
+    r = ending({ cancel_at = NOW - 5, cancel_sent = true })
+    r.cancel_why = nil
+    assert.equal("drained", slots.sweep({ r }, NOW)[1].why)
+  end)
+end)

@@ -221,6 +221,51 @@ describe("obleth.schema", function()
     end)
   end)
 
+  describe("the kinds a protocol body needs", function()
+    local N = cjson.null
+    it("one_of checks a value against the alternative of its JSON type, and names the last one's want", function()
+      local s = { type = "one_of", of = { { type = "string", pattern = "^%x+$", rule = "hex" },
+        { type = "integer", min = 1, max = 9 } } }
+      assert.equal("ab", wire.validate(s, "ab", "f"))
+      assert.equal(3, wire.validate(s, 3.0, "f"))
+      assert.equal("f: \"zz\" is not valid: hex", select(2, wire.validate(s, "zz", "f")).message)
+      assert.equal("f: must be a whole number, got a boolean", select(2, wire.validate(s, true, "f")).message)
+      local o = wire.openapi(s)
+      assert.equal("string", o.oneOf[1].type)
+      assert.equal("integer", o.oneOf[2].type)
+    end)
+
+    it("keep_null keeps a field sent as null (set to null), but never a required one", function()
+      local s = { type = "object", keep_null = true, required = { "nonce" },
+        fields = { { "nonce", { type = "string" } }, { "node", { type = "string" } } } }
+      assert.same({ nonce = "a", node = N }, wire.validate(s, { nonce = "a", node = N }))
+      local _, err = wire.validate(s, { nonce = N })
+      assert.same({ code = "invalid", field = "nonce", message = "nonce: is required" }, err)
+      local o = wire.openapi(s)
+      assert.is_true(o.properties.node.nullable)
+      assert.is_nil(o.properties.nonce.nullable)
+      assert.same({ "nonce" }, o.required)
+    end)
+
+    it("a map of ids gives integer keys and names a key that is not one", function()
+      local s = { type = "map", integer_keys = true, key_pattern = "^%d+$", key_rule = "model id", keep_null = true,
+        values = { type = "array", items = { type = "string" } } }
+      local out = assert(wire.validate(s, { ["3"] = { "a" }, ["4"] = N }, "endpoints"))
+      assert.same({ "a" }, out[3])
+      assert.equal(N, out[4])
+      assert.equal("endpoints.x: is not a valid model id", select(2, wire.validate(s, { x = {} }, "endpoints")).message)
+      assert.equal("^[0-9]+$", wire.openapi(s)["x-key-pattern"])
+    end)
+
+    it("a missing required field says its shape, with the field's own error code", function()
+      local s = { type = "object", required = { "repo_id" },
+        fields = { { "repo_id", { type = "string", code = "invalid_repo_id", shape = "namespace/name" } } } }
+      assert.same({ code = "invalid_repo_id", field = "hf.repo_id", message = "hf.repo_id: is required (namespace/name)" },
+        select(2, wire.validate(s, {}, "hf")))
+      assert.equal("invalid_repo_id", select(2, wire.validate(s, { repo_id = 3.0 }, "hf")).code)
+    end)
+  end)
+
   it("turns the Lua patterns it declares into regular expressions", function()
     assert.equal("^[A-Za-z0-9_.\\-]+$", wire.regex("^[A-Za-z0-9_.%-]+$"))
     assert.equal("^[A-Za-z0-9]x*?$", wire.regex("^%wx-$"))

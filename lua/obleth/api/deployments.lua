@@ -12,6 +12,7 @@ local labels = require "obleth.deployment.labels"
 local recipe_schema = require "obleth.recipe.schema"
 local wire = require "obleth.schema"
 local managed_schema = require "obleth.schema.managed"
+local launch_schema = require "obleth.schema.launch"
 
 local M = {}
 
@@ -21,8 +22,6 @@ local NULL = cjson.null
 M.FACTS_TTL = 3
 --- How many of a recipe's launches the learned defaults and suggestions look at.
 M.HISTORY = 50
-
-local BODY_KEYS = { recipe_id = true, hf = true, api_model_name = true, values = true }
 
 local HF_STATUS = {
   invalid_repo_id = 400, invalid_revision = 400, invalid_gpu_type = 400,
@@ -108,26 +107,9 @@ local function _recipe(app, id)
   return r, function() return doc end, "saved"
 end
 
--- The Hugging Face choice → library recipe id, prefill, what was picked, warnings.
+-- The Hugging Face choice → library recipe id, prefill, what was picked, warnings. `h` is the body's hf,
+-- checked (obleth.schema.launch.hf).
 local function _hf(app, h, gpu_type)
-  if type(h) ~= "table" then
-    return nil, _fail(400, "invalid", "hf: must be an object {repo_id, revision?, engine, choice?}", "hf")
-  end
-  for k in pairs(h) do
-    if k ~= "repo_id" and k ~= "revision" and k ~= "engine" and k ~= "choice" then
-      return nil, _fail(400, "invalid", ("hf: unknown field %s (repo_id, revision, engine, choice)"):format(tostring(k)),
-        "hf." .. tostring(k))
-    end
-  end
-  if type(h.repo_id) ~= "string" then
-    return nil, _fail(400, "invalid_repo_id", "hf.repo_id is required (namespace/name)", "hf.repo_id")
-  end
-  if not _null(h.revision) and type(h.revision) ~= "string" then
-    return nil, _fail(400, "invalid_revision", "hf.revision must be a string", "hf.revision")
-  end
-  if type(h.engine) ~= "string" then
-    return nil, _fail(400, "invalid", "hf.engine is required (vllm, sglang, llama.cpp, ollama)", "hf.engine")
-  end
   local token = app:slurm_settings().defaults.hf_token
   local res, err = require("obleth.hf").inspect(h.repo_id, { revision = not _null(h.revision) and h.revision or nil,
     token = token, gpu_type = gpu_type })
@@ -299,26 +281,15 @@ function M.unprocessable(errs, extra)
   return 422, body
 end
 
---- Read the body's recipe / hf / values; returns the pieces or a failure.
-local function _read_body(ctx, extra_keys)
-  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
-  for k in pairs(b) do
-    if not BODY_KEYS[k] and not (extra_keys and extra_keys[k]) then
-      return nil, _fail(400, "invalid", ("unknown field %s (recipe_id, hf, api_model_name, values%s)"):format(k,
-        extra_keys and ", save_recipe, model_id" or ""), k)
-    end
-  end
+--- The body's recipe / hf / values (its shape checked: obleth.schema.launch); returns the pieces or a
+--- failure of the rule between its fields.
+local function _read_body(ctx)
+  local b = ctx.json
   if _null(b.recipe_id) == _null(b.hf) then
     return nil, _fail(400, "invalid", "give exactly one of recipe_id or hf (a Hugging Face choice)", "recipe_id")
   end
   local values = b.values
   if _null(values) then values = {} end
-  if type(values) ~= "table" or (next(values) ~= nil and #values > 0) then
-    return nil, _fail(400, "invalid", "values: must be an object {setting: value}", "values")
-  end
-  if not _null(b.api_model_name) and type(b.api_model_name) ~= "string" then
-    return nil, _fail(400, "invalid", "api_model_name: must be a string", "api_model_name")
-  end
   return b, json.plain(values)
 end
 
@@ -451,22 +422,9 @@ end
 -- launch
 ---------------------------------------------------------------------------
 
--- The save_recipe object: {id, name?} or nil; or a failure.
+-- The save_recipe object (checked: obleth.schema.launch): {id, name?} or nil; or a failure.
 local function _save_target(app, s)
   if _null(s) then return nil end
-  if type(s) ~= "table" then return nil, _fail(400, "invalid", "save_recipe: must be an object {id, name}", "save_recipe") end
-  for k in pairs(s) do
-    if k ~= "id" and k ~= "name" then
-      return nil, _fail(400, "invalid", ("save_recipe: unknown field %s (id, name)"):format(tostring(k)),
-        "save_recipe." .. tostring(k))
-    end
-  end
-  if type(s.id) ~= "string" or not s.id:match(recipe_schema.ID_PATTERN) or #s.id > recipe_schema.ID_MAX then
-    return nil, _fail(400, "invalid", "save_recipe.id: a recipe id: [a-z0-9][a-z0-9._-]*, at most 64", "save_recipe.id")
-  end
-  if not _null(s.name) and (type(s.name) ~= "string" or #s.name > 256) then
-    return nil, _fail(400, "invalid", "save_recipe.name: at most 256 characters", "save_recipe.name")
-  end
   if _library(app)[s.id] then
     return nil, _fail(409, "read_only", ("%q is a library recipe; save under another id"):format(s.id), "save_recipe.id")
   end
@@ -482,9 +440,6 @@ local ABORT = { __name = "obleth.api.deployments.abort" }
 -- reuses it (its name is the API model name) instead of creating one. Returns the model or a failure.
 local function _relaunch_target(app, b)
   if _null(b.model_id) then return nil end
-  if math.type(b.model_id) ~= "integer" then
-    return nil, _fail(400, "invalid", "model_id: must be the id of a model (an integer)", "model_id")
-  end
   local m = app.store:get_model(b.model_id)
   if not m then return nil, _fail(404, "not_found", ("model %d does not exist"):format(b.model_id), "model_id") end
   if app.store:get_spec(m.id) then
@@ -516,7 +471,7 @@ end
 local function do_launch(ctx)
   local app = ctx.app
   _as_last_launch(app, ctx.json)
-  local b, values = _read_body(ctx, { save_recipe = true, model_id = true })
+  local b, values = _read_body(ctx)
   if not b then return values.status, values.body, values.headers end
   local again, af = _relaunch_target(app, b)
   if af then return af.status, af.body end
@@ -608,13 +563,7 @@ end
 
 local function check_yaml(ctx)
   local app = ctx.app
-  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
-  for k in pairs(b) do
-    if k ~= "yaml" and k ~= "recipe_id" and k ~= "hf" then
-      return errors.fail(400, "invalid", ("unknown field %s (yaml, recipe_id, hf)"):format(k), k)
-    end
-  end
-  if type(b.yaml) ~= "string" then return errors.fail(400, "invalid", "yaml: the settings as YAML text", "yaml") end
+  local b = ctx.json -- checked: the route declares its body (obleth.api.request)
   local yaml = require "obleth.yaml"
   local doc, pos = yaml.decode(b.yaml, { positions = true })
   if doc == nil then
@@ -716,14 +665,16 @@ M.routes = {
     summary = "Launch history, newest first; ?model_id=, ?recipe_id=, ?limit= (50, at most 500)",
     query = { "model_id", "recipe_id", "limit" } },
   { "POST", "/api/v1/deployments/preview", preview, action = "deployments.launch",
-    tag = "deployments", body = "LaunchRequest", changes = {}, audit = false, -- reads: not a write
+    tag = "deployments", body = "LaunchPreview", body_schema = launch_schema.preview, changes = {},
+    audit = false, -- reads: not a write
     summary = "Every setting of a launch with its value and provenance, per-field errors, partition fit, "
       .. "offered accounts, suggestions, the job script and the exact slurmrestd request" },
   { "POST", "/api/v1/deployments/check-yaml", check_yaml, action = "deployments.launch",
-    tag = "deployments", body = "LaunchYaml", changes = {}, audit = false, -- reads: not a write
+    tag = "deployments", body = "LaunchYaml", body_schema = launch_schema.yaml, changes = {},
+    audit = false, -- reads: not a write
     summary = "Check the launch settings as YAML (Edit as YAML): per-line diagnostics or the parsed settings" },
   { "POST", "/api/v1/deployments/launch", do_launch, action = "deployments.launch", tag = "deployments", body = "LaunchRequest",
-    changes = { "models", "managed", "launches", "recipes" },
+    body_schema = launch_schema.request, changes = { "models", "managed", "launches", "recipes" },
     summary = "Launch: create the model (staged), its managed spec and a launch record (and optionally a "
       .. "saved recipe) in one transaction; 422 with per-field errors when a setting is refused" },
   { "GET", "/api/v1/deployments/suggestions", suggestions, tag = "deployments",

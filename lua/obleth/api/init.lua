@@ -16,8 +16,10 @@
 -- `stream = true`: the handler answers through ctx.res itself (an event stream: not counted among the
 -- requests a shutdown waits for); `parts = true`: a large answer the handler sends through ctx.res in
 -- parts (obleth.api.parts), counted like any other; `query` (the parameters it takes) and `body` (its
--- request schema's name; `body_optional = true` when none is fine): checked before the handler runs
--- (obleth.api.request), so a handler reads ctx.query and ctx.json as declared. `action`: what the route
+-- request schema's name; `body_optional = true` when none is fine; `body_schema`: the schema as data,
+-- obleth.schema, and `body_check`: its check with the rules between fields): checked before the handler
+-- runs (obleth.api.request), so a handler reads ctx.query, ctx.json and ctx.body (the checked body) as
+-- declared. `action`: what the route
 -- does, as the access policy names it (obleth.policy.access: "read", "deployments.launch", ...); a GET
 -- route without one is "read", and every other route that is not public must declare one.
 local json = require "obleth.util.json"
@@ -94,7 +96,8 @@ function M.load_routes(modules)
         description = r.description, body = r.body, query = r.query, tag = r.tag or name:match("[^.]+$"),
         segs = segs, module = name, raw_body = r.raw_body, schemas = mod.schemas, changes = r.changes,
         public = r.public, stream = r.stream, parts = r.parts, headers = r.headers, body_optional = r.body_optional,
-        action = action, audit = r.audit, response = r.response }
+        body_schema = r.body_schema, body_check = r.body_check, action = action, audit = r.audit,
+        response = r.response }
     end
   end
   return routes

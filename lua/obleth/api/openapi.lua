@@ -30,23 +30,6 @@ M.schemas = {
   ManagedSpec = wire.openapi(managed.spec),
   SlurmConnection = wire.openapi(slurm_settings.connection),
   SlurmSettings = wire.openapi(slurm_settings.settings),
-  ProvisionerReport = { type = "object", required = { "pass" }, additionalProperties = false, properties = {
-    pass = { type = "object", properties = { started_at = { type = "number" }, duration = { type = "number" },
-      error = nullable(str()), policy_error = nullable({ type = "object", properties = { file = str(),
-        line = { type = "integer" }, message = str(), since = { type = "number" } } }),
-      token = nullable({ type = "object", description = "the provisioner's Slurm JWT (never the token itself)",
-        properties = { source = str(), expires_at = { type = "number" }, renewed_at = { type = "number" },
-          error = str() } }) } },
-    lease_generation = { type = "integer", description = "the sender's lease; a stale one is refused (409)" },
-    more = { type = "boolean", description = "a part of a report sent in parts: more follow; only its replicas "
-      .. "are applied (the lease answer's body_limit says when a report must be split)" },
-    replicas = arr({ type = "object", required = { "nonce" } }),
-    outcomes = arr({ type = "object", required = { "model_id", "state" } }),
-    endpoints = { type = "object", additionalProperties = arr(str()) },
-    provision_errors = { type = "object", additionalProperties = nullable({ type = "object" }) },
-    acknowledged = { type = "object", properties = { restart = arr({ type = "integer" }),
-      clear_lost = arr({ type = "integer" }) } } } },
-  Recipe = { type = "object", required = { "id" }, description = "a recipe (see recipes/*.yaml), as JSON" },
 }
 
 --- Build the document for a route table (server.load_routes()).
@@ -58,6 +41,7 @@ function M.document(routes)
   for k, v in pairs(M.schemas) do schemas[k] = v end
   for _, r in ipairs(routes) do
     for k, v in pairs(r.schemas or {}) do schemas[k] = schemas[k] or v end
+    if r.body_schema and not schemas[r.body] then schemas[r.body] = wire.openapi(r.body_schema) end
     if r.body and not schemas[r.body] then schemas[r.body] = { type = "object", description = r.body } end
   end
   for _, r in ipairs(routes) do

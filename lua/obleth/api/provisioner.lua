@@ -4,6 +4,7 @@ local errors = require "obleth.api.errors"
 local validate = require "obleth.deployment.input"
 local parts = require "obleth.api.parts"
 local json = require "obleth.util.json"
+local wire = require "obleth.schema.provisioner"
 
 local crypto = require "obleth.crypto"
 local sys = require "obleth.sys"
@@ -144,9 +145,7 @@ local function _lease_refused(serr)
 end
 
 local function lease(ctx)
-  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
-  local req, err = validate.lease_request(b)
-  if not req then return errors.invalid(err) end
+  local req = ctx.body -- checked: the route declares its body (obleth.api.request)
   -- the secret this request gets if it acquires the lease: shown once, kept hashed
   local token = sys.random_hex(32)
   req.token_hash = crypto.sha256_hex(token)
@@ -200,9 +199,7 @@ local function wait(ctx)
 end
 
 local function submits(ctx)
-  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
-  local req, err = validate.submits(b)
-  if not req then return errors.invalid(err) end
+  local req = ctx.body -- checked: the route declares its body (obleth.api.request)
   local res, serr = ctx.app.store:record_submits(req.lease_generation, req.replicas, ctx.app.now(), _proof(ctx))
   if not res then
     if serr.code == "lease_lost" then
@@ -223,9 +220,7 @@ local function submits(ctx)
 end
 
 local function report(ctx)
-  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
-  local rep, err = validate.report(b)
-  if not rep then return errors.invalid(err) end
+  local rep = ctx.body -- checked: the route declares its body (obleth.api.request)
   rep.lease_proof = _proof(ctx)
   local res, serr = ctx.app.store:apply_report(rep, ctx.app.now())
   if not res then
@@ -254,17 +249,6 @@ local function report(ctx)
   return 200, res
 end
 
-M.schemas = {
-  ProvisionerLease = { type = "object", required = { "holder", "host", "pid", "ttl" }, additionalProperties = false,
-    properties = { holder = { type = "string" }, host = { type = "string" }, pid = { type = "integer" },
-      ttl = { type = "number", minimum = 2, maximum = 3600, description = "seconds the lease lasts unless renewed" },
-      generation = { type = "integer", description = "the generation held (a renewal, with the lease token in the "
-        .. "Obleth-Lease-Token header); omitted to acquire" } } },
-  ProvisionerSubmits = { type = "object", required = { "lease_generation", "replicas" }, additionalProperties = false,
-    properties = { lease_generation = { type = "integer" },
-      replicas = { type = "array", items = { type = "object", required = { "nonce", "model_id", "slot", "state" } } } } },
-}
-
 -- The provisioner's routes answer the admin bearer token only, never a dashboard session: the
 -- snapshot carries the Slurm JWT and the Hugging Face token in clear, and no page has a reason to
 -- report a pass or take the lease (a script running in the page could, with the cookie).
@@ -284,17 +268,20 @@ M.routes = {
     summary = "Everything one provisioner pass needs (carries the JWT and the Hugging Face token); with "
       .. "?since=<version>, only the models changed since that version when it can (delta: true); "
       .. "?ends=N: each slot's last N job ends (default 10)" },
-  { "POST", "/api/v1/provisioner/report", report, action = "provisioner", body = "ProvisionerReport", changes = { "provisioner" },
+  { "POST", "/api/v1/provisioner/report", report, action = "provisioner", body = "ProvisionerReport",
+    body_schema = wire.report, body_check = validate.report, changes = { "provisioner" },
     summary = "The outcome of one pass: check-in, replica changes, job outcomes, endpoints, errors; "
       .. "409 lease_lost when its lease_generation is stale" },
-  { "POST", "/api/v1/provisioner/lease", lease, action = "provisioner", body = "ProvisionerLease", changes = { "provisioner" },
+  { "POST", "/api/v1/provisioner/lease", lease, action = "provisioner", body = "ProvisionerLease",
+    body_schema = wire.lease, body_check = validate.lease_request, changes = { "provisioner" },
     summary = "Acquire or renew the provisioner lease (one provisioner at a time): an acquisition answers the "
       .. "lease token once, a renewal carries it in Obleth-Lease-Token; 409 lease_held names the holder" },
   { "DELETE", "/api/v1/provisioner/lease", release, action = "provisioner",
     query = { { "generation", required = true, pattern = "^%d+$",
     rule = "the lease generation to release is required" } }, changes = { "provisioner" },
     summary = "Give the lease up (a clean stop), so a waiting provisioner takes over at once" },
-  { "POST", "/api/v1/provisioner/submits", submits, action = "provisioner", body = "ProvisionerSubmits", changes = { "replicas" },
+  { "POST", "/api/v1/provisioner/submits", submits, action = "provisioner", body = "ProvisionerSubmits",
+    body_schema = wire.submits, changes = { "replicas" },
     summary = "Record the replicas a provisioner is about to submit; 409 lease_lost unless its lease is live" },
   { "GET", "/api/v1/provisioner/wait", wait, action = "provisioner", query = { "since", "timeout" },
     summary = "Wait between passes: answers {seq, woken, why} when the router asks for a pass after `since` "

@@ -3,6 +3,7 @@ local cjson = require "cjson"
 local errors = require "obleth.api.errors"
 local json = require "obleth.util.json"
 local validate = require "obleth.deployment.input"
+local recipe_schema = require "obleth.schema.recipe"
 
 local M = {}
 
@@ -87,7 +88,7 @@ end
 
 
 local function _save(ctx, id, create_only)
-  local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
+  local b = ctx.json -- checked: the route declares its body (obleth.api.request)
   local doc, err = validate.recipe(b, id)
   if not doc then return errors.invalid(err) end
   if _library(ctx.app)[doc.id] then
@@ -125,11 +126,11 @@ end
 
 M.routes = {
   { "GET", "/api/v1/recipes", list, summary = "Library and saved recipes" },
-  { "POST", "/api/v1/recipes", create, action = "recipes.write", body = "Recipe", changes = { "recipes" },
-    summary = "Save a recipe (the body is the recipe)" },
+  { "POST", "/api/v1/recipes", create, action = "recipes.write", body = "Recipe", body_schema = recipe_schema.new,
+    changes = { "recipes" }, summary = "Save a recipe (the body is the recipe)" },
   { "GET", "/api/v1/recipes/{id}", get, summary = "One recipe (library or saved)" },
-  { "PUT", "/api/v1/recipes/{id}", put, action = "recipes.write", body = "Recipe", changes = { "recipes" },
-    summary = "Create or replace a saved recipe" },
+  { "PUT", "/api/v1/recipes/{id}", put, action = "recipes.write", body = "RecipeById",
+    body_schema = recipe_schema.saved, changes = { "recipes" }, summary = "Create or replace a saved recipe" },
   { "DELETE", "/api/v1/recipes/{id}", delete, action = "recipes.write", changes = { "recipes" },
     summary = "Delete a saved recipe (library ones are read-only)" },
 }

@@ -5,10 +5,15 @@
 --   one or a value outside enum / pattern is a 400 naming the parameter. A route that declares no
 --   `query` takes any (and reads none).
 -- - `body`: the name of its request schema (OpenAPI); the body must be a JSON object, unless the route
---   says `body_optional = true` (then no body is fine too). What the object holds is the route's
---   validator's (obleth.deployment.input, read from obleth.schema).
+--   says `body_optional = true` (then no body is fine too). With `body_schema` (obleth.schema data: the
+--   OpenAPI schema of that name is read from it too), the object is checked against it, by
+--   `body_check(json)` when the route gives one (the schema's check and the rules between fields that
+--   are not data: obleth.deployment.input), else by obleth.schema.validate; a bad field is a 400
+--   naming it, and the handler finds the checked body, defaults filled in, in ctx.body. A route
+--   without one leaves what the object holds to its handler.
 -- Errors are docs/errors.md's shape through obleth.api.errors.
 local errors = require "obleth.api.errors"
+local wire = require "obleth.schema"
 
 local M = {}
 
@@ -68,6 +73,13 @@ function M.check(route, ctx)
   if route.body and not route.raw_body and not (route.body_optional and ctx.json == nil) then
     local b, st, body = errors.need_object(ctx)
     if not b then return st, body end
+    if route.body_schema then
+      local v, err
+      if route.body_check then v, err = route.body_check(b)
+      else v, err = wire.validate(route.body_schema, b) end
+      if v == nil then return errors.invalid(err) end
+      ctx.body = v
+    end
   end
   return nil
 end

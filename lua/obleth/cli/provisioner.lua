@@ -64,8 +64,9 @@ function M.main(argv)
       .. "at once, 1 to 4096\n"):format(conc_env))
     return 2
   end
-  -- test-only crash points (make chaos; obleth.provisioner.chaos): inert unless OBLETH_CHAOS is set
-  local armed, cerr = require("obleth.provisioner.chaos").configure(os.getenv("OBLETH_CHAOS"))
+  -- test-only crash points (make chaos) and faults (the integration specs): obleth.provisioner.chaos,
+  -- inert unless OBLETH_CHAOS or OBLETH_FAULT is set
+  local armed, cerr = require("obleth.provisioner.chaos").configure(os.getenv("OBLETH_CHAOS"), os.getenv("OBLETH_FAULT"))
   if not armed then
     io.stderr:write("obleth-provisioner: ", cerr.message, "\n")
     return 2
@@ -74,7 +75,6 @@ function M.main(argv)
   local daemon = require("obleth.provisioner").new {
     api = require("obleth.provisioner.client").new(base, token),
     interval = interval,
-    fault = os.getenv("OBLETH_FAULT"),
     drain_seconds = tonumber(os.getenv("OBLETH_DRAIN_SECONDS") or ""),
     holder = os.getenv("OBLETH_PROVISIONER_NAME"),
     lease_ttl = lease_ttl,

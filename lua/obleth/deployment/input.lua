@@ -6,12 +6,13 @@
 -- err = {code = "invalid", field = "health.interval", message = "..."} naming
 -- the first bad field. Unknown fields are refused by name.
 local hostlist = require "obleth.util.hostlist"
-local recipe_schema = require "obleth.recipe.schema"
+local recipe_ids = require "obleth.schema.recipe"
 local schema = require "obleth.schema"
 local check = require "obleth.schema.check"
 local managed_schema = require "obleth.schema.managed"
 local settings_schema = require "obleth.schema.settings"
 local model_schema = require "obleth.schema.model"
+local provisioner_schema = require "obleth.schema.provisioner"
 
 local M = {}
 
@@ -23,13 +24,11 @@ M.MASK = "********"
 M.KEEP = setmetatable({}, { __name = "obleth.deployment.input.KEEP", __tostring = function() return "KEEP" end })
 
 M.MODEL_NAME = model_schema.name.pattern
-M.REPLICA_STATES = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true,
-  ending = true, ended = true, lost = true }
+M.REPLICA_STATES = check.set(provisioner_schema.REPLICA_STATES)
 M.LIVE_STATES = { "pending", "submitted", "starting", "healthy", "unhealthy", "ending" }
 
-local _err, _null, _is_object, _is_array = check.err, check.null, check.is_object, check.is_array
-local _int, _num, _bool, _str, _ostr, _unknown, _set = check.int, check.num, check.bool, check.str, check.ostr,
-  check.unknown, check.set
+local _err, _null, _is_object = check.err, check.null, check.is_object
+local _ostr, _set = check.ostr, check.set
 
 -- A job log path (the spec's stdout / stderr): one line, and only the filename patterns sbatch
 -- knows (%%, %A, %a, %J, %j, %N, %n, %s, %t, %u, %x, each with an optional width: %4j).
@@ -53,19 +52,6 @@ local function _log_path(v, field)
   return p
 end
 
-
-local function _lines(v, field, max_items)
-  if _null(v) then return {} end
-  if not _is_array(v) then return _err(field, "must be an array of strings") end
-  if #v > max_items then return _err(field, "has more than %d items", max_items) end
-  local out = {}
-  for i, x in ipairs(v) do
-    local s, err = _str(x, ("%s[%d]"):format(field, i - 1), { max = 4096 })
-    if err then return nil, err end
-    out[i] = s
-  end
-  return out
-end
 
 ---------------------------------------------------------------------------
 -- managed spec
@@ -246,238 +232,24 @@ function M.connection(input)
 end
 
 ---------------------------------------------------------------------------
--- provisioner report
+-- the provisioner protocol (its bodies are data: obleth.schema.provisioner)
 ---------------------------------------------------------------------------
 
-local REPLICA_FIELDS = {
-  nonce = function(v, f) return _str(v, f, { max = 16, pattern = "^%x+$", rule = "16 hex characters" }) end,
-  model_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
-  slot = function(v, f) return _int(v, f, 1, 64) end,
-  state = function(v, f)
-    if type(v) ~= "string" or not M.REPLICA_STATES[v] then
-      return _err(f, "must be one of pending, submitted, starting, healthy, unhealthy, ending, ended, lost")
-    end
-    return v
-  end,
-  job_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
-  node = function(v, f) return _str(v, f, { max = 256 }) end,
-  port = function(v, f) return _int(v, f, 1, 65535) end,
-  endpoint = function(v, f) return M.endpoint(v, f) end,
-  submitted_at = function(v, f) return _num(v, f, 0, 1e11) end,
-  started_at = function(v, f) return _num(v, f, 0, 1e11) end,
-  healthy_at = function(v, f) return _num(v, f, 0, 1e11) end,
-  ended_at = function(v, f) return _num(v, f, 0, 1e11) end,
-  check_failures = function(v, f) return _int(v, f, 0, 1000000) end,
-  problem = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
-  pending_reason = function(v, f) return _str(v, f, { max = 1024 }) end,
-  cancel_why = function(v, f) return _str(v, f, { max = 256 }) end,
-  successor_of = function(v, f)
-    if type(v) == "string" then
-      return _str(v, f, { max = 16, pattern = "^%x+$", rule = "a replica nonce (hex) or id" })
-    end
-    return _int(v, f, 1, math.maxinteger)
-  end,
-  launch_id = function(v, f) return _int(v, f, 1, math.maxinteger) end,
-  restart_requested = _bool,
-  generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
-}
-
---- A replica's job as Slurm last showed it (docs/managed-spec.md): `slurm` in a report.
-local SLURM_FIELDS = {
-  state = function(v, f) return _str(v, f, { max = 64 }) end,
-  reason = function(v, f) return _str(v, f, { max = 1024, multiline = true }) end,
-  start_time = function(v, f) return _num(v, f, 0, 1e11) end,
-  end_time = function(v, f) return _num(v, f, 0, 1e11) end,
-  time_limit = function(v, f) return _int(v, f, 0, 1e9) end,
-  estimated = _bool,
-  stdout = function(v, f) return _str(v, f, { max = 4096 }) end,
-  stderr = function(v, f) return _str(v, f, { max = 4096 }) end,
-}
-
-local END_FIELDS = {
-  state = function(v, f) return _str(v, f, { max = 64 }) end,
-  reason = function(v, f) return _str(v, f, { max = 4096, multiline = true }) end,
-  exit_code = function(v, f) return _int(v, f, -1000000, 1000000) end,
-  signal = function(v, f)
-    if type(v) == "number" then return _int(v, f, 0, 255) end
-    return _str(v, f, { max = 32 })
-  end,
-  node = function(v, f) return _str(v, f, { max = 256 }) end,
-}
-
-local OUTCOME_FIELDS = {
-  nonce = REPLICA_FIELDS.nonce, model_id = REPLICA_FIELDS.model_id, slot = REPLICA_FIELDS.slot,
-  job_id = REPLICA_FIELDS.job_id, state = END_FIELDS.state, reason = END_FIELDS.reason,
-  exit_code = END_FIELDS.exit_code, signal = END_FIELDS.signal, node = END_FIELDS.node,
-  started_at = REPLICA_FIELDS.started_at, ended_at = REPLICA_FIELDS.ended_at, healthy = _bool,
-  cancel_why = REPLICA_FIELDS.cancel_why,
-  replica_id = REPLICA_FIELDS.launch_id, launch_id = REPLICA_FIELDS.launch_id,
-}
-
--- Check an object against a table of field checkers. Null values are kept as NULL (= set to null).
-local function _record(v, field, checks, required)
-  if not _is_object(v) then return _err(field, "must be an object") end
-  local out = {}
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for _, k in ipairs(keys) do
-    local c = checks[k]
-    if not c then
-      return nil, { code = "invalid", field = field .. "." .. k, message = "unknown field: " .. field .. "." .. k }
-    end
-    local x = v[k]
-    if x == NULL then out[k] = NULL
-    else
-      local r, e = c(x, field .. "." .. k)
-      if e then return nil, e end
-      out[k] = r
-    end
-  end
-  for _, k in ipairs(required or {}) do
-    if _null(out[k]) then return _err(field .. "." .. k, "is required") end
-  end
-  return out
-end
-
-local function _id_key(k, field)
-  local n = type(k) == "string" and k:match("^%d+$") and math.tointeger(tonumber(k))
-  if not n or n < 1 then return _err(field, "keys must be model ids") end
-  return n
-end
-
---- Validate a POST /api/v1/provisioner/report body.
+--- Validate a POST /api/v1/provisioner/report body: the schema, then the rule between its fields (a part
+--- with more: true carries replicas only; docs/managed-spec.md, "A report in parts").
 ---@return table|nil report {pass, replicas[], outcomes[], endpoints{[id]=urls}, provision_errors{[id]=obj|NULL},
----  acknowledged{restart[], clear_lost[]}}, table|nil err
+---  acknowledged{restart[], clear_lost[]}, lease_generation|nil, more|nil}, table|nil err
 function M.report(input)
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
-  local ok, err = _unknown(input, _set({ "pass", "replicas", "outcomes", "endpoints", "provision_errors",
-    "acknowledged", "lease_generation", "more" }))
-  if not ok then return nil, err end
-  local out = { replicas = {}, outcomes = {}, endpoints = {}, provision_errors = {},
-    acknowledged = { restart = {}, clear_lost = {} } }
-  -- a report too large for one request body comes in parts (docs/managed-spec.md, "A report in
-  -- parts"): every part but the last says `more` and carries replica rows only
-  if not _null(input.more) then
-    local more, me = _bool(input.more, "more")
-    if more == nil then return nil, me end
-    if more then
-      for _, k in ipairs({ "outcomes", "endpoints", "provision_errors", "acknowledged" }) do
-        if not _null(input[k]) then
-          return _err(k, "must be absent from a part with more: true (only replicas come before the last part)")
-        end
-      end
-      out.more = true
-    end
-  end
-  if _null(input.pass) then return _err("pass", "is required ({started_at, duration, error})") end
-  local pass, perr = _record(input.pass, "pass", {
-    started_at = function(v, f) return _num(v, f, 0, 1e11) end,
-    duration = function(v, f) return _num(v, f, 0, 1e6) end,
-    error = function(v, f) return _str(v, f, { max = 8192, multiline = true }) end,
-    policy_error = function(v, f)
-      return _record(v, f, {
-        file = function(x, ff) return _str(x, ff, { max = 4096 }) end,
-        line = function(x, ff) return _int(x, ff, 0, math.maxinteger) end,
-        message = function(x, ff) return _str(x, ff, { max = 8192, multiline = true }) end,
-        since = function(x, ff) return _num(x, ff, 0, 1e11) end,
-      }, { "message" })
-    end,
-    token = function(v, f)
-      return _record(v, f, {
-        source = function(x, ff)
-          if type(x) ~= "string" or not M.TOKEN_SOURCES[x] then return _err(ff, "must be a token source") end
-          return x
-        end,
-        expires_at = function(x, ff) return _num(x, ff, 0, 1e11) end,
-        renewed_at = function(x, ff) return _num(x, ff, 0, 1e11) end,
-        error = function(x, ff) return _str(x, ff, { max = 4096, multiline = true }) end,
-      }, { "source" })
-    end,
-  })
-  if not pass then return nil, perr end
-  out.pass = pass
-  if not _null(input.lease_generation) then
-    local g, ge = _int(input.lease_generation, "lease_generation", 1, math.maxinteger)
-    if not g then return nil, ge end
-    out.lease_generation = g
-  end
-  if not _null(input.replicas) then
-    if not _is_array(input.replicas) then return _err("replicas", "must be an array") end
-    for i, r in ipairs(input.replicas) do
-      local f = ("replicas[%d]"):format(i - 1)
-      local checks = setmetatable({ ["end"] = function(v, ff)
-        if _null(v) then return NULL end
-        return _record(v, ff, END_FIELDS)
-      end, slurm = function(v, ff)
-        if _null(v) then return NULL end
-        return _record(v, ff, SLURM_FIELDS)
-      end }, { __index = REPLICA_FIELDS })
-      local rec, e = _record(r, f, checks, { "nonce" })
-      if not rec then return nil, e end
-      out.replicas[i] = rec
-    end
-  end
-  if not _null(input.outcomes) then
-    if not _is_array(input.outcomes) then return _err("outcomes", "must be an array") end
-    for i, r in ipairs(input.outcomes) do
-      local rec, e = _record(r, ("outcomes[%d]"):format(i - 1), OUTCOME_FIELDS, { "model_id", "state" })
-      if not rec then return nil, e end
-      out.outcomes[i] = rec
-    end
-  end
-  if not _null(input.endpoints) then
-    if not _is_object(input.endpoints) then return _err("endpoints", "must be an object {model_id: [url, ...]}") end
-    for k, urls in pairs(input.endpoints) do
-      local id, e = _id_key(k, "endpoints")
-      if not id then return nil, e end
-      local l, le = _lines(urls, "endpoints." .. k, 256)
-      if le then return nil, le end
-      for i, u in ipairs(l) do
-        local _, ue = M.endpoint(u, ("endpoints.%s[%d]"):format(k, i - 1))
-        if ue then return nil, ue end
-      end
-      out.endpoints[id] = l
-    end
-  end
-  if not _null(input.provision_errors) then
-    if not _is_object(input.provision_errors) then return _err("provision_errors", "must be an object") end
-    for k, pe in pairs(input.provision_errors) do
-      local id, e = _id_key(k, "provision_errors")
-      if not id then return nil, e end
-      if pe == NULL then out.provision_errors[id] = NULL
-      else
-        local rec, re = _record(pe, "provision_errors." .. k, {
-          message = function(v, f) return _str(v, f, { max = 8192, multiline = true }) end,
-          field = function(v, f) return _str(v, f, { max = 128 }) end,
-          code = function(v, f)
-            if type(v) == "number" then return _int(v, f, -1e9, 1e9) end -- before slurm_code had its own field
-            return _str(v, f, { max = 64 })
-          end,
-          slurm_code = function(v, f) return _int(v, f, -1e9, 1e9) end,
-          at = function(v, f) return _num(v, f, 0, 1e11) end,
-          generation = function(v, f) return _int(v, f, 0, math.maxinteger) end,
-        }, { "message" })
-        if not rec then return nil, re end
-        out.provision_errors[id] = rec
+  local out, err = schema.validate(provisioner_schema.report, input)
+  if not out then return nil, err end
+  if out.more then
+    for _, k in ipairs({ "outcomes", "endpoints", "provision_errors", "acknowledged" }) do
+      if not _null(input[k]) then
+        return _err(k, "must be absent from a part with more: true (only replicas come before the last part)")
       end
     end
-  end
-  if not _null(input.acknowledged) then
-    local a = input.acknowledged
-    if not _is_object(a) then return _err("acknowledged", "must be an object {restart, clear_lost}") end
-    ok, err = _unknown(a, _set({ "restart", "clear_lost" }), "acknowledged.")
-    if not ok then return nil, err end
-    for _, k in ipairs({ "restart", "clear_lost" }) do
-      if not _null(a[k]) then
-        if not _is_array(a[k]) then return _err("acknowledged." .. k, "must be an array of ids") end
-        for i, x in ipairs(a[k]) do
-          local n, e = _int(x, ("acknowledged.%s[%d]"):format(k, i - 1), 1, math.maxinteger)
-          if not n then return nil, e end
-          out.acknowledged[k][i] = n
-        end
-      end
-    end
+  else
+    out.more = nil
   end
   return out
 end
@@ -485,40 +257,13 @@ end
 --- Validate a POST /api/v1/provisioner/lease body.
 ---@return table|nil {holder, host, pid, ttl (seconds), generation|nil}, table|nil err
 function M.lease_request(input)
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
-  local rec, err = _record(input, "lease", {
-    holder = function(v, f) return _str(v, f, { max = 256 }) end,
-    host = function(v, f) return _str(v, f, { max = 256 }) end,
-    pid = function(v, f) return _int(v, f, 1, 4194304) end,
-    ttl = function(v, f) return _num(v, f, 2, 3600) end,
-    generation = function(v, f) return _int(v, f, 1, math.maxinteger) end,
-  }, { "holder", "host", "pid", "ttl" })
-  if not rec then
-    if err.field then err.field = err.field:gsub("^lease%.", "") end
-    return nil, err
-  end
-  if rec.generation == NULL then rec.generation = nil end
-  return rec
+  return schema.validate(provisioner_schema.lease, input)
 end
 
 --- Validate a POST /api/v1/provisioner/submits body: the replicas a provisioner is about to submit.
 ---@return table|nil {lease_generation, replicas[]}, table|nil err
 function M.submits(input)
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object" } end
-  local ok, err = _unknown(input, _set({ "lease_generation", "replicas" }))
-  if not ok then return nil, err end
-  local g, ge = _int(input.lease_generation, "lease_generation", 1, math.maxinteger)
-  if not g then return nil, ge end
-  if not _is_array(input.replicas) then return _err("replicas", "must be an array") end
-  local out = { lease_generation = g, replicas = {} }
-  for i, r in ipairs(input.replicas) do
-    local f = ("replicas[%d]"):format(i - 1)
-    local rec, e = _record(r, f, REPLICA_FIELDS, { "nonce", "model_id", "slot", "state" })
-    if not rec then return nil, e end
-    if rec.state ~= "pending" then return _err(f .. ".state", "must be pending (a replica about to be submitted)") end
-    out.replicas[i] = rec
-  end
-  return out
+  return schema.validate(provisioner_schema.submits, input)
 end
 
 ---------------------------------------------------------------------------
@@ -536,7 +281,7 @@ function M.launches_query(q)
       if not n or n < 1 then return _err("model_id", "must be a model id (a positive integer), got %q", v) end
       out.model_id = n
     elseif k == "recipe_id" then
-      if not v:match(M.RECIPE_ID) or #v > recipe_schema.ID_LOOKUP_MAX then
+      if not v:match(M.RECIPE_ID) or #v > recipe_ids.ID_LOOKUP_MAX then
         return _err("recipe_id", "%q is not a recipe id", v:sub(1, 80))
       end
       out.recipe_id = v
@@ -552,31 +297,22 @@ function M.launches_query(q)
   return out
 end
 
---- The id a recipe is looked up and saved by (obleth.recipe's rule).
-M.RECIPE_ID = recipe_schema.ID_LOOKUP_PATTERN
+--- The id a recipe is looked up by (obleth.schema.recipe's rule).
+M.RECIPE_ID = recipe_ids.ID_LOOKUP_PATTERN
 
---- Validate a saved recipe document (the recipe itself, as JSON). Only its
---- identity is checked here; the recipe format is obleth.recipe's.
----@param input table
+--- A saved recipe document (the recipe itself, as JSON) to store: its identity, the body's id or the
+--- URL's. The body's keys are checked against obleth.schema.recipe's `new` (POST: with its id) or `saved`
+--- (PUT) first (the dispatcher does, for the route that declares it); the recipe format is obleth.recipe's.
+---@param input table the body, checked
 ---@param id string|nil the id from the URL (PUT); must match the body's when given
+---@return table|nil doc (without `source`), table|nil err
 function M.recipe(input, id)
-  if not _is_object(input) then return nil, { code = "invalid", message = "the body must be a JSON object (a recipe)" } end
   local rid = input.id
-  if rid == nil and id then rid = id end
-  local s, e = _str(rid, "id", { max = recipe_schema.ID_LOOKUP_MAX, pattern = M.RECIPE_ID,
-    rule = "letters, digits, '.', '_', '-'" })
-  if e then return nil, e end
-  if id and s ~= id then return _err("id", "%q does not match the recipe id in the URL (%q)", s, id) end
-  if input.name ~= nil and not _null(input.name) then
-    local _, ne = _str(input.name, "name", { max = 256 })
-    if ne then return nil, ne end
-  end
-  if input.source ~= nil and input.source ~= "saved" then
-    return _err("source", "is read-only")
-  end
+  if rid == nil then rid = id end
+  if id and rid ~= id then return _err("id", "%q does not match the recipe id in the URL (%q)", rid, id) end
   local doc = {}
   for k, v in pairs(input) do if k ~= "source" then doc[k] = v end end
-  doc.id = s
+  doc.id = rid
   return doc
 end
 

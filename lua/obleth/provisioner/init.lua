@@ -5,7 +5,8 @@
 -- slurmrestd, health-check running replicas concurrently, and report the
 -- pass. Settings and specs are read every pass, so changes apply on the next
 -- one without a restart. A failed poll never marks a replica failed: the
--- pass is reported with its error and nothing else changes.
+-- pass is reported with its error and nothing else changes. The test-only crash points and faults
+-- are hooks of obleth.provisioner.chaos (chaos.at), inert unless armed.
 local loop = require "obleth.loop"
 local http = require "obleth.http"
 local log = require "obleth.log"
@@ -33,7 +34,7 @@ function M.lease_ttl(interval) return math.min(3600, math.max(15, 3 * interval))
 
 --- A daemon instance.
 ---@param opts {api: table, interval: number|nil, jitter: number|nil, policy: table|nil,
----  fault: string|nil, drain_seconds: number|nil, holder: string|nil, lease_ttl: number|nil,
+---  drain_seconds: number|nil, holder: string|nil, lease_ttl: number|nil,
 ---  backoff_max: number|nil, check_concurrency: integer|nil, log_report: {url: string, key: string}|nil}
 ---  log_report: the Management API's base URL as the compute nodes reach it and the key the per-replica
 ---  report tokens derive from (the admin token): each job gets OBLETH_LOG_URL and OBLETH_LOG_TOKEN
@@ -45,7 +46,7 @@ function M.lease_ttl(interval) return math.min(3600, math.max(15, 3 * interval))
 function M.new(opts)
   local interval = opts.interval or 5
   local self = {
-    api = opts.api, interval = interval, jitter = opts.jitter or 0.1, fault = opts.fault,
+    api = opts.api, interval = interval, jitter = opts.jitter or 0.1,
     policy = opts.policy, drain_seconds = opts.drain_seconds,
     conn = nil, conn_key = nil, memory = {}, last_checked = {}, node_addr = {}, node_addr_at = 0,
     stopping = false, in_pass = false, failures = 0,
@@ -344,13 +345,166 @@ function M.rules(policy)
   return lost.check, policy.get("rollover").plan, perr, policy.get("scale").decide, lost.window()
 end
 
+-- The job listing and the lookups of the jobs it no longer shows; nil and why when Slurm could not
+-- be read (slurm_down: slurmrestd or slurmctld does not answer, passes back off).
+---@return table[]|nil jobs, table|nil job_by_id, string|nil pass_error, boolean|nil slurm_down
+function M:_read_jobs(conn, cerr, snap)
+  if not conn then
+    if not next(snap.models or {}) then return nil end
+    return nil, nil, cerr.message, cerr.code == "unreachable" or cerr.code == "timeout"
+  end
+  -- an unchanged job is not decoded again (its text is in the cache: docs/performance.md)
+  local keep, prefilter = M.own_jobs(snap)
+  self.job_cache = self.job_cache or {}
+  local jobs, jerr = conn:jobs { keep = keep, prefilter = prefilter, cache = self.job_cache }
+  if not jobs then
+    local pass_error = "listing jobs: " .. tostring(jerr.message)
+    local slurm_down = jerr.code == "unreachable" or jerr.code == "timeout"
+    if not slurm_down and (jerr.http_status or 0) >= 500 then
+      -- slurmrestd answered for slurmctld with a 5xx: slurmctld is stopped or restarting, unless
+      -- it rejected the JWT, which Slurm 22.05 words the same way ("Unspecified error"); slurmdbd
+      -- accepting the same token tells the two apart
+      if jerr.code ~= "auth" then
+        slurm_down = true
+      elseif conn:clusters() then
+        slurm_down = true
+        pass_error = ("listing jobs: slurmctld does not answer (slurmrestd: HTTP %d; slurmdbd accepts the token)")
+          :format(jerr.http_status)
+      end
+    end
+    return nil, nil, pass_error, slurm_down
+  end
+  local job_by_id, ierr = M.lookup_jobs(conn, snap, jobs)
+  if not job_by_id then return nil, nil, ierr.message, false end
+  return jobs, job_by_id
+end
+
+-- Log slurmrestd going away and coming back, once per change.
+function M:_say_slurm(settings, slurm_down, pass_error)
+  local at = settings.url or settings.socket
+  if not slurm_down and self:_changed("slurm", "up") and self.slurm_down_since then
+    log.info("slurm_reachable", { url = at, down_for = math.floor(loop.monotonic() - self.slurm_down_since) })
+    self.slurm_down_since = nil
+  elseif slurm_down and self:_changed("slurm", "down") then
+    self.slurm_down_since = loop.monotonic()
+    log.warn("slurm_unreachable", { url = at, error = pass_error,
+      note = "passes back off until slurmrestd and slurmctld answer; replicas are left as they are" })
+  end
+end
+
+-- Fencing: the replicas about to be submitted are recorded first, under the lease; a stale lease is
+-- refused there, and a lease this process may have lost (it was paused) stops the pass here.
+-- Returns true, or nil, err (the pass stops), or false, message (nothing is submitted this pass).
+function M:_record(submits)
+  if #submits == 0 then return true end
+  local rows = {}
+  for i, s in ipairs(submits) do rows[i] = serialize(s.row) end
+  local fresh, ferr = self:_fresh()
+  if not fresh then return nil, ferr end
+  local t1 = loop.monotonic()
+  chaos.at("before_record")
+  local rec, rerr = self.api:submits(self.lease.generation, rows)
+  if rec then
+    self.lease.deadline = t1 + self.lease_ttl
+    chaos.at("after_record")
+    return true
+  elseif rerr.code == "lease_lost" then
+    self:_lost(rerr)
+    return nil, { code = "lease_lost", message = rerr.message }
+  end
+  return false, "recording submits: " .. tostring(rerr.message)
+end
+
+-- Send the cancels (each under a lease known to be held). A cancel Slurm refused (another user's
+-- job, a job it does not know: HTTP 200 with a per-job error on 26.05) is a failed one: the row
+-- stays ending with its job live, and the next pass sends it again. nil, err when the lease is gone.
+function M:_cancel(conn, cancels)
+  for _, c in ipairs(cancels) do
+    local fresh, ferr = self:_fresh()
+    if not fresh then return nil, ferr end
+    chaos.at("before_cancel")
+    local ok, e = conn:cancel(c.job_id)
+    if ok then chaos.at("after_cancel") end
+    local say = ok and log.info or log.warn
+    say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
+      error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
+    if c.row then c.row.cancel_sent = true end
+  end
+  return true
+end
+
+-- Submit the decided replicas. A refused submit ends its row and is kept on the spec
+-- (report.provision_errors); transport trouble leaves the row pending for the next pass.
+---@return true|nil ok, table|string|nil err_or_pass_error (a table: the lease is gone, the pass stops)
+function M:_submit(conn, submits, snap, report)
+  local defaults, pass_error = (snap.settings or {}).defaults or {}, nil
+  if #submits > 0 then chaos.at("before_submits", { generation = self.lease.generation }) end
+  for _, s in ipairs(submits) do
+    local fresh, ferr = self:_fresh()
+    if not fresh then return nil, ferr end
+    s.model.instance = snap.instance
+    local desc = jobscript.desc(s.model, s.row, s.spec, defaults, bindir(), sys.paths.exe)
+    if self.log_report then -- the job's last words: where to send them and its own token for it
+      desc.environment.OBLETH_LOG_URL = self.log_report.url .. "/api/v1/replica-logs/" .. s.row.nonce
+      desc.environment.OBLETH_LOG_TOKEN = jobscript.log_token(self.log_report.key, s.row.nonce)
+    end
+    chaos.at("before_submit")
+    local id, res = conn:submit(desc)
+    if id then
+      s.row.job_id, s.row.state, s.row.submitted_at = id, "submitted", loop.now()
+      if res and #res > 0 then s.row.problem = "Slurm: " .. tostring(res[1].message) end
+      log.info("job_submit", { model = s.model.name, slot = s.row.slot, job_id = id, nonce = s.row.nonce,
+        port = s.row.port })
+      chaos.at("after_submit", { job_id = id })
+    elseif res.code == "refused" or res.code == "unsupported" then
+      s.row.state, s.row.ended_at = "ended", loop.now()
+      s.row["end"] = { state = "REFUSED", reason = res.message }
+      report.provision_errors[tostring(s.model.id)] = { message = res.message, field = res.field,
+        code = res.code, slurm_code = res.slurm_code, generation = s.spec.generation, at = loop.now() }
+      log.warn("job_refused", { model = s.model.name, field = res.field, code = res.code, slurm_code = res.slurm_code,
+        message = res.message })
+    else
+      s.row.state = "pending"
+      pass_error = "submit: " .. tostring(res.message)
+    end
+  end
+  return true, pass_error
+end
+
+-- The endpoint of each replica that started: its node's address and its port.
+function M:_endpoints(conn, state, now)
+  for _, mm in ipairs(state.models) do
+    for _, row in ipairs(mm.rows) do
+      if row.node and row.port and not row.endpoint and (row.state == "starting" or row.state == "healthy") then
+        row.endpoint = ("http://%s:%d"):format(self:_address(conn, row.node, now), row.port)
+        row._touched = true
+      end
+    end
+  end
+end
+
+-- The rows that changed go into the report; what only this process knows of a live row (drain
+-- deadlines, sent cancels) is kept for the next pass, and forgotten once the row ends.
+function M:_remember(state, baseline, report)
+  for _, row in ipairs(state.rows) do
+    if plan.changed(baseline[row.nonce], row) then report.replicas[#report.replicas + 1] = serialize(row) end
+    if row.state == "ended" or row.state == "lost" then
+      self.memory[row.nonce] = nil
+      self.last_checked[row.nonce] = nil
+    else
+      self.memory[row.nonce] = { cancel_at = row.cancel_at, cancel_sent = row.cancel_sent,
+        unhealthy_since = row.unhealthy_since, cancel_why = row.cancel_why }
+    end
+  end
+end
+
 --- One pass. Returns the report it sent (or would have sent), or nil, err. err.code "lease_held"
 --- (another provisioner holds the lease: nothing was done), "lease_lost" (refused as stale),
 --- "slurm" (slurmrestd could not be reached), "pass" (the pass ran with an error), or the
 --- Management API client's codes (err.status set when the API answered with an HTTP error).
 function M:pass()
   local t0, started = loop.monotonic(), loop.now()
-  chaos.point("pass_start")
+  chaos.at("pass_start")
   local held, herr = self:_hold()
   if held == false then
     return nil, { code = "lease_held", lease = herr, message = ("the provisioner lease is held by %s on %s (pid %s)")
@@ -358,7 +512,7 @@ function M:pass()
   elseif not held then
     return nil, herr
   end
-  chaos.point("after_lease")
+  chaos.at("after_lease")
   -- the lost rule decides how many of each slot's ends it reads: the snapshot carries that many
   -- (a broken policy edit keeps the previous version and is reported as pass.policy_error, not as
   -- a failed pass)
@@ -394,179 +548,37 @@ function M:pass()
   local report = { pass = { started_at = started, policy_error = self:_policy_error() }, replicas = {},
     outcomes = {}, endpoints = {}, provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} },
     lease_generation = self.lease.generation }
-  local pass_error, slurm_down
   local conn, cerr = self:_connection(settings)
-  local jobs, job_by_id
-  if conn then
-    local jerr
-    -- an unchanged job is not decoded again (its text is in the cache: docs/performance.md)
-    local keep, prefilter = M.own_jobs(snap)
-    self.job_cache = self.job_cache or {}
-    jobs, jerr = conn:jobs { keep = keep, prefilter = prefilter, cache = self.job_cache }
-    if not jobs then
-      pass_error = "listing jobs: " .. tostring(jerr.message)
-      slurm_down = jerr.code == "unreachable" or jerr.code == "timeout"
-      if not slurm_down and (jerr.http_status or 0) >= 500 then
-        -- slurmrestd answered for slurmctld with a 5xx: slurmctld is stopped or restarting, unless
-        -- it rejected the JWT, which Slurm 22.05 words the same way ("Unspecified error"); slurmdbd
-        -- accepting the same token tells the two apart
-        if jerr.code ~= "auth" then
-          slurm_down = true
-        elseif conn:clusters() then
-          slurm_down = true
-          pass_error = ("listing jobs: slurmctld does not answer (slurmrestd: HTTP %d; slurmdbd accepts the token)")
-            :format(jerr.http_status)
-        end
-      end
-    end
-  elseif next(snap.models or {}) then
-    pass_error = cerr.message
-    slurm_down = cerr.code == "unreachable" or cerr.code == "timeout"
-  end
-  if conn or slurm_down then
-    local at = settings.url or settings.socket
-    if not slurm_down and self:_changed("slurm", "up") and self.slurm_down_since then
-      log.info("slurm_reachable", { url = at, down_for = math.floor(loop.monotonic() - self.slurm_down_since) })
-      self.slurm_down_since = nil
-    elseif slurm_down and self:_changed("slurm", "down") then
-      self.slurm_down_since = loop.monotonic()
-      log.warn("slurm_unreachable", { url = at, error = pass_error,
-        note = "passes back off until slurmrestd and slurmctld answer; replicas are left as they are" })
-    end
-  end
-
+  local jobs, job_by_id, pass_error, slurm_down = self:_read_jobs(conn, cerr, snap)
+  if conn or slurm_down then self:_say_slurm(settings, slurm_down, pass_error) end
   report.pass.token = self.tokens:status(settings)
+  chaos.at("after_snapshot")
+
   if jobs then
-    local ierr
-    job_by_id, ierr = M.lookup_jobs(conn, snap, jobs)
-    if not job_by_id then pass_error, jobs = ierr.message, nil end
-  end
-  chaos.point("after_snapshot")
-  if jobs then
+    -- decide (pure), then do what was decided: record, cancel, submit, check, report
     local state = plan.reconcile { now = now, snapshot = snap, jobs = jobs, job_by_id = job_by_id,
       nonce = function() return sys.random_hex(8) end,
       rand = function(lo, hi) return math.random(lo, hi) end,
       lost = lost_rule, rollover = rollover_rule, scale = scale_rule, drain_seconds = self.drain_seconds }
+    local ok, e = self:_record(state.submits)
+    if ok == nil then return nil, e end
+    if ok == false then pass_error, state.submits = e, {} end
+    ok, e = self:_cancel(conn, state.cancels)
+    if not ok then return nil, e end
+    ok, e = self:_submit(conn, state.submits, snap, report)
+    if not ok then return nil, e end
+    pass_error = e or pass_error
+    self:_endpoints(conn, state, now)
 
-    -- fencing: the replicas about to be submitted are recorded first, under the lease; a stale
-    -- lease is refused there, and a lease this process may have lost (it was paused) stops it here
-    if #state.submits > 0 then
-      local rows = {}
-      for i, s in ipairs(state.submits) do rows[i] = serialize(s.row) end
-      local fresh, ferr = self:_fresh()
-      if not fresh then return nil, ferr end
-      local t1 = loop.monotonic()
-      chaos.point("before_record")
-      local rec, rerr = self.api:submits(self.lease.generation, rows)
-      if rec then
-        self.lease.deadline = t1 + self.lease_ttl
-        chaos.point("after_record")
-      elseif rerr.code == "lease_lost" then
-        self:_lost(rerr)
-        return nil, { code = "lease_lost", message = rerr.message }
-      else
-        pass_error = "recording submits: " .. tostring(rerr.message)
-        state.submits = {}
-      end
-    end
-
-    for _, c in ipairs(state.cancels) do
-      local fresh, ferr = self:_fresh()
-      if not fresh then return nil, ferr end
-      chaos.point("before_cancel")
-      local ok, e = conn:cancel(c.job_id)
-      if ok then chaos.point("after_cancel") end
-      -- a cancel Slurm refused (another user's job, a job it does not know: HTTP 200 with a per-job
-      -- error on 26.05) is a failed one: the row stays ending with its job live, and the next pass
-      -- sends it again
-      local say = ok and log.info or log.warn
-      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
-        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
-      if c.row then c.row.cancel_sent = true end
-    end
-
-    if #state.submits > 0 and self.fault == "stop_before_submit" then
-      -- fault injection for the specs: pause like SIGSTOP would, between planning and submitting
-      log.warn("fault_injection", { point = "stop_before_submit", generation = self.lease.generation })
-      sys.kill(sys.getpid(), "STOP")
-    end
-    for _, s in ipairs(state.submits) do
-      local fresh, ferr = self:_fresh()
-      if not fresh then return nil, ferr end
-      s.model.instance = snap.instance
-      local desc = jobscript.desc(s.model, s.row, s.spec, settings.defaults or {}, bindir(), sys.paths.exe)
-      if self.log_report then -- the job's last words: where to send them and its own token for it
-        desc.environment.OBLETH_LOG_URL = self.log_report.url .. "/api/v1/replica-logs/" .. s.row.nonce
-        desc.environment.OBLETH_LOG_TOKEN = jobscript.log_token(self.log_report.key, s.row.nonce)
-      end
-      chaos.point("before_submit")
-      local id, res = conn:submit(desc)
-      if id then
-        chaos.point("after_submit")
-        s.row.job_id, s.row.state, s.row.submitted_at = id, "submitted", loop.now()
-        if res and #res > 0 then s.row.problem = "Slurm: " .. tostring(res[1].message) end
-        log.info("job_submit", { model = s.model.name, slot = s.row.slot, job_id = id, nonce = s.row.nonce,
-          port = s.row.port })
-        -- fault-injection points for the specs (OBLETH_FAULT)
-        if self.fault == "exit_after_submit" then
-          log.warn("fault_injection", { point = "exit_after_submit", job_id = id })
-          sys.exit_now(137)
-        elseif self.fault == "pause_after_submit" then
-          log.warn("fault_injection", { point = "pause_after_submit", job_id = id })
-          loop.sleep(3)
-        end
-      elseif res.code == "refused" or res.code == "unsupported" then
-        s.row.state, s.row.ended_at = "ended", loop.now()
-        s.row["end"] = { state = "REFUSED", reason = res.message }
-        report.provision_errors[tostring(s.model.id)] = { message = res.message, field = res.field,
-          code = res.code, slurm_code = res.slurm_code, generation = s.spec.generation, at = loop.now() }
-        log.warn("job_refused", { model = s.model.name, field = res.field, code = res.code, slurm_code = res.slurm_code,
-          message = res.message })
-      else
-        -- transport trouble: the row stays pending and is tried next pass
-        s.row.state = "pending"
-        pass_error = "submit: " .. tostring(res.message)
-      end
-    end
-
-    -- endpoints of replicas that started
-    for _, mm in ipairs(state.models) do
-      for _, row in ipairs(mm.rows) do
-        if row.node and row.port and not row.endpoint and (row.state == "starting" or row.state == "healthy") then
-          row.endpoint = ("http://%s:%d"):format(self:_address(conn, row.node, now), row.port)
-          row._touched = true
-        end
-      end
-    end
-
-    local due = plan.due_checks(state, self.last_checked, loop.now())
-    local results = M.check_all(due, self.check_concurrency)
+    local results = M.check_all(plan.due_checks(state, self.last_checked, loop.now()), self.check_concurrency)
     for nonce in pairs(results) do self.last_checked[nonce] = loop.now() end
-    local endpoints, hcancels = plan.health(state, results, loop.now())
-    for _, c in ipairs(hcancels) do
-      local fresh, ferr = self:_fresh()
-      if not fresh then return nil, ferr end
-      chaos.point("before_cancel")
-      local ok, e = conn:cancel(c.job_id)
-      if ok then chaos.point("after_cancel") end
-      local say = ok and log.info or log.warn
-      say("job_cancel", { job_id = c.job_id, why = c.why, ok = ok and true or false,
-        error = e and e.message or nil, slurm_code = e and e.slurm_code or nil })
-      c.row.cancel_sent = true
-    end
+    local endpoints, restarts = plan.health(state, results, loop.now())
+    ok, e = self:_cancel(conn, restarts)
+    if not ok then return nil, e end
+
     report.endpoints = plan.changed_endpoints(snap, endpoints)
-    report.outcomes = state.outcomes
-    report.acknowledged = state.ack
-    for _, row in ipairs(state.rows) do
-      if plan.changed(baseline[row.nonce], row) then report.replicas[#report.replicas + 1] = serialize(row) end
-      if row.state == "ended" or row.state == "lost" then
-        self.memory[row.nonce] = nil
-        self.last_checked[row.nonce] = nil
-      else
-        self.memory[row.nonce] = { cancel_at = row.cancel_at, cancel_sent = row.cancel_sent,
-          unhealthy_since = row.unhealthy_since, cancel_why = row.cancel_why }
-      end
-    end
+    report.outcomes, report.acknowledged = state.outcomes, state.ack
+    self:_remember(state, baseline, report)
     for _, a in ipairs(state.adopted) do
       log.info("job_adopted", { job_id = a.job_id, nonce = a.nonce, model_id = a.model_id })
     end
@@ -574,7 +586,7 @@ function M:pass()
 
   report.pass.duration = loop.monotonic() - t0
   report.pass.error = pass_error
-  chaos.point("before_report")
+  chaos.at("before_report")
   local ok, rerr = self.api:report(report)
   if not ok then
     if rerr.code == "lease_lost" then
@@ -583,7 +595,7 @@ function M:pass()
     end
     return nil, rerr
   end
-  chaos.point("after_report")
+  chaos.at("after_report")
   if pass_error then return nil, { code = slurm_down and "slurm" or "pass", message = pass_error }, report end
   return report
 end

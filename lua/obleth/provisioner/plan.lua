@@ -66,6 +66,76 @@ local function blocked(spec)
     or perr.generation >= spec.generation)
 end
 
+local function append(list, items)
+  for _, x in ipairs(items) do list[#list + 1] = x end
+end
+
+-- What the slots step may ask for (obleth.provisioner.plan.slots' `act`), written into the pass's
+-- output: cancels, new rows on free ports, submits. `act.model` is the model being settled.
+local function actions(out, input)
+  local now = input.now
+  local range = ((input.snapshot.settings or {}).defaults or {}).port_range or { 20000, 20999 }
+  local used = {} -- ports of live replicas of every model: two replicas on one node never clash
+  for _, mm in ipairs(out.models) do
+    for _, r in ipairs(mm.rows) do
+      if r.port and r.state ~= "ended" then used[r.port] = true end
+    end
+  end
+  local act = {}
+  function act.touch(row) row._touched = true end
+  function act.cancel(row, why, drain_until)
+    if row.state == "ended" or row.state == "lost" then return end
+    if row.job_id then
+      row.state, row.cancel_why = "ending", why
+      if drain_until and drain_until > now then
+        row.cancel_at = row.cancel_at or drain_until
+      else
+        out.cancels[#out.cancels + 1] = { row = row, job_id = row.job_id, why = why }
+        row.cancel_queued = true
+      end
+    else
+      row.state, row.ended_at = "ended", now
+      row["end"] = { state = "NOT_SUBMITTED", reason = why }
+    end
+    row._touched = true
+  end
+  function act.new_row(slot, successor_of)
+    local port = M.pick_port(range, used, input.rand)
+    if not port then return nil end
+    used[port] = true
+    local mm = act.model
+    local row = { nonce = input.nonce(), model_id = mm.id, slot = slot, state = "pending", port = port,
+      generation = mm.spec.generation, successor_of = successor_of, launch_id = mm.spec.launch_id, _touched = true }
+    mm.rows[#mm.rows + 1] = row
+    return row
+  end
+  function act.submit(row, rollover)
+    local mm = act.model
+    out.submits[#out.submits + 1] = { row = row, model = mm, spec = mm.spec, rollover = rollover }
+  end
+  return act
+end
+
+-- The slots step for one model whose spec runs: the count, the slots that stay, each slot settled.
+local function settle_model(mm, live, input, act)
+  local spec, now = mm.spec, input.now
+  local n, why, drain_until, scaling = slots.count(spec, live,
+    { now = now, scale = input.scale or M.default_scale, load = mm.load, drain_seconds = input.drain_seconds })
+  if scaling then
+    mm.scaling = scaling
+    mm.decisions[#mm.decisions + 1] = { rule = "scale", decision = scaling, action = scaling.change }
+  end
+  local keep, per_slot, remove = slots.choose(live, n)
+  for _, row in ipairs(remove) do act.cancel(row, why, row.state == "healthy" and drain_until or nil) end
+  local f = { now = now, spec = spec, blocked = blocked(spec), lost = input.lost or M.default_lost,
+    rollover = input.rollover or M.default_rollover, ended_now = mm.ended_now,
+    recent_ends = not mm.cleared and mm.recent_ends or nil, drain_seconds = input.drain_seconds }
+  for _, slot in ipairs(keep) do
+    local decided = slots.settle(slot, per_slot[slot], f, act)
+    if decided then note(mm, decided) end
+  end
+end
+
 --- Reconcile the store's replicas with Slurm.
 ---@param input {now: number, snapshot: table, jobs: table[], job_by_id: table|nil, nonce: fun(): string,
 ---  rand: fun(lo: integer, hi: integer): integer, lost: function|nil, rollover: function|nil,
@@ -80,80 +150,28 @@ end
 function M.reconcile(input)
   local now, snap = input.now, input.snapshot
   local settings = snap.settings or {}
-  local port_range = (settings.defaults or {}).port_range or { 20000, 20999 }
   local out = { rows = {}, submits = {}, cancels = {}, outcomes = {}, ack = { restart = {}, clear_lost = {} },
     models = {}, adopted = {} }
-  local function cancel_job(c) out.cancels[#out.cancels + 1] = c end
-
-  -- the plan's own copies of the rows, by model
-  for _, m in ipairs(snap.models or {}) do
+  for _, m in ipairs(snap.models or {}) do -- the plan's own copies of the rows
     local mm = { id = m.id, name = m.name, spec = m.spec, recent_ends = m.recent_ends or {}, rows = {},
       load = m.load, ended_now = {}, decisions = {} }
     for i, r in ipairs(m.replicas or {}) do mm.rows[i] = tables.copy(r) end
     out.models[#out.models + 1] = mm
   end
 
-  -- 1. jobs: the listing by nonce, adoption, then each row after its job
-  local by_nonce, dup_cancels = jobs.index(input.jobs, snap.instance)
-  for _, c in ipairs(dup_cancels) do cancel_job(c) end
-  local adopted, orphan_cancels = jobs.adopt(out.models, by_nonce, now)
-  for _, c in ipairs(orphan_cancels) do cancel_job(c) end
-  for i, row in ipairs(adopted) do out.adopted[i] = row end
-  local follow = { now = now, job_by_id = input.job_by_id, listed = input.jobs ~= nil }
-  local used_ports = {}
-  for _, mm in ipairs(out.models) do
-    for _, r in ipairs(mm.rows) do
-      if r.port and r.state ~= "ended" then used_ports[r.port] = true end
-    end
-  end
-  for _, mm in ipairs(out.models) do
-    follow.model_id = mm.id
-    for _, row in ipairs(mm.rows) do
-      local outcome, ended, found = jobs.follow(row, by_nonce[row.nonce], follow)
-      if found then out.adopted[#out.adopted + 1] = row end
-      if outcome then out.outcomes[#out.outcomes + 1] = outcome end
-      if ended then mm.ended_now[#mm.ended_now + 1] = row end
-    end
-  end
-
-  -- what the slots step may ask for
-  local mm -- the model being settled
-  local act = {}
-  function act.touch(row) row._touched = true end
-  function act.cancel(row, why, drain_until)
-    if row.state == "ended" or row.state == "lost" then return end
-    if row.job_id then
-      row.state, row.cancel_why = "ending", why
-      if drain_until and drain_until > now then
-        row.cancel_at = row.cancel_at or drain_until
-      else
-        cancel_job { row = row, job_id = row.job_id, why = why }
-        row.cancel_queued = true
-      end
-    else
-      row.state, row.ended_at = "ended", now
-      row["end"] = { state = "NOT_SUBMITTED", reason = why }
-    end
-    row._touched = true
-  end
-  function act.new_row(slot, successor_of)
-    local port = M.pick_port(port_range, used_ports, input.rand)
-    if not port then return nil end
-    used_ports[port] = true
-    local row = { nonce = input.nonce(), model_id = mm.id, slot = slot, state = "pending", port = port,
-      generation = mm.spec.generation, successor_of = successor_of, launch_id = mm.spec.launch_id, _touched = true }
-    mm.rows[#mm.rows + 1] = row
-    return row
-  end
-  function act.submit(row, rollover)
-    out.submits[#out.submits + 1] = { row = row, model = mm, spec = mm.spec, rollover = rollover }
-  end
+  -- 1. jobs: each replica after what Slurm's listing says of its job
+  local cancels, adopted, outcomes = jobs.step(out.models,
+    { now = now, jobs = input.jobs, instance = snap.instance, job_by_id = input.job_by_id })
+  append(out.cancels, cancels)
+  append(out.adopted, adopted)
+  append(out.outcomes, outcomes)
+  local act = actions(out, input)
 
   -- restarts asked through the API
   local restart = {}
   for _, id in ipairs(snap.restart or {}) do restart[id] = true end
-  for _, m in ipairs(out.models) do
-    for _, row in ipairs(m.rows) do
+  for _, mm in ipairs(out.models) do
+    for _, row in ipairs(mm.rows) do
       if row.id and restart[row.id] then
         out.ack.restart[#out.ack.restart + 1] = row.id
         act.cancel(row, WHY.RESTART)
@@ -161,12 +179,11 @@ function M.reconcile(input)
     end
   end
 
-  -- 2. slots, per model
+  -- 2. slots, per model; then the replicas on their way out
   local clear_lost = {}
   for _, id in ipairs(snap.clear_lost or {}) do clear_lost[id] = true end
-  for _, m in ipairs(out.models) do
-    mm = m
-    local spec = mm.spec
+  for _, mm in ipairs(out.models) do
+    act.model = mm
     if clear_lost[mm.id] then -- "Try once more": the lost rows end, their ends no longer count
       out.ack.clear_lost[#out.ack.clear_lost + 1] = mm.id
       for _, row in ipairs(mm.rows) do
@@ -178,42 +195,18 @@ function M.reconcile(input)
     for _, row in ipairs(mm.rows) do
       if row.state ~= "ended" then live[#live + 1] = row end
     end
+    local spec = mm.spec
     if not spec or spec.enabled == false or settings.enabled == false then
       local why = not spec and WHY.DELETED or (settings.enabled == false and WHY.SLURM_OFF or WHY.PAUSED)
       for _, row in ipairs(live) do act.cancel(row, why) end
     else
-      local n, why, drain_until, scaling = slots.count(spec, live,
-        { now = now, scale = input.scale or M.default_scale, load = mm.load, drain_seconds = input.drain_seconds })
-      if scaling then
-        mm.scaling = scaling
-        mm.decisions[#mm.decisions + 1] = { rule = "scale", decision = scaling, action = scaling.change }
-      end
-      local keep, per_slot, remove = slots.choose(live, n)
-      for _, row in ipairs(remove) do act.cancel(row, why, row.state == "healthy" and drain_until or nil) end
-      local f = { now = now, spec = spec, blocked = blocked(spec), lost = input.lost or M.default_lost,
-        rollover = input.rollover or M.default_rollover, ended_now = mm.ended_now,
-        recent_ends = not mm.cleared and mm.recent_ends or nil, drain_seconds = input.drain_seconds }
-      for _, slot in ipairs(keep) do
-        local decided = slots.settle(slot, per_slot[slot], f, act)
-        if decided then note(mm, decided) end
-      end
+      settle_model(mm, live, input, act)
     end
-    -- 3. rows on their way out whose job still holds resources: cancelled once the drain is over.
-    -- Also when this process never knew the drain (the deadline died with a provisioner that
-    -- crashed), and again when a cancel sent in an earlier pass did not take: an "ending" row never
-    -- keeps its job alive next to the replica that took its slot
-    for _, row in ipairs(mm.rows) do
-      if row.state == "ending" and row.job_live and not row.cancel_queued
-        and not (row.cancel_at and row.cancel_at > now) then
-        cancel_job { row = row, job_id = row.job_id,
-          why = row.cancel_why or (row.cancel_at and "drained" or "ending, its job still runs") }
-        row.cancel_queued = true
-      end
-    end
+    append(out.cancels, slots.sweep(mm.rows, now))
   end
 
-  for _, m in ipairs(out.models) do
-    for _, row in ipairs(m.rows) do
+  for _, mm in ipairs(out.models) do
+    for _, row in ipairs(mm.rows) do
       if row._touched or row.state ~= "ended" then out.rows[#out.rows + 1] = row end
     end
   end

@@ -4,6 +4,7 @@
 local wire = require "obleth.schema"
 local managed = require "obleth.schema.managed"
 local model = require "obleth.schema.model"
+local saved = require "obleth.schema.recipe"
 
 local M = {}
 
@@ -37,21 +38,25 @@ function M.pattern_repeats(p)
   return n
 end
 
-M.ENGINES = { vllm = true, sglang = true, llamacpp = true, ollama = true, smoke = true, custom = true }
+--- The engines, the ids and the top-level keys: obleth.schema.recipe's (the API's saved recipe reads them
+--- too).
+M.ENGINE_LIST = saved.ENGINES
+M.ENGINES = {}
+for _, e in ipairs(saved.ENGINES) do M.ENGINES[e] = true end
 --- A recipe's id (a library file's, a recipe saved at launch): a lower-case letter or digit,
 --- then lower-case letters, digits, '.', '_', '-'; at most ID_MAX characters.
-M.ID_PATTERN = "^[a-z0-9][a-z0-9._-]*$"
+M.ID_PATTERN = saved.ID_PATTERN
 
 --- The API model name (what clients send, and the served model name an engine is given): the one rule
 --- for both the Management API's models and the launch form (obleth.schema.model).
 M.API_NAME_PATTERN = model.name.pattern
 M.API_NAME_MAX = model.name.max_len
 M.API_NAME_RULE = model.name.rule
-M.ID_MAX = 64
+M.ID_MAX = saved.ID_MAX
 --- What an id a recipe is looked up by (in a URL, a query, a saved document) may hold: letters of
 --- either case, digits, '.', '_', '-'; at most ID_LOOKUP_MAX characters.
-M.ID_LOOKUP_PATTERN = "^[A-Za-z0-9._%-]+$"
-M.ID_LOOKUP_MAX = 128
+M.ID_LOOKUP_PATTERN = saved.ID_LOOKUP_PATTERN
+M.ID_LOOKUP_MAX = saved.ID_LOOKUP_MAX
 M.INPUT_TYPES = { string = true, integer = true, number = true, boolean = true, enum = true, path = true }
 M.PROVENANCE = { "builtin", "recipe", "cluster_default", "learned", "user" }
 
@@ -80,12 +85,7 @@ for _, k in ipairs({ "time_limit", "nodes", "gpus_per_node", "cpus_per_node", "m
   M.SPEC_DEFAULTS[k] = wire.defaults(wire.field(managed.spec, k))
 end
 
-local TOP_KEYS = {
-  id = true, name = true, engine = true, description = true, inputs = true, resources = true,
-  health = true, script = true, image = true, launch = true, preamble = true, environment = true,
-  replicas = true, rollover_margin = true, stdout = true, stderr = true, one_of = true, requires = true,
-  programs = true, autoscale = true,
-}
+local TOP_KEYS = saved.KEYS
 local INPUT_KEYS = {
   type = true, default = true, required = true, description = true, pattern = true, min = true,
   max = true, values = true, label = true,

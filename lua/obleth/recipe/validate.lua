@@ -475,7 +475,7 @@ function M.validate(tbl, positions)
   out.name = name or id
   local engine = _v(tbl.engine)
   if not schema.ENGINES[engine] then
-    add(tbl, "engine", "engine", "engine must be one of vllm, sglang, llamacpp, ollama, smoke, custom")
+    add(tbl, "engine", "engine", "engine must be one of " .. table.concat(schema.ENGINE_LIST, ", "))
   end
   out.engine = engine
   local desc = _v(tbl.description)

@@ -9,12 +9,21 @@
 --    multiline, enum = {...}}
 --   {type = "minutes", min, max}  a Slurm time limit: integer minutes, or "HH:MM:SS", "D-HH", ...
 --   {type = "array", items = <schema>, max_items, min_items}
---   {type = "map", values = <schema>, key_pattern, key_rule}  an object of free keys
---   {type = "object", fields = {{"name", <schema>}, ...}, read_only = {"name", ...}, open = true (any keys),
+--   {type = "map", values = <schema>, key_pattern, key_rule, integer_keys = true (keys are ids: the
+--    value has integer keys), keep_null = true (a null value is kept: cjson.null)}  an object of free keys
+--   {type = "object", fields = {{"name", <schema>}, ...}, required = {"name", ...}, read_only = {"name", ...},
+--    open = true (any keys, unchecked),
+--    keep_null = true (a field sent as null is kept as cjson.null: "set to null", a report's way),
 --    no_defaults = true (only the fields given: a partial object over stored ones)}
+--   {type = "any"}  anything (a key whose contents another part checks)
+--   {type = "one_of", of = {<schema>, ...}}  the first whose JSON type the value has (a string or an
+--    integer, say); a value of none is checked against the last (its error names what it wanted)
 -- and on any of them: `nullable = true` (null gives the default, or nothing; a blank string is null),
 -- `format = "<name>"` (a check that cannot be data, given by the caller of `validate` in opts.formats),
--- `description`, `scalars = true` (a string that also takes a number or boolean, as its text).
+-- `description`, `scalars = true` (a string that also takes a number or boolean, as its text),
+-- `code = "<code>"` (the error code of a bad or missing value, "invalid" when not given), `shape` (what
+-- the value looks like, in words: an object's fields, said when it is not an object, or when a required
+-- value is missing).
 -- Rules between fields (exactly one of two, one below another) are the caller's: they are not data.
 local check = require "obleth.schema.check"
 local timefmt = require "obleth.util.timefmt"
@@ -71,6 +80,7 @@ local TYPES = {}
 function TYPES.integer(s, v, field) return check.int(v, field, s.min, s.max) end
 function TYPES.number(s, v, field) return check.num(v, field, s.min, s.max) end
 function TYPES.boolean(_, v, field) return check.bool(v, field) end
+function TYPES.any(_, v) return v end
 
 function TYPES.string(s, v, field)
   if s.scalars and (type(v) == "number" or type(v) == "boolean") then v = tostring(v) end
@@ -114,14 +124,39 @@ function TYPES.map(s, v, field, opts)
   table.sort(keys)
   local out = {}
   for _, k in ipairs(keys) do
-    if s.key_pattern and (not k:match(s.key_pattern) or #k > (s.key_max or 256)) then
+    local key = k
+    if s.integer_keys then key = k:match("^%d+$") and math.tointeger(tonumber(k)) end
+    if (s.key_pattern and not k:match(s.key_pattern)) or #k > (s.key_max or 256) or not key then
       return check.err(field .. "." .. k, "is not a valid %s", s.key_rule or "key")
     end
-    local r, e = M.validate(s.values, v[k], field .. "." .. k, opts)
-    if e then return nil, e end
-    out[k] = r
+    local x = v[k]
+    if s.keep_null and x == NULL then out[key] = NULL
+    else
+      local r, e = M.validate(s.values, x, field .. "." .. k, opts)
+      if e then return nil, e end
+      out[key] = r
+    end
   end
   return out
+end
+
+-- the JSON type a schema takes: a value of another is not for it (one_of)
+local KIND = { integer = "number", number = "number", boolean = "boolean", string = "string", minutes = "string",
+  array = "array", map = "object", object = "object" }
+
+local function _kind(v)
+  if type(v) == "number" or type(v) == "boolean" or type(v) == "string" then return type(v) end
+  if check.is_object(v) then return "object" end
+  if check.is_array(v) then return "array" end
+  return nil
+end
+
+function TYPES.one_of(s, v, field, opts)
+  local k = _kind(v)
+  for _, alt in ipairs(s.of) do
+    if KIND[alt.type] == k then return M.validate(alt, v, field, opts) end
+  end
+  return M.validate(s.of[#s.of], v, field, opts)
 end
 
 function TYPES.object(s, v, field, opts)
@@ -132,14 +167,23 @@ function TYPES.object(s, v, field, opts)
   if s.open then return v end
   local prefix = field and (field .. ".") or ""
   local known = {}
-  for _, f in ipairs(s.fields) do known[f[1]] = true end
-  for _, k in ipairs(s.read_only or {}) do known[k] = true end
+  for _, f in ipairs(s.fields) do known[f[1]] = f[2] end
+  for _, k in ipairs(s.read_only or {}) do known[k] = known[k] or true end
   local ok, err = check.unknown(v, known, prefix)
   if not ok then return nil, err end
   local out = not s.no_defaults and M.defaults(s) or {}
+  for _, name in ipairs(s.required or {}) do
+    if check.null(v[name]) then
+      local fs = type(known[name]) == "table" and known[name] or {}
+      local _, e = check.err(prefix .. name, "is required%s", fs.shape and (" (" .. fs.shape .. ")") or "")
+      e.code = fs.code or e.code
+      return nil, e
+    end
+  end
   for _, f in ipairs(s.fields) do
     local x = v[f[1]]
-    if x ~= nil then
+    if s.keep_null and x == NULL then out[f[1]] = NULL
+    elseif x ~= nil then
       local r, e = M.validate(f[2], x, prefix .. f[1], opts)
       if e then return nil, e end
       out[f[1]] = r
@@ -163,6 +207,7 @@ function M.validate(s, v, field, opts)
   local t = TYPES[s.type]
   if not t then error("obleth.schema: unknown type " .. tostring(s.type), 2) end
   local r, e = t(s, v, field, opts)
+  if e and s.code and e.code == "invalid" then e.code = s.code end
   if e or r == nil then return nil, e end
   if s.format then
     local fn = opts and opts.formats and opts.formats[s.format]
@@ -260,16 +305,30 @@ function M.openapi(s)
     o = { type = "array", items = M.openapi(s.items), maxItems = s.max_items, minItems = s.min_items }
   elseif s.type == "map" then
     o = { type = "object", additionalProperties = M.openapi(s.values) }
+    if s.keep_null then o.additionalProperties.nullable = true end
     if s.key_pattern then o["x-key-pattern"] = M.regex(s.key_pattern) end
+  elseif s.type == "any" then
+    o = {}
+  elseif s.type == "one_of" then
+    local alts = {}
+    for i, alt in ipairs(s.of) do alts[i] = M.openapi(alt) end
+    o = { oneOf = alts }
   elseif s.type == "object" then
     o = { type = "object" }
     if not s.open then
       o.additionalProperties = false
       o.properties = {}
-      for _, f in ipairs(s.fields) do o.properties[f[1]] = M.openapi(f[2]) end
+      local required = {}
+      for _, k in ipairs(s.required or {}) do required[k] = true end
+      for _, f in ipairs(s.fields) do
+        o.properties[f[1]] = M.openapi(f[2])
+        -- a required field is never null, kept or not
+        if s.keep_null and not required[f[1]] then o.properties[f[1]].nullable = true end
+      end
       for _, k in ipairs(s.read_only or {}) do
         o.properties[k] = o.properties[k] or { readOnly = true, description = "read-only: sent back, ignored" }
       end
+      if s.required and #s.required > 0 then o.required = s.required end
     end
   else
     error("obleth.schema.openapi: unknown type " .. tostring(s.type), 2)

@@ -6,6 +6,7 @@
 --                               never came), and the jobs of models the store no longer has, to cancel
 -- follow(row, found, f)         one replica's row after its job: submitted, starting, requeued,
 --                               ending, ended (with Slurm's end state), and what the pass reports of it
+-- step(models, f)               the three above over every model: the step as the driver runs it
 --
 -- Pure: no I/O; the rows given are the plan's own copies and are changed in place. Times are epoch
 -- seconds. Used by obleth.provisioner.plan.reconcile.
@@ -181,6 +182,32 @@ function M.follow(row, found, f)
   o = outcome(row, f.model_id, { state = base, reason = job.reason, exit_code = ec.code, signal = ec.signal,
     node = node, started_at = job.start_time or row.started_at, ended_at = row.ended_at, cancel_why = row.cancel_why })
   return o, true, adopted
+end
+
+--- The jobs step over every model: index the listing, adopt, follow each row. Each model's rows whose
+--- job ended in this pass are listed in its `ended_now` (the lost rule reads them).
+---@param models table[] the plan's models {id, rows, ended_now}
+---@param f {now: number, jobs: table[]|nil, instance: string, job_by_id: table|nil}
+---  jobs: the listing (nil: none this pass, so a job not found is no evidence it ended)
+---@return table[] cancels {job_id, why}: second jobs of one replica, jobs of models that are gone
+---@return table[] adopted rows: tagged jobs nobody recorded, then recorded rows whose job was found
+---@return table[] outcomes the ends and requeues to report
+function M.step(models, f)
+  local by_nonce, cancels = M.index(f.jobs, f.instance)
+  local adopted, orphans = M.adopt(models, by_nonce, f.now)
+  for _, c in ipairs(orphans) do cancels[#cancels + 1] = c end
+  local outcomes = {}
+  local ff = { now = f.now, job_by_id = f.job_by_id, listed = f.jobs ~= nil }
+  for _, mm in ipairs(models) do
+    ff.model_id = mm.id
+    for _, row in ipairs(mm.rows) do
+      local o, ended, found = M.follow(row, by_nonce[row.nonce], ff)
+      if found then adopted[#adopted + 1] = row end
+      if o then outcomes[#outcomes + 1] = o end
+      if ended then mm.ended_now[#mm.ended_now + 1] = row end
+    end
+  end
+  return cancels, adopted, outcomes
 end
 
 return M

@@ -11,6 +11,8 @@
 --                          duplicates, follow a lost slot, submit a missing replica unless the lost
 --                          rule or a refused submit says wait, start a successor before the walltime
 --                          ends, drain the old replica once the successor serves
+-- sweep(rows, now)         replicas on their way out whose job still runs: cancelled once their drain
+--                          is over
 --
 -- Pure: no I/O. The rows are the plan's own copies; what must happen to them is asked of `act`
 -- (obleth.provisioner.plan.reconcile gives it: cancel, a new row with a free port, a submit).
@@ -238,6 +240,26 @@ function M.settle(slot, rows, f, act)
     act.cancel(primary, WHY.ROLLOVER, now + (f.drain_seconds or 30))
   end
   return nil
+end
+
+--- The replicas on their way out whose job still holds resources: cancelled once the drain is over.
+--- Also when this process never knew the drain (the deadline died with a provisioner that crashed),
+--- and again when a cancel sent in an earlier pass did not take: an "ending" row never keeps its job
+--- alive next to the replica that took its slot. A cancel already queued this pass is not repeated.
+---@param rows table[] a model's rows (`cancel_queued` is set on those returned)
+---@param now number
+---@return table[] cancels {row, job_id, why}
+function M.sweep(rows, now)
+  local cancels = {}
+  for _, row in ipairs(rows) do
+    if row.state == "ending" and row.job_live and not row.cancel_queued
+      and not (row.cancel_at and row.cancel_at > now) then
+      cancels[#cancels + 1] = { row = row, job_id = row.job_id,
+        why = row.cancel_why or (row.cancel_at and "drained" or "ending, its job still runs") }
+      row.cancel_queued = true
+    end
+  end
+  return cancels
 end
 
 return M
