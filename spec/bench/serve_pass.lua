@@ -75,12 +75,7 @@ local function fill(db, replicas)
   store:close()
 end
 
-local function free_port()
-  local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
-  local p = s:port()
-  s:close()
-  return p
-end
+local free_port = require("spec.support.util").free_port
 
 local engine_port = free_port()
 local engine = assert(io.popen(("exec sh -c 'echo $$; exec %q smoke-engine --host 127.0.0.1 --port %d --model probe "

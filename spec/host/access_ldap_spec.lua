@@ -23,7 +23,7 @@ describe("access: LDAP sign-in against slapd", function()
   local util = require "spec.support.util"
   local server = require "spec.support.server"
 
-  local PORT = tonumber(os.getenv("OBLETH_TEST_SLAPD_PORT") or "3890")
+  local PORT = tonumber(os.getenv("OBLETH_TEST_SLAPD_PORT") or "") or util.free_port()
   local URL = "ldap://127.0.0.1:" .. PORT
   local SUFFIX = "dc=example,dc=org"
   local prefix, srv

@@ -38,12 +38,7 @@ describe("access: LDAP over TLS against slapd", function()
     f:close()
   end
 
-  local function free_port()
-    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
-    local p = s:port()
-    s:close()
-    return p
-  end
+  local free_port = require("spec.support.util").free_port
 
   local function sh(cmd)
     local code, out = util.sh(cmd .. " 2>&1")
