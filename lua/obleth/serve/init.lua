@@ -82,12 +82,21 @@ function M.new(opts)
 end
 
 --- Sample every model's load and replicas into the history (obleth.deployment.load_history; the
---- command's timer calls it every load_history.SAMPLE seconds). Errors are logged, never raised.
+--- command's timer calls it every load_history.SAMPLE seconds). It runs on its own coroutine and yields
+--- to the event loop between pages of models, so thousands of models never hold the loop for more than
+--- a page's work; a sample still running when the next is due makes that one a no-op. Errors are logged,
+--- never raised.
 function Serve:sample_load()
   local ctx = self.context
-  local ok, err = pcall(ctx.load_history.sample_all, ctx.load_history, ctx.store, ctx.load,
-    require("obleth.policy").get("scale"))
-  if not ok then ctx.log.warn("load_history_failed", { error = tostring(err) }) end
+  if self.sampling then return end
+  self.sampling = true
+  local loop = require "obleth.loop"
+  loop.spawn(function()
+    local ok, err = pcall(ctx.load_history.sample_all, ctx.load_history, ctx.store, ctx.load,
+      require("obleth.policy").get("scale"), function() loop.sleep(0) end)
+    self.sampling = false
+    if not ok then ctx.log.warn("load_history_failed", { error = tostring(err) }) end
+  end)
 end
 
 --- Start shutting down: new requests get 503 shutting_down; event streams end.
