@@ -2,7 +2,7 @@
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc
-PKGS      = lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto libpq ldap
+PKGS      = lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto libssl libpq ldap
 CFLAGS   ?= -O2 -g
 WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CPPFLAGS += -std=c11 -D_DEFAULT_SOURCE -DOBLETH_HAVE_SYSTEMD $(shell pkg-config --cflags $(PKGS) 2>/dev/null)

@@ -18,6 +18,13 @@
  *        texts is nil when the member is missing or not an array. The provisioner reads the
  *        job listing this way: one element per job, decoded only when it is new or changed.
  *     -> nil, message, kind, key as fields does (the whole text is checked the same way).
+ *   ok, hashes, firsts, lasts = jsonscan.element_hashes(text, name)
+ *     -> as elements, without a string per element: hashes[i] is the element's SipHash-2-4-128
+ *        (16 bytes, siphash.h) under this process's random key, text:sub(firsts[i], lasts[i]) its
+ *        text. The provisioner keys its cache of normalized jobs by the hash, so it keeps no job's
+ *        text between passes and makes a string only of a job it has not seen (the key is secret,
+ *        so no job name a cluster user picks can be made to collide with another job's text).
+ *        All three are nil when the member is missing or not an array.
  *   ok, message, kind, key = jsonscan.check(text)
  *     -> true when text is one JSON value (any top level), else nil, message, kind, key.
  *   prompt, completion = jsonscan.usage(text)
@@ -37,6 +44,7 @@
  * cjson accepts too.
  */
 #include "host.h"
+#include "siphash.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -615,9 +623,10 @@ static int name_is(lua_State *L, scan *s, const unsigned char *name_at, const ch
 
 typedef struct {
     lua_State *L;
-    int out;            /* the stack slot of the result */
+    int out;            /* the stack slot of the result (hashes: then firsts, lasts) */
     const char *name;
     size_t nl;
+    const unsigned char *key; /* element_hashes: the process's SipHash key; NULL: texts */
 } elements_ctx;
 
 static int elements_member(scan *s, const unsigned char *name_at, const char *name, size_t nl, void *ctx) {
@@ -625,7 +634,8 @@ static int elements_member(scan *s, const unsigned char *name_at, const char *na
     lua_State *L = e->L;
     if (*s->p != '[' || !name_is(L, s, name_at, name, nl, e->name, e->nl)) return 0;
     s->p++;
-    lua_newtable(L);
+    int lists = e->key ? 3 : 1; /* texts; or hashes, firsts, lasts */
+    for (int i = 0; i < lists; i++) lua_newtable(L);
     ws(s);
     if (s->p < s->end && *s->p == ']') {
         s->p++;
@@ -634,17 +644,30 @@ static int elements_member(scan *s, const unsigned char *name_at, const char *na
         for (;;) {
             ws(s);
             const unsigned char *from = s->p;
-            if (skip(s, 2) < 0) { lua_pop(L, 1); return -1; }
-            lua_pushlstring(L, (const char *)from, (size_t)(s->p - from));
-            lua_rawseti(L, -2, ++n);
+            if (skip(s, 2) < 0) { lua_pop(L, lists); return -1; }
+            size_t len = (size_t)(s->p - from);
+            ++n;
+            if (e->key) {
+                unsigned char h[16];
+                obleth_siphash128(e->key, from, len, h);
+                lua_pushlstring(L, (const char *)h, sizeof h);
+                lua_rawseti(L, -4, n);
+                lua_pushinteger(L, (lua_Integer)(from - s->start) + 1);
+                lua_rawseti(L, -3, n);
+                lua_pushinteger(L, (lua_Integer)(from - s->start) + (lua_Integer)len);
+                lua_rawseti(L, -2, n);
+            } else {
+                lua_pushlstring(L, (const char *)from, len);
+                lua_rawseti(L, -2, n);
+            }
             ws(s);
             if (s->p < s->end && *s->p == ',') { s->p++; continue; }
             if (s->p < s->end && *s->p == ']') { s->p++; break; }
-            lua_pop(L, 1);
+            lua_pop(L, lists);
             return fail(s, "a ',' or ']' is missing");
         }
     }
-    lua_replace(L, e->out);
+    for (int i = lists - 1; i >= 0; i--) lua_replace(L, e->out + i);
     return 1;
 }
 
@@ -709,24 +732,35 @@ static int l_fields(lua_State *L) {
     return push_error(L, &s);
 }
 
-static int l_elements(lua_State *L) {
+/* elements (key NULL) and element_hashes (the process's key): true, then 1 or 3 results. */
+static int elements(lua_State *L, const unsigned char *key) {
     size_t len;
     const char *text = luaL_checklstring(L, 1, &len);
     elements_ctx e;
     e.L = L;
     e.name = luaL_checklstring(L, 2, &e.nl);
+    e.key = key;
+    int lists = key ? 3 : 1;
     lua_settop(L, 2);
     lua_pushboolean(L, 1);
-    lua_pushnil(L); /* the result, at 4 */
+    for (int i = 0; i < lists; i++) lua_pushnil(L); /* the results, at 4 .. */
     e.out = 4;
     scan s;
     scan_init(&s, text, len);
     if (walk_object(&s, elements_member, &e) == 0) {
         scan_free(&s);
-        return 2;
+        return 1 + lists;
     }
     lua_settop(L, 2);
     return push_error(L, &s);
+}
+
+static int l_elements(lua_State *L) { return elements(L, NULL); }
+
+static int l_element_hashes(lua_State *L) {
+    const unsigned char *key = obleth_siphash_process_key();
+    if (!key) return luaL_error(L, "jsonscan.element_hashes: no random key (getrandom failed)");
+    return elements(L, key);
 }
 
 static int l_check(lua_State *L) {
@@ -822,6 +856,8 @@ int luaopen_obleth_jsonscan(lua_State *L) {
     lua_setfield(L, -2, "check");
     lua_pushcfunction(L, l_elements);
     lua_setfield(L, -2, "elements");
+    lua_pushcfunction(L, l_element_hashes);
+    lua_setfield(L, -2, "element_hashes");
     lua_pushcfunction(L, l_usage);
     lua_setfield(L, -2, "usage");
     return 1;

@@ -29,9 +29,10 @@ cluster_pkgs=(slurmctld slurmd slurmdbd slurmrestd slurm-client slurm-wlm-basic-
 # nginx: the trusted-proxy specs put Debian's nginx in front of obleth serve on loopback, naming the user
 # in a header (spec/host/access_nginx_spec.lua; its own config and prefix, the package's service not used)
 # slapd, ldap-utils: the LDAP sign-in specs start Debian's slapd on loopback with a small directory of
-# their own (spec/host/access_ldap_spec.lua: slapadd into a temp dir, slapd -f; the package's service not used)
+# their own (spec/host/access_ldap_spec.lua: slapadd into a temp dir, slapd -f; the package's service not used);
+# openssl: the LDAP-over-TLS spec makes its own CA and slapd's certificate (spec/host/access_ldap_tls_spec.lua)
 test_pkgs=(lua-busted lua-check tmux curl procps python3 chromium fonts-dejavu-core clang libclang-rt-14-dev bc
-  lmod iproute2 postgresql-15 nginx slapd ldap-utils haproxy)
+  lmod iproute2 postgresql-15 nginx slapd ldap-utils haproxy openssl)
 
 # make deploy-check (Docker Compose end to end, its own dockerd) and make helm-check (Helm from npm, unzipped)
 deploy_pkgs=(docker.io docker-compose unzip)
@@ -109,7 +110,7 @@ if [ "$group" = build ] || [ "$group" = all ]; then
   need_cmd cc build-essential
   need_cmd pkg-config pkg-config
   need_cmd lua5.4 lua5.4
-  for pc in lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto libpq ldap; do
+  for pc in lua5.4 libevent libcurl yaml-0.1 libsystemd sqlite3 libcrypto libssl libpq ldap; do
     pkg-config --exists "$pc" 2>/dev/null || problems+=("pkg-config cannot find $pc (see scripts/deps.sh build)")
   done
   lua5.4 -e 'require "cjson"' 2>/dev/null || problems+=("Lua 5.4 cannot load cjson (Debian package lua-cjson)")
@@ -153,6 +154,7 @@ if [ "$group" = all ]; then
   need_file /usr/sbin/slapd slapd
   need_cmd slapadd slapd
   need_cmd ldapsearch ldap-utils
+  need_cmd openssl openssl
   [ -n "$(find /usr/lib/llvm-14/lib/clang -name 'libclang_rt.fuzzer-*.a' -print -quit 2>/dev/null)" ] ||
     problems+=("clang's libFuzzer runtime is missing (Debian package libclang-rt-14-dev)")
 fi

@@ -16,6 +16,31 @@ local loop = require "obleth.loop"
 local sys = require "obleth.sys"
 local server = require "spec.support.server"
 
+-- The probe runs in a child process, so that this one's own work (reading a full snapshot of several
+-- MB) never counts as the router's: one chat completion after another, a line "<start> <seconds>" each
+-- (start: the monotonic clock, shared by the processes), printed when TERM stops it.
+--   obleth lua spec/bench/serve_pass.lua --probe BASE_URL KEY
+if arg and arg[1] == "--probe" then
+  local url, key = arg[2] .. "/v1/chat/completions", arg[3]
+  local body = cjson.encode { model = "probe", messages = { { role = "user", content = "hi" } }, max_tokens = 1 }
+  local lines, running = {}, true
+  loop.on_signal("TERM", function() running = false end)
+  loop.spawn(function()
+    while running do
+      local t0 = loop.monotonic()
+      local r = assert(http.request { url = url, method = "POST", body = body,
+        headers = { Authorization = "Bearer " .. key, ["Content-Type"] = "application/json" }, timeout = 60 })
+      assert(r.status == 200, "probe: HTTP " .. r.status)
+      lines[#lines + 1] = ("%.6f %.6f"):format(t0, loop.monotonic() - t0)
+      loop.sleep(0.002)
+    end
+    io.stdout:write(table.concat(lines, "\n"), "\n")
+    io.stdout:flush()
+    loop.stop(0)
+  end)
+  return loop.run()
+end
+
 local sizes = {}
 for _, a in ipairs(arg or {}) do sizes[#sizes + 1] = tonumber(a) end
 if #sizes == 0 then sizes = { 1000, 5000, 10000 } end
@@ -50,12 +75,7 @@ local function fill(db, replicas)
   store:close()
 end
 
-local function free_port()
-  local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
-  local p = s:port()
-  s:close()
-  return p
-end
+local free_port = require("spec.support.util").free_port
 
 local engine_port = free_port()
 local engine = assert(io.popen(("exec sh -c 'echo $$; exec %q smoke-engine --host 127.0.0.1 --port %d --model probe "
@@ -86,16 +106,9 @@ local function measure(replicas)
   for _ = 1, 20 do chat() end -- warm: connections, the router's cache
   local quiet = 0
   for _ = 1, 50 do quiet = math.max(quiet, chat()) end
-  local longest, probing, probes = 0, true, 0
-  local done = loop.notifier()
-  loop.spawn(function()
-    while probing do
-      longest = math.max(longest, chat())
-      probes = probes + 1
-      loop.sleep(0.002)
-    end
-    done:notify()
-  end)
+  local prober = assert(io.popen(("exec %q lua spec/bench/serve_pass.lua --probe %q %q & echo $!"):format(
+    sys.paths.exe, srv.base, key)))
+  local prober_pid = tonumber(prober:read("l"))
   local auth = { Authorization = "Bearer " .. srv.token, ["Content-Type"] = "application/json" }
   local report = cjson.encode { pass = { started_at = os.time(), duration = 0.1 }, replicas = {}, outcomes = {},
     endpoints = {}, provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} } }
@@ -122,13 +135,34 @@ local function measure(replicas)
     end
     return (cpu_ticks(srv.pid) - t0) / HZ / PASSES, bytes
   end
-  local cpu, bytes = passes(false)
-  local full_stall = longest
-  longest = 0
-  passes(true) -- the version to start from
-  local steady_cpu, steady_bytes = passes(true)
-  probing = false
-  done:wait()
+  loop.sleep(0.2) -- the probe's first answers
+  local t_full = loop.monotonic()
+  local t_steady, cpu, bytes, steady_cpu, steady_bytes
+  local ok, err = pcall(function()
+    cpu, bytes = passes(false)
+    passes(true) -- the version to start from
+    t_steady = loop.monotonic()
+    steady_cpu, steady_bytes = passes(true)
+  end)
+  local t_end = loop.monotonic()
+  sys.kill(prober_pid, "TERM")
+  if not ok then -- the probe stopped first: else it runs on after the bench
+    prober:close()
+    srv:stop()
+    error(err, 0)
+  end
+  -- the longest answer of the probes that started in each phase
+  local full_stall, longest, probes = 0, 0, 0
+  for line in prober:lines() do
+    local t0, d = line:match("^(%S+) (%S+)$")
+    t0, d = tonumber(t0), tonumber(d)
+    if t0 then
+      probes = probes + 1
+      if t0 >= t_full and t0 < t_steady then full_stall = math.max(full_stall, d) end
+      if t0 >= t_steady and t0 < t_end then longest = math.max(longest, d) end
+    end
+  end
+  prober:close()
   local _, _, serr = srv:stop()
   if os.getenv("BENCH_DEBUG") then io.stderr:write(serr) end
   if drop then drop() else os.remove(db) end

@@ -15,6 +15,21 @@ end
 
 return function(data)
   local ok, texts = jsonscan.elements(data, "jobs")
+  -- element_hashes: the same answer, as places in the text (and equal texts, equal hashes)
+  local hok, hashes, firsts, lasts = jsonscan.element_hashes(data, "jobs")
+  assert(hok == ok, "element_hashes and elements disagree on the text")
+  if ok and texts then
+    assert(#hashes == #texts and #firsts == #texts and #lasts == #texts, "not one place per element")
+    local by = {}
+    for i, t in ipairs(texts) do
+      assert(data:sub(firsts[i], lasts[i]) == t, "a place is not the element's text")
+      assert(#hashes[i] == 16, "a hash is not 16 bytes")
+      if by[t] then assert(by[t] == hashes[i], "equal texts, different hashes") end
+      by[t] = hashes[i]
+    end
+  elseif ok then
+    assert(hashes == nil, "hashes for a member that elements answers none for")
+  end
   if not ok or select(2, data:gsub("[%[{]", "")) >= 900 then return end -- cjson's depth limit
   local dok, doc = pcall(cjson.decode, data)
   assert(dok, "jsonscan.elements accepted a text cjson refuses")

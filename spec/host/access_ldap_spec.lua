@@ -23,7 +23,7 @@ describe("access: LDAP sign-in against slapd", function()
   local util = require "spec.support.util"
   local server = require "spec.support.server"
 
-  local PORT = tonumber(os.getenv("OBLETH_TEST_SLAPD_PORT") or "3890")
+  local PORT = tonumber(os.getenv("OBLETH_TEST_SLAPD_PORT") or "") or util.free_port()
   local URL = "ldap://127.0.0.1:" .. PORT
   local SUFFIX = "dc=example,dc=org"
   local prefix, srv
@@ -278,7 +278,7 @@ memberUid: alice
     it("says connection when nobody listens, and times out on a server that never answers", function()
       local _, err = ldap.open("ldap://127.0.0.1:" .. (PORT + 1))
       assert.equal("connection", err.code)
-      local _, uerr = ldap.open("ldaps://127.0.0.1:" .. PORT)
+      local _, uerr = ldap.open("ldapi:///")
       assert.equal("invalid", uerr.code)
       -- a listener that accepts (the kernel does) and never reads
       local sink = assert(require("obleth.http").server { host = "127.0.0.1", port = 0, handler = function() end,

@@ -26,12 +26,7 @@ describe("access behind nginx", function()
   -- "user:pw" in base64 (printf 'alice:pw' | base64)
   local BASIC = { alice = "YWxpY2U6cHc=", bob = "Ym9iOnB3" }
 
-  local function free_port()
-    local s = assert(http.server { host = "127.0.0.1", port = 0, handler = function() end })
-    local p = s:port()
-    s:close()
-    return p
-  end
+  local free_port = require("spec.support.util").free_port
 
   local function write(path, text)
     local f = assert(io.open(path, "w"))

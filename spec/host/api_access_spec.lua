@@ -168,6 +168,45 @@ describe("access: roles and a trusted proxy", function()
     assert.equal(400, (call("GET", "/api/v1/audit?limit=0", nil, as("bob"))))
   end)
 
+  it("a viewer sees a managed spec's environment values masked; an operator sees them", function()
+    local alice = as("alice", "ml-ops")
+    local st, l = call("POST", "/api/v1/deployments/launch", { recipe_id = "smoke-test", api_model_name = "env-masked",
+      values = { replicas = 1, partition = "gpu", account = "research" } }, alice)
+    assert.equal(201, st)
+    local mid = ("%d"):format(l.launch.model_id)
+    local _, spec = call("GET", "/api/v1/models/" .. mid .. "/managed", nil, alice)
+    local put = {}
+    for k, v in pairs(spec) do
+      if k ~= "scaling" and k ~= "generation" and k ~= "model_id" and k ~= "model_name" and k ~= "provision_error"
+        and k ~= "updated_at" and k ~= "created_at" then put[k] = v end
+    end
+    put.environment = { WANDB_API_KEY = "wandb-secret-0123", MODE = "serve" }
+    local st2, e2 = call("PUT", "/api/v1/models/" .. mid .. "/managed?check=false", put, alice)
+    assert.equal(200, st2, e2 and e2.error and e2.error.message)
+    -- the operator (who may edit it, and sends every value back) sees the values
+    local _, mine = call("GET", "/api/v1/models/" .. mid .. "/managed", nil, alice)
+    assert.same({ WANDB_API_KEY = "wandb-secret-0123", MODE = "serve" }, mine.environment)
+    -- the viewer sees every value masked, by one model and in the list, but the rest of the spec
+    local mask = require("obleth.deployment.input").MASK
+    local st3, seen = call("GET", "/api/v1/models/" .. mid .. "/managed", nil, as("bob"))
+    assert.equal(200, st3)
+    assert.same({ WANDB_API_KEY = mask, MODE = mask }, seen.environment)
+    assert.equal(spec.partition, seen.partition)
+    local _, all = call("GET", "/api/v1/managed", nil, as("bob"))
+    local found
+    for _, m in ipairs(all.managed) do
+      if m.model_id == l.launch.model_id then found = m end
+      for _, v in pairs(m.environment or {}) do assert.equal(mask, v) end
+    end
+    assert.same({ WANDB_API_KEY = mask, MODE = mask }, found.environment)
+    local body = select(2, call("GET", "/api/v1/managed", nil, as("bob")))
+    assert.falsy(cjson.encode(body):find("wandb-secret", 1, true))
+    local _, mine_all = call("GET", "/api/v1/managed", nil, alice)
+    for _, m in ipairs(mine_all.managed) do
+      if m.model_id == l.launch.model_id then assert.equal("wandb-secret-0123", m.environment.WANDB_API_KEY) end
+    end
+  end)
+
   it("the audit summary of a write never holds a secret", function()
     local st = call("PUT", "/api/v1/settings/router", { keyless = false }, { Authorization = "Bearer " .. ADMIN })
     assert.equal(200, st)

@@ -263,3 +263,33 @@ describe("obleth.jsonscan.elements", function()
     end
   end)
 end)
+
+describe("obleth.jsonscan.element_hashes", function()
+  local text = '{"a": [9], "jobs" : [ {"x": [1, {}]} , 2,"s", 2 ], "b": {"jobs": 1}}'
+  it("answers each element's place in the text and a 16-byte hash that only equal texts share", function()
+    local ok, hashes, firsts, lasts = jsonscan.element_hashes(text, "jobs")
+    assert.is_true(ok)
+    local texts = {}
+    for i = 1, #firsts do texts[i] = text:sub(firsts[i], lasts[i]) end
+    assert.same({ '{"x": [1, {}]}', "2", '"s"', "2" }, texts)
+    assert.equal(4, #hashes)
+    for _, h in ipairs(hashes) do assert.equal(16, #h) end
+    assert.equal(hashes[2], hashes[4]) -- "2" twice
+    assert.are_not.equal(hashes[1], hashes[2])
+    assert.are_not.equal(hashes[2], hashes[3])
+    -- the same text in another listing: the same hash (the key is the process's)
+    assert.equal(hashes[1], select(2, jsonscan.element_hashes('{"jobs": [{"x": [1, {}]}]}', "jobs"))[1])
+    -- keyed: not the hash under a known key (all zeros)
+    assert.are_not.equal(require("obleth.crypto").siphash128(("\0"):rep(16), "2"), hashes[2])
+  end)
+  it("answers as elements does for an empty, missing or bad member", function()
+    assert.same({ true, {}, {}, {} }, { jsonscan.element_hashes('{"jobs": []}', "jobs") })
+    assert.same({ true }, { jsonscan.element_hashes('{"jobs": {"0": 1}}', "jobs") })
+    for _, bad in ipairs({ '{"jobs": [1,]}', '{"jobs": [1], "jobs": [2]}', '[1]', '{"jobs": [1]} x', "" }) do
+      local ok, msg, kind = jsonscan.element_hashes(bad, "jobs")
+      assert.is_nil(ok, bad)
+      assert.is_string(msg)
+      assert.is_string(kind)
+    end
+  end)
+end)

@@ -84,6 +84,13 @@ describe("the listing read as one JSON text per job, with a cache of normalized 
     assert.is_true(ok)
     return t
   end
+  -- the listing as obleth.slurm reads it (obleth.jsonscan.element_hashes)
+  local function hashed(doc)
+    local text = cjson.encode(doc)
+    local ok, hashes, firsts, lasts = jsonscan.element_hashes(text, "jobs")
+    assert.is_true(ok)
+    return { text = text, hashes = hashes, firsts = firsts, lasts = lasts }
+  end
   -- cjson.decode calls made by obleth.slurm.normalize during f
   local function decodes(f)
     local real, n = cjson.decode, 0
@@ -97,7 +104,7 @@ describe("the listing read as one JSON text per job, with a cache of normalized 
   it("normalizes what normalize.jobs does, and an unchanged job again costs no decode", function()
     local keep, prefilter = daemon.own_jobs(snap)
     local cache = {}
-    local t = texts(listing())
+    local t = hashed(listing())
     -- the others' jobs are left by the prefilter: only 1 (tagged) and 4 (recorded) are decoded
     local n1, first = decodes(function() return normalize.jobs_cached(t, "v0.0.38", keep, prefilter, cache) end)
     assert.equal(2, n1)
@@ -114,15 +121,16 @@ describe("the listing read as one JSON text per job, with a cache of normalized 
     local keep, prefilter = daemon.own_jobs(snap)
     local cache = {}
     local doc = listing()
-    local before = normalize.jobs_cached(texts(doc), "v0.0.38", keep, prefilter, cache)
+    local before = normalize.jobs_cached(hashed(doc), "v0.0.38", keep, prefilter, cache)
     doc.jobs[1].partition = "other"
-    local after = normalize.jobs_cached(texts(doc), "v0.0.38", keep, prefilter, cache)
+    local after = normalize.jobs_cached(hashed(doc), "v0.0.38", keep, prefilter, cache)
     assert.are_not.equal(before[1], after[1])
     assert.equal("other", after[1].partition)
     local n = 0
     for _ in pairs(cache.map) do n = n + 1 end
     assert.equal(1, n) -- only the tagged job's current text
-    local n3 = decodes(function() return normalize.jobs_cached(texts(doc), "v0.0.39", keep, prefilter, cache) end)
+    for h in pairs(cache.map) do assert.equal(16, #h) end -- kept by its hash, not its text
+    local n3 = decodes(function() return normalize.jobs_cached(hashed(doc), "v0.0.39", keep, prefilter, cache) end)
     assert.equal(2, n3)
   end)
 

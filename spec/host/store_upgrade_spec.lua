@@ -42,11 +42,10 @@ describe("obleth.store on a SQLite database an earlier obleth made", function()
     return sqlite_schema(path)
   end
 
-  it("at schema 14 opens as it is, with every row, and takes new writes", function()
+  it("at schema 14 opens with every row, migrates to the last (15: load_shares), and takes new writes", function()
     local path = restore("sqlite-v14")
-    local before = sqlite_schema(path)
     local s = assert(store_mod.open(path))
-    assert.equal(14, s:schema_version())
+    assert.equal(#s.db.migrations, s:schema_version())
     assert.equal("18ec9839", s:instance())
     local models = s:list_models()
     assert.equal(1, #models)
@@ -70,8 +69,7 @@ describe("obleth.store on a SQLite database an earlier obleth made", function()
     local c = assert(s:create_model { name = "c" })
     assert.equal(3, c.id)
     s:close()
-    assert.equal(before, sqlite_schema(path))
-    assert.equal(fresh_schema(), before)
+    assert.equal(fresh_schema(), sqlite_schema(path))
   end)
 
   it("at schema 10 migrates to the last, its rows kept, and ends with a new store's schema", function()
@@ -106,6 +104,8 @@ describe("obleth.store on PostgreSQL", function()
     local c = assert(require("obleth.pg").connect(url))
     local got = schema.pg(function(sql) return assert(c:query(sql)) end)
     c:close()
+    -- the tables of the migrations after the fixture's schema 14 (15: load_shares) are not in it
+    got = got:gsub("[^\n]*load_shares[^\n]*\n", "")
     drop()
     local want = {}
     for line in slurp(FIXTURES .. "pg-schema-14.txt"):gmatch("[^\n]+") do

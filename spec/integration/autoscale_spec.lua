@@ -99,11 +99,17 @@ describe("autoscaling on the harness cluster", function()
 
     -- the deployment page's chart: the history of the last hour has the six streams in flight at once,
     -- the seven requests finished and two replicas wanted (GET /api/v1/models/{id}/load)
-    local ld = ok("GET", ("/api/v1/models/%d/load?hours=1"):format(m.id))
-    local peak, fin, wanted = 0, 0, 0
-    for _, p in ipairs(ld.points) do
-      peak, fin, wanted = math.max(peak, p.inflight), fin + p.finished, math.max(wanted, p.desired or 0)
-    end
+    -- (a client reads [DONE] before the router has closed the stream and counted it finished: wait for
+    -- the seventh rather than read once)
+    local ld, peak, fin, wanted
+    wait_until(function()
+      ld = ok("GET", ("/api/v1/models/%d/load?hours=1"):format(m.id))
+      peak, fin, wanted = 0, 0, 0
+      for _, p in ipairs(ld.points) do
+        peak, fin, wanted = math.max(peak, p.inflight), fin + p.finished, math.max(wanted, p.desired or 0)
+      end
+      return fin >= 7, fin
+    end, 30, "the load history to count the seven finished requests")
     assert.same({ 6, 7, 2, 2 }, { peak, fin, wanted, ld.max_replicas })
 
     -- the load is gone: back to 1 after scale_down_after; the replica that went drained first

@@ -4,7 +4,6 @@
 -- already started (so the demo leaves the cluster up).
 local slurm = require "obleth.slurm"
 local tag = require "obleth.job.tag"
-local http = require "obleth.http"
 local util = require "spec.support.util"
 local harness = require "spec.support.harness"
 
@@ -26,12 +25,7 @@ local function processes_with(marker)
   return pids
 end
 
-local function free_port()
-  local probe = assert(http.server { host = "127.0.0.1", port = 0, handler = function() return 200 end })
-  local port = probe:port()
-  probe:close()
-  return port
-end
+local free_port = require("spec.support.util").free_port
 
 -- Start the demo with no terminal (stdin /dev/null, its own session, as `make demo >log 2>&1 &`,
 -- nohup or setsid would), through `make` when `via_make`; wait until it says it is running (the old

@@ -123,4 +123,13 @@ function M.sh(cmd)
   return code, out
 end
 
+--- A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0), for a server a
+--- spec starts (slapd, nginx, obleth serve): never a fixed number another run may hold.
+function M.free_port()
+  local probe = assert(require("obleth.http").server { host = "127.0.0.1", port = 0, handler = function() return 200 end })
+  local port = probe:port()
+  probe:close()
+  return port
+end
+
 return M

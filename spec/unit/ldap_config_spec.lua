@@ -21,7 +21,17 @@ describe("obleth.api.ldap.from_env", function()
 
   it("refuses what would not work, naming the variable", function()
     local cases = {
-      { { OBLETH_LDAP_URL = "ldaps://h", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      { { OBLETH_LDAP_URL = "ldapi://h", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      { { OBLETH_LDAP_URL = "ldaps://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_STARTTLS = "1" }, "OBLETH_LDAP_STARTTLS" },
+      { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_STARTTLS = "on" }, "OBLETH_LDAP_STARTTLS" },
+      { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_CA_FILE = "/etc/hostname" },
+        "OBLETH_LDAP_CA_FILE" }, -- a CA file without TLS
+      { { OBLETH_LDAP_URL = "ldaps://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_CA_FILE = "/nonexistent/ca.pem" },
+        "OBLETH_LDAP_CA_FILE" },
+      { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_GROUP_SEARCH_AS = "bind_dn" },
+        "OBLETH_LDAP_GROUP_SEARCH_AS" }, -- a service bind without its DN
+      { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_GROUP_SEARCH_AS = "admin" },
+        "OBLETH_LDAP_GROUP_SEARCH_AS" },
       { { OBLETH_LDAP_URL = "ldap://h" }, "OBLETH_LDAP_USER_DN" },
       { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_DN = "uid=alice,dc=x" }, "OBLETH_LDAP_USER_DN" },
       { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_USER_FILTER = "(uid=x)" },

@@ -91,10 +91,10 @@ describe("obleth.deployment.load_history", function()
 
   it("sample_all samples every managed model with its scaling row, and models with load only", function()
     local store = {
-      list_replicas = function()
-        return { { model_id = 1, state = "healthy" }, { model_id = 1, state = "submitted" } }
-      end,
-      list_specs = function() return { { model_id = 1, model_name = "a", replicas = 3, enabled = true } } end,
+      spec_generations = function() return { { model_id = 1, generation = 1, model_name = "a" } } end,
+      get_spec = function() return { model_id = 1, generation = 1, model_name = "a", replicas = 3, enabled = true } end,
+      replica_counts = function() return { [1] = 2 } end,
+      list_replicas = function() error("a fixed spec's replicas are counted, not read") end,
     }
     t = t + 1
     w:begin("b")

@@ -9,12 +9,11 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { newPage, axe, assertClean, startStack, browser, until } from './support.mjs';
+import { newPage, axe, assertClean, startStack, browser, until, freePort } from './support.mjs';
 
 const SLAPD = '/usr/sbin/slapd';
 const skip = !existsSync(SLAPD) && 'no slapd (scripts/deps.sh all installs it)';
-const PORT = Number(process.env.OBLETH_TEST_SLAPD_WEB_PORT || 3891);
-const URL = `ldap://127.0.0.1:${PORT}`;
+let URL; // ldap://127.0.0.1:PORT, PORT from OBLETH_TEST_SLAPD_WEB_PORT or the kernel (before)
 const SUFFIX = 'dc=example,dc=org';
 let dir;
 let stack;
@@ -25,6 +24,7 @@ function slapdPid() {
 }
 
 before(async () => {
+  URL = `ldap://127.0.0.1:${Number(process.env.OBLETH_TEST_SLAPD_WEB_PORT) || await freePort()}`;
   if (skip) return;
   dir = mkdtempSync(path.join(os.tmpdir(), 'obleth-ldap-web-'));
   mkdirSync(path.join(dir, 'db'));

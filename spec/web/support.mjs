@@ -72,6 +72,17 @@ function start(args, env, readyRe) {
  * environment for serve (e.g. HF_ENDPOINT).
  * Returns {base, token, api(method, path, body?), provisioner, stop()}.
  */
+/** A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0), for a server a
+ * test starts itself (slapd): never a fixed number another run may hold. */
+export async function freePort() {
+  const net = await import('node:net');
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+  });
+}
+
 export async function startStack({ provisioner = true, interval = '1', serveEnv = {} } = {}) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'obleth-web-'));
   const logdir = path.join(dir, 'logs');

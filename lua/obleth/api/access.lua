@@ -104,6 +104,19 @@ function M.resolve(ident, policy)
   return ident
 end
 
+--- May the request's identity take `action`? What a route that answers everyone asks before it shows
+--- a secret (a viewer "sees everything but secrets"). No identity (an internal call) and the admin
+--- token may; a user, as the access policy says of their role.
+---@param ctx table the request's context (ctx.identity, ctx.app)
+---@param action string
+---@return boolean
+function M.may(ctx, action)
+  local ident = ctx.identity
+  if not ident or ident.admin then return true end
+  local pol = ctx.app:access_policy()
+  return (pol.allows(ident.role, action, pol.DEFAULTS))
+end
+
 --- The 403 body for a refused action: it names the action and the role that has it.
 ---@return integer status, table body
 function M.refusal(ident, action, needs)

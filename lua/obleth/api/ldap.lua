@@ -4,7 +4,10 @@
 -- directory through obleth.ldap (host/ldap.c: libldap's async API on the event loop).
 --
 -- Configuration (environment of obleth serve; docs/access.md):
---   OBLETH_LDAP_URL            ldap://host[:port] (an address keeps DNS off the loop)
+--   OBLETH_LDAP_URL            ldap://host[:port] or ldaps://host[:port] (an address keeps DNS off the loop)
+--   OBLETH_LDAP_STARTTLS       1: StartTLS on an ldap:// URL before anything else is sent
+--   OBLETH_LDAP_CA_FILE        the CAs (PEM) the server's certificate must chain to over TLS (default: the
+--                              system's); the certificate is always verified and its name checked
 --   OBLETH_LDAP_USER_DN        the user's DN, a template: uid={user},ou=people,dc=example,dc=org
 --   or OBLETH_LDAP_USER_BASE   where to search the user (with OBLETH_LDAP_USER_FILTER, default (uid={user}))
 --   OBLETH_LDAP_BIND_DN        who searches (default: anonymous), with
@@ -12,6 +15,8 @@
 --   OBLETH_LDAP_GROUP_BASE     where the groups are; OBLETH_LDAP_GROUP_FILTER, default
 --                              (|(member={dn})(uniqueMember={dn})(memberUid={user})) (groupOfNames,
 --                              groupOfUniqueNames, posixGroup); the group's name is its cn
+--   OBLETH_LDAP_GROUP_SEARCH_AS  user (default: the groups are read with the user's own bind) or bind_dn
+--                              (with OBLETH_LDAP_BIND_DN's, for directories whose ACLs hide groups from users)
 --   OBLETH_LDAP_TIMEOUT        seconds for each exchange with the directory (default 10)
 -- {user} and {dn} are escaped for the filter (RFC 4515) or the DN (RFC 4514) they go in.
 local M = {}
@@ -29,7 +34,9 @@ function M.from_env(getenv)
   local url = nonempty(getenv("OBLETH_LDAP_URL"))
   if not url then return nil end
   local function bad(field, msg) return nil, { code = "invalid", field = field, message = field .. ": " .. msg } end
-  if not url:match("^ldap://[^/]+/?$") then return bad("OBLETH_LDAP_URL", "expected ldap://HOST[:PORT]") end
+  if not url:match("^ldaps?://[^/]+/?$") then
+    return bad("OBLETH_LDAP_URL", "expected ldap://HOST[:PORT] or ldaps://HOST[:PORT]")
+  end
   local cfg = {
     url = url, user_dn = nonempty(getenv("OBLETH_LDAP_USER_DN")), user_base = nonempty(getenv("OBLETH_LDAP_USER_BASE")),
     user_filter = nonempty(getenv("OBLETH_LDAP_USER_FILTER")) or "(uid={user})",
@@ -38,7 +45,34 @@ function M.from_env(getenv)
     group_filter = nonempty(getenv("OBLETH_LDAP_GROUP_FILTER"))
       or "(|(member={dn})(uniqueMember={dn})(memberUid={user}))",
     timeout = tonumber(nonempty(getenv("OBLETH_LDAP_TIMEOUT")) or "10"),
+    ca_file = nonempty(getenv("OBLETH_LDAP_CA_FILE")),
+    group_search_as = nonempty(getenv("OBLETH_LDAP_GROUP_SEARCH_AS")) or "user",
   }
+  local st = (nonempty(getenv("OBLETH_LDAP_STARTTLS")) or "0"):lower()
+  if st == "1" or st == "true" or st == "yes" then cfg.starttls = true
+  elseif st ~= "0" and st ~= "false" and st ~= "no" then return bad("OBLETH_LDAP_STARTTLS", "1 or 0") end
+  local ldaps = url:match("^ldaps://") ~= nil
+  if cfg.starttls and ldaps then
+    return bad("OBLETH_LDAP_STARTTLS", "is for an ldap:// URL (ldaps:// is TLS from the first byte)")
+  end
+  if cfg.ca_file then
+    if not ldaps and not cfg.starttls then
+      return bad("OBLETH_LDAP_CA_FILE", "is for TLS: an ldaps:// URL or OBLETH_LDAP_STARTTLS=1")
+    end
+    local f, ferr = io.open(cfg.ca_file, "r")
+    if not f then return bad("OBLETH_LDAP_CA_FILE", tostring(ferr)) end
+    local head = f:read(65536) or ""
+    f:close()
+    if not head:find("-----BEGIN CERTIFICATE-----", 1, true) then
+      return bad("OBLETH_LDAP_CA_FILE", "no PEM certificate in " .. cfg.ca_file)
+    end
+  end
+  if cfg.group_search_as ~= "user" and cfg.group_search_as ~= "bind_dn" then
+    return bad("OBLETH_LDAP_GROUP_SEARCH_AS", "user or bind_dn")
+  end
+  if cfg.group_search_as == "bind_dn" and not cfg.bind_dn then
+    return bad("OBLETH_LDAP_GROUP_SEARCH_AS", "bind_dn needs OBLETH_LDAP_BIND_DN (and its password file)")
+  end
   if cfg.user_dn and not cfg.user_dn:find("{user}", 1, true) then
     return bad("OBLETH_LDAP_USER_DN", "a template naming {user}, e.g. uid={user},ou=people,dc=example,dc=org")
   end
@@ -84,7 +118,7 @@ function M.signin(cfg, user, password)
   if type(password) ~= "string" or password == "" then
     return fail("invalid_credentials", "no such user, or a wrong password")
   end
-  local conn, err = ldap.open(cfg.url, { timeout = cfg.timeout })
+  local conn, err = ldap.open(cfg.url, { timeout = cfg.timeout, starttls = cfg.starttls, ca_file = cfg.ca_file })
   if not conn then return fail("unavailable", "the directory: " .. err.message) end
   local function unavailable(e)
     conn:close()
@@ -123,6 +157,10 @@ function M.signin(cfg, user, password)
   if uid and uid:lower() == user:lower() then name = uid end
   local groups = {}
   if cfg.group_base then
+    if cfg.group_search_as == "bind_dn" then -- the user proved who they are; the service account reads
+      local gok, gerr = conn:bind(cfg.bind_dn, cfg.bind_password)
+      if not gok then return unavailable(gerr) end
+    end
     local filter = cfg.group_filter:gsub("{(%a+)}", function(k)
       if k == "dn" then return ldap.escape_filter(dn) end
       if k == "user" then return ldap.escape_filter(name) end

@@ -13,8 +13,23 @@ local function _model(ctx)
   return id
 end
 
+--- A managed spec as a reader who may not manage deployments sees it (a viewer
+--- "sees everything but secrets", docs/access.md): the fields the spec's schema marks secret and every
+--- value of its `environment` read as the mask. Everyone who may edit the spec sees it whole: a PUT
+--- sends every value back.
+---@param ctx table the request's context
+---@param doc table a decoded spec (changed in place)
+---@return table doc
+function M.for_reader(ctx, doc)
+  if require("obleth.api.access").may(ctx, "deployments.manage") then return doc end
+  local schema = require "obleth.schema"
+  return schema.mask_secrets(doc, schema.secrets(require("obleth.schema.managed").spec), validate.MASK)
+end
+
 local function list(ctx)
-  return 200, { managed = ctx.app.store:list_specs() }
+  local specs = ctx.app.store:list_specs()
+  for _, spec in ipairs(specs) do M.for_reader(ctx, spec) end
+  return 200, { managed = specs }
 end
 
 --- The spec as GET (and PUT) answer it: with `scaling` {current, desired, autoscaled, change, reason}, the
@@ -47,7 +62,7 @@ local function get(ctx)
     local label = require("obleth.deployment.labels").of(spec.provision_error.field)
     if label then spec.provision_error.label = label end
   end
-  return 200, M.with_scaling(ctx.app, id, spec)
+  return 200, M.with_scaling(ctx.app, id, M.for_reader(ctx, spec))
 end
 
 -- PUT checks each field (obleth.deployment.input), then what Slurm would refuse or never run on this

@@ -96,9 +96,7 @@ end
 
 local function get(ctx)
   local pub = M.public(ctx.app)
-  local ident = ctx.identity
-  local pol = ident and not ident.admin and ctx.app:access_policy()
-  if pol and not pol.allows(ident.role, "settings.slurm", pol.DEFAULTS) then M.for_reader(pub) end
+  if not require("obleth.api.access").may(ctx, "settings.slurm") then M.for_reader(pub) end
   return 200, pub
 end
 

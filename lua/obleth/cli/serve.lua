@@ -34,6 +34,10 @@ the token comes from the environment (never a flag: it would show in ps):
   OBLETH_IDLE_TIMEOUT      seconds a kept-alive connection may wait idle (5)
   OBLETH_NOFILE            descriptors to raise the soft limit to, up to the hard
                            limit (65536; never lowered)
+  OBLETH_LOAD_SHARE_INTERVAL  on PostgreSQL: seconds between two publishes of this
+                           instance's load window for the others (5)
+  OBLETH_LOAD_SHARE_EXPIRY    on PostgreSQL: seconds after its last publish an
+                           instance stops counting (15; at least twice the interval)
 ]]
 
 local spec = {
@@ -130,6 +134,18 @@ function M.main(argv)
   if eerr then return _die(eerr.message, 2) end
   idle_timeout, eerr = _env_number("OBLETH_IDLE_TIMEOUT", 0.1, 3600)
   if eerr then return _die(eerr.message, 2) end
+  local share_interval, share_expiry
+  share_interval, eerr = _env_number("OBLETH_LOAD_SHARE_INTERVAL", 0.1, 300)
+  if eerr then return _die(eerr.message, 2) end
+  share_expiry, eerr = _env_number("OBLETH_LOAD_SHARE_EXPIRY", 0.2, 3600)
+  if eerr then return _die(eerr.message, 2) end
+  do
+    local ls = require "obleth.serve.load_share"
+    if (share_expiry or ls.EXPIRY) < 2 * (share_interval or ls.INTERVAL) then
+      return _die(("OBLETH_LOAD_SHARE_EXPIRY=%s: must be at least twice OBLETH_LOAD_SHARE_INTERVAL (%s s)"):format(
+        tostring(share_expiry or ls.EXPIRY), tostring(share_interval or ls.INTERVAL)), 2)
+    end
+  end
   local public_url = o.public_url or os.getenv("OBLETH_PUBLIC_URL")
   if public_url == "" then public_url = nil end
   local serve = require "obleth.serve"
@@ -161,7 +177,8 @@ function M.main(argv)
   web_dir = web_dir or require("obleth.web").default_dir()
   local process = serve.new { store = store, admin_token = token, log = log, web_dir = web_dir,
     public_url = public_url, max_streams = math.tointeger(tonumber(os.getenv("OBLETH_EVENTS_MAX_STREAMS") or "")),
-    auth_proxy = auth_proxy, ldap = ldap_cfg }
+    auth_proxy = auth_proxy, ldap = ldap_cfg,
+    load_share = store.shared and { interval = share_interval, expiry = share_expiry } or false }
   local ctx = process.context
   ctx.body_limit = body_limit -- the lease answer says it (a provisioner splits a larger report)
   local handler = process:handler()
@@ -198,6 +215,14 @@ function M.main(argv)
   -- the client keys' usage the router counted goes to the store every few seconds, and at the end
   local router = process.router
   handles[#handles + 1] = loop.every(require("obleth.router").USAGE_FLUSH, function() router:flush_usage() end)
+  -- several obleth serve on one PostgreSQL: this instance's load window goes to the others, theirs
+  -- comes back (one upsert and one read per interval; obleth.serve.load_share)
+  local share = process.load_share
+  if share then
+    loop.spawn(function() share:publish() end)
+    handles[#handles + 1] = loop.every(share.interval, function() share:publish() end)
+    log.info("load_share_started", { instance = share.id, interval = share.interval, expiry = share.expiry })
+  end
   -- each model's load and replicas, minute by minute, for the deployment page's chart
   handles[#handles + 1] = loop.every(require("obleth.deployment.load_history").SAMPLE,
     function() process:sample_load() end)
@@ -213,6 +238,8 @@ function M.main(argv)
       loop.spawn(function()
         local t0 = loop.monotonic()
         while ctx.inflight > 0 and loop.monotonic() - t0 < 15 do loop.sleep(0.02) end
+        -- the others stop counting this instance's load now, not after its expiry
+        if share then share:withdraw() end
         loop.stop(0)
       end)
     end)

@@ -42,7 +42,8 @@ History.__index = History
 function M.new(opts)
   opts = opts or {}
   local now = opts.now or os.time
-  return setmetatable({ now = now, started_at = now(), models = {} }, History)
+  -- specs: the decoded managed specs obleth.deployment.scaling.rows keeps between samples
+  return setmetatable({ now = now, started_at = now(), models = {}, specs = {} }, History)
 end
 
 --- The start of the minute of `t` (default now), epoch seconds.
@@ -126,20 +127,32 @@ function History:forget(keep)
   end
 end
 
---- Sample every managed model and every model with load in the window (obleth serve's timer).
----@param store table obleth.store (list_specs, list_replicas)
+--- Managed models sampled per page of sample_all (its caller may yield to the event loop between pages).
+M.PAGE = 100
+
+--- Sample every managed model and every model with load in the window (obleth serve's timer), in
+--- pages of PAGE managed models, calling `pause()` between two pages (obleth serve: a yield to the
+--- event loop, so that a sample of thousands of models never holds it for more than a page's work).
+---@param store table obleth.store (spec_generations, get_spec, replica_counts, list_replicas)
 ---@param window table obleth.router.load
 ---@param scale table the scale policy module
+---@param pause fun()|nil called between two pages
 ---@return integer models sampled
-function History:sample_all(store, window, scale)
+function History:sample_all(store, window, scale, pause)
   local t = self.now()
   local m = self:minute(t)
-  local rows = require("obleth.deployment.scaling").rows(store, window, scale, t)
+  local scaling = require "obleth.deployment.scaling"
   local seen = {}
-  for _, row in ipairs(rows) do
-    seen[row.model] = true
-    self:sample(row.model, window:view(row.model, m), row)
-  end
+  local after
+  repeat
+    local rows, next_after = scaling.rows(store, window, scale, t, self.specs, { after = after, limit = M.PAGE })
+    for _, row in ipairs(rows) do
+      seen[row.model] = true
+      self:sample(row.model, window:view(row.model, m), row)
+    end
+    after = next_after
+    if after and pause then pause() end
+  until not after
   for _, name in ipairs(window:names()) do
     if not seen[name] then
       seen[name] = true

@@ -7,6 +7,12 @@ local M = {}
 -- replica states that hold or wait for a job
 local LIVE = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true }
 
+-- a fixed spec's row: it wants its replicas, none while paused
+local function fixed_row(spec, current)
+  return { model = spec.model_name, current = current, autoscaled = false,
+    desired = spec.enabled == false and 0 or (tonumber(spec.replicas) or 1) }
+end
+
 --- One model's row.
 ---@param spec table the managed spec (with model_name)
 ---@param replicas table[] the model's live replica rows
@@ -23,10 +29,7 @@ function M.row(spec, replicas, load, scale, now)
     if LIVE[r.state] and (succ == nil or type(succ) == "userdata") then live[#live + 1] = r end
   end
   local name = spec.model_name
-  if type(spec.autoscale) ~= "table" then
-    local desired = spec.enabled == false and 0 or (tonumber(spec.replicas) or 1)
-    return { model = name, current = #live, desired = desired, autoscaled = false }
-  end
+  if type(spec.autoscale) ~= "table" then return fixed_row(spec, #live) end
   if spec.enabled == false then
     return { model = name, current = #live, desired = 0, autoscaled = true, change = "none",
       reason = "the deployment is paused" }
@@ -38,23 +41,55 @@ function M.row(spec, replicas, load, scale, now)
     reason = d.reason, wake = d.wake, evidence = d.evidence }
 end
 
---- Every managed model's row.
----@param store table obleth.store (list_specs, list_replicas)
+--- Every managed model's row, or one page of them.
+---
+--- The database counts a fixed spec's replicas (Store:replica_counts over LIVE); only an autoscaled
+--- model's live replicas are read as rows (the scale policy reads their states and Slurm's estimated
+--- starts). With `cache` (a table the caller keeps between calls), a spec is decoded again only when its
+--- generation moved (Store:spec_generations): a call reads no spec text and no replica row of a fixed
+--- spec that did not change. The cached specs are for the scaling only (their provision_error and
+--- launch_id are as of their generation's first read). With `page` {after, limit}, only the first
+--- `limit` managed models with an id above `after` (a caller that yields to the event loop between pages).
+---@param store table obleth.store (spec_generations, get_spec, replica_counts, list_replicas)
 ---@param load table|nil obleth.router.load
 ---@param scale table the scale policy module
 ---@param now number
----@return table[] rows, by model id
-function M.rows(store, load, scale, now)
-  local by_model = {}
-  for _, r in ipairs(store:list_replicas({ live = true })) do
-    by_model[r.model_id] = by_model[r.model_id] or {}
-    table.insert(by_model[r.model_id], r)
+---@param cache table|nil decoded specs by model id, kept by the caller
+---@param page {after: integer|nil, limit: integer}|nil
+---@return table[] rows by model id
+---@return integer|nil next the `after` of the next page; nil: this was the last
+function M.rows(store, load, scale, now, cache, page)
+  cache = cache or {}
+  local after = page and page.after or 0
+  local gens = store:spec_generations(after, page and page.limit)
+  local last = #gens > 0 and gens[#gens].model_id or nil
+  local more = page ~= nil and last ~= nil and #gens >= page.limit
+  local states = {}
+  for s in pairs(LIVE) do states[#states + 1] = s end
+  table.sort(states)
+  local counts = last and store:replica_counts(states, after + 1, last) or {}
+  local out, seen = {}, {}
+  for _, g in ipairs(gens) do
+    local id = g.model_id
+    seen[id] = true
+    local spec = cache[id]
+    if not spec or spec.generation ~= g.generation or spec.model_name ~= g.model_name then
+      spec = store:get_spec(id)
+      cache[id] = spec
+    end
+    if spec then
+      if type(spec.autoscale) == "table" then
+        out[#out + 1] = M.row(spec, store:list_replicas({ model_id = id, live = true }), load, scale, now)
+      else
+        out[#out + 1] = fixed_row(spec, counts[id] or 0)
+      end
+    end
   end
-  local out = {}
-  for _, spec in ipairs(store:list_specs()) do
-    out[#out + 1] = M.row(spec, by_model[spec.model_id] or {}, load, scale, now)
+  -- forget the cached specs of this page's range that are gone (the last page's range has no end)
+  for id in pairs(cache) do
+    if not seen[id] and id > after and (not more or id <= last) then cache[id] = nil end
   end
-  return out
+  return out, more and last or nil
 end
 
 return M

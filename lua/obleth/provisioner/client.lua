@@ -43,14 +43,13 @@ function Client:_call(method, path, body)
   return M.plain(doc)
 end
 
--- A copy of plain data (the pass changes the tables it is given; the held models stay as served).
-local copy = require("obleth.util.tables").deep_copy
-
 --- Everything one pass needs (settings with the JWT, specs, replicas), as a full snapshot.
 --- The client holds the models of the last snapshot and its version, and asks only for what changed
 --- since (`?since=`, docs/managed-spec.md "Snapshot versions"); the API answers a full snapshot
 --- instead whenever it cannot make a delta from that version (obleth serve restarted, another lease
---- generation, a version it does not know). Each call returns its own copy of every model.
+--- generation, a version it does not know). The models answered are the ones the client holds, not
+--- copies (a deep copy of 10,000 replicas cost a tenth of a pass: docs/performance.md): the caller
+--- reads them and never writes into them (a pass writes into its own copies of rows: plan.reconcile).
 ---@param opts {ends: integer|nil}|nil ends: each slot's last job ends to include (the lost policy's
 ---  window, obleth.policy.lost.window); nil: the server's default (10). Another number than the held
 ---  models were read with asks for a full snapshot.
@@ -79,7 +78,7 @@ function Client:snapshot(opts)
   for id in pairs(models) do ids[#ids + 1] = id end
   table.sort(ids)
   local out = {}
-  for i, id in ipairs(ids) do out[i] = copy(models[id]) end
+  for i, id in ipairs(ids) do out[i] = models[id] end
   doc.models, doc.removed, doc.load, doc.load_idle = out, nil, nil, nil
   return doc
 end

@@ -17,6 +17,7 @@ local plan = require "obleth.provisioner.plan"
 local jobscript = require "obleth.job"
 local tag = require "obleth.job.tag"
 local chaos = require "obleth.provisioner.chaos"
+local tables = require "obleth.util.tables"
 
 local M = {}
 
@@ -525,11 +526,22 @@ function M:pass()
 
   -- what the snapshot says of each replica: the report carries only the rows that change from it
   local baseline = plan.baseline(snap)
-  -- carry what only this process remembers (drain deadlines, sent cancels)
-  for _, m in ipairs(snap.models or {}) do
-    for _, r in ipairs(m.replicas or {}) do
+  -- carry what only this process remembers (drain deadlines, sent cancels), into copies of the rows:
+  -- the snapshot's models are the client's held ones, read-only
+  for i, m in ipairs(snap.models or {}) do
+    local mine
+    for j, r in ipairs(m.replicas or {}) do
       local mem = self.memory[r.nonce]
-      if mem then for k, v in pairs(mem) do if r[k] == nil then r[k] = v end end end
+      if mem and next(mem) then
+        if not mine then
+          mine = tables.copy(m)
+          mine.replicas = table.move(m.replicas, 1, #m.replicas, 1, {})
+          snap.models[i] = mine
+        end
+        local row = tables.copy(r)
+        for k, v in pairs(mem) do if row[k] == nil then row[k] = v end end
+        mine.replicas[j] = row
+      end
     end
   end
 

@@ -270,10 +270,11 @@ function M.new(opts)
     for _, r in ipairs(rows or {}) do set({ r.name }, r.endpoints) end
   end)
   local scaled -- one read per scrape, shared by the two gauges
+  local specs = {} -- the decoded specs the scaling rows keep between scrapes
   reg:gauge("obleth_model_desired_replicas", "Replicas a managed model wants: its replicas, or for an autoscaled "
     .. "model the scale policy's count from its load (docs/autoscaling.md)", { "model" }, function(set)
       scaled = require("obleth.deployment.scaling").rows(store, self.load, require("obleth.policy").get("scale"),
-        self.now())
+        self.now(), specs)
       for _, r in ipairs(scaled) do set({ r.model }, r.desired) end
     end)
   reg:gauge("obleth_model_current_replicas", "Replicas of a managed model that hold or wait for a job "

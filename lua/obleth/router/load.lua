@@ -112,6 +112,9 @@ end
 function Load:release(name)
   local m = self:_model(name)
   m.queued = math.max(0, m.queued - 1)
+  -- the level after the newest bucket's last event: what lasts until the next one
+  local b = m.buckets[#m.buckets]
+  if b then b.level_queued = m.queued end
 end
 
 --- A request to the model finished (answered, failed or abandoned).
@@ -175,6 +178,148 @@ function Load:view(name, since, no_samples)
     rate = arrivals / M.RATE_WINDOW, latency = fin > 0 and secs / fin or nil,
     tokens_per_s = tokens and tokens / M.RATE_WINDOW or nil,
     last_request_at = m.last_request_at, observed_since = observed, started_at = self.since, samples = samples }
+end
+
+--- This window's state as plain data, for another `obleth serve` to add to its own (obleth.serve.load_share
+--- publishes it; `M.import` reads it back): the counts of every model seen, and the buckets still inside
+--- the span, each `{at, inflight, queued, arrivals, finished, seconds, tokens|null, level_inflight,
+--- level_queued}` (seconds: the finished requests' summed seconds, to the millisecond).
+---@return {since: number, bucket: number, models: table<string, {inflight: integer, queued: integer,
+---  finished: integer, last_request_at: number|nil, buckets: table[]}>}
+function Load:export()
+  local keep_from = self.now() - self.span
+  local models = {}
+  for name, m in pairs(self.models) do
+    local bs = json.array()
+    for _, b in ipairs(m.buckets) do
+      if b.at + b.span > keep_from then
+        bs[#bs + 1] = { b.at, b.inflight, b.queued, b.arrivals, b.finished, math.floor(b.seconds * 1000 + 0.5) / 1000,
+          b.tokens or json.null, b.level_inflight or b.inflight, b.level_queued or b.queued }
+      end
+    end
+    models[name] = { inflight = m.inflight, queued = m.queued, finished = m.finished,
+      last_request_at = m.last_request_at, buckets = bs }
+  end
+  return { since = self.since, bucket = self.bucket, models = models }
+end
+
+local function _count(v) return math.type(v) == "integer" and v >= 0 end
+local function _time(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
+local function _invalid(message) return { code = "invalid", message = message } end
+
+--- Read back what `export` made (decoded from JSON by another process: checked, not trusted).
+---@param doc table
+---@return {since: number, bucket: number, models: table}|nil part
+---@return {code: "invalid", message: string}|nil err what is wrong
+function M.import(doc)
+  if type(doc) ~= "table" or not _time(doc.since) or type(doc.models) ~= "table" then
+    return nil, _invalid("not a load window: since and models are expected")
+  end
+  local models = {}
+  for name, m in pairs(doc.models) do
+    if type(name) ~= "string" or type(m) ~= "table" or type(m.buckets) ~= "table" then
+      return nil, _invalid("model " .. tostring(name) .. ": counts and buckets are expected")
+    end
+    local r = { inflight = math.tointeger(m.inflight), queued = math.tointeger(m.queued),
+      finished = math.tointeger(m.finished), last_request_at = _time(m.last_request_at) and m.last_request_at or nil,
+      buckets = {} }
+    if not (_count(r.inflight) and _count(r.queued) and _count(r.finished)) then
+      return nil, _invalid("model " .. name .. ": inflight, queued and finished must be counts")
+    end
+    local last = -math.huge
+    for i, x in ipairs(m.buckets) do
+      local at = type(x) == "table" and x[1]
+      if not _time(at) or at <= last then return nil, _invalid(("model %s: bucket %d is out of order"):format(name, i)) end
+      last = at
+      local b = { at = at, span = doc.bucket, inflight = math.tointeger(x[2]), queued = math.tointeger(x[3]),
+        arrivals = math.tointeger(x[4]), finished = math.tointeger(x[5]), seconds = tonumber(x[6]) or 0,
+        tokens = type(x[7]) == "number" and x[7] or nil, level_inflight = math.tointeger(x[8]),
+        level_queued = math.tointeger(x[9]) }
+      for _, k in ipairs({ "inflight", "queued", "arrivals", "finished", "level_inflight", "level_queued" }) do
+        if not _count(b[k]) then
+          return nil, _invalid(("model %s: bucket %d: %s must be a count"):format(name, i, k))
+        end
+      end
+      r.buckets[i] = b
+    end
+    models[name] = r
+  end
+  return { since = doc.since, bucket = doc.bucket, models = models }
+end
+
+-- One model's records of several windows as one: counts summed, the buckets merged by time. In a bucket
+-- where a window has none, its level after its previous bucket (what it had in flight and queued,
+-- unchanged since) is added to the peak; the peaks of several windows add up, an upper bound of the peak
+-- of their sum.
+local function _merge(recs, bucket)
+  local out = { inflight = 0, queued = 0, finished = 0, buckets = {} }
+  local ats, seen = {}, {}
+  for _, r in ipairs(recs) do
+    out.inflight, out.queued, out.finished = out.inflight + r.inflight, out.queued + r.queued, out.finished + r.finished
+    if r.last_request_at and (out.last_request_at or -math.huge) < r.last_request_at then
+      out.last_request_at = r.last_request_at
+    end
+    for _, b in ipairs(r.buckets) do
+      if not seen[b.at] then seen[b.at] = true; ats[#ats + 1] = b.at end
+    end
+  end
+  table.sort(ats)
+  local idx, lin, lq = {}, {}, {}
+  for i = 1, #recs do idx[i], lin[i], lq[i] = 1, 0, 0 end
+  for k, at in ipairs(ats) do
+    local mb = { at = at, span = bucket, inflight = 0, queued = 0, arrivals = 0, finished = 0, seconds = 0,
+      level_inflight = 0, level_queued = 0 }
+    for i, r in ipairs(recs) do
+      local b = r.buckets[idx[i]]
+      if b and b.at == at then
+        idx[i] = idx[i] + 1
+        mb.inflight, mb.queued = mb.inflight + b.inflight, mb.queued + b.queued
+        mb.arrivals, mb.finished, mb.seconds = mb.arrivals + b.arrivals, mb.finished + b.finished, mb.seconds + b.seconds
+        if b.tokens then mb.tokens = (mb.tokens or 0) + b.tokens end
+        lin[i], lq[i] = b.level_inflight or b.inflight, b.level_queued or b.queued
+      else
+        mb.inflight, mb.queued = mb.inflight + lin[i], mb.queued + lq[i]
+      end
+      mb.level_inflight, mb.level_queued = mb.level_inflight + lin[i], mb.level_queued + lq[i]
+    end
+    out.buckets[k] = mb
+  end
+  return out
+end
+
+--- Several windows as one, to read a model's load summed over them (obleth.serve.load_share: this
+--- process's window and those other `obleth serve` on the same database published). The result answers
+--- `view` and `names` like a window (it counts nothing). It reaches back as far as the youngest window
+--- (`since`: the latest start), as one window does after a restart; the idle clock likewise: when a
+--- window started after every request any of them saw, the last request is not known
+--- (`last_request_at` nil, idle since that start).
+---@param parts table[] windows (obleth.router.load) or imported parts ({since, models}); the first
+---  gives the clock, the bucket and the span
+---@param name string|nil only this model (nil: all)
+---@return table a window (read only)
+function M.combine(parts, name)
+  local first = parts[1]
+  local since = -math.huge
+  for _, p in ipairs(parts) do since = math.max(since, p.since) end
+  local names = {}
+  if name then names[1] = name else
+    local seen = {}
+    for _, p in ipairs(parts) do
+      for n in pairs(p.models) do if not seen[n] then seen[n] = true; names[#names + 1] = n end end
+    end
+  end
+  local models = {}
+  for _, n in ipairs(names) do
+    local recs = {}
+    for _, p in ipairs(parts) do recs[#recs + 1] = p.models[n] end
+    if #recs > 0 then
+      local m = _merge(recs, first.bucket)
+      if m.last_request_at and m.last_request_at < since then m.last_request_at = nil end
+      models[n] = m
+    end
+  end
+  return setmetatable({ now = first.now, bucket = first.bucket, span = first.span, since = since, models = models },
+    Load)
 end
 
 --- The names of the models with load seen in the window.

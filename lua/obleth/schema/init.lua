@@ -236,6 +236,26 @@ function M.secrets(s, out)
   return out
 end
 
+--- Mask the secrets `sec` names (M.secrets) in `t`, in place and at any depth: a secret field's
+--- non-empty string, and every value of a secret map (an environment's). What a reader who may not
+--- change a thing is shown of it (obleth.api.managed for a viewer). Tables deeper than 16 levels are
+--- left as they are (no stored document nests that deep).
+---@param t table a decoded document (changed in place)
+---@param sec {fields: table<string, true>, maps: table<string, true>}
+---@param mask string what a secret reads as
+---@return table t
+function M.mask_secrets(t, sec, mask, _depth)
+  _depth = _depth or 0
+  if type(t) ~= "table" or _depth > 16 then return t end
+  for k, v in pairs(t) do
+    if sec.fields[k] and type(v) == "string" and v ~= "" then t[k] = mask
+    elseif sec.maps[k] and type(v) == "table" then
+      for name, x in pairs(v) do if type(x) ~= "table" and type(x) ~= "userdata" then v[name] = mask end end
+    elseif type(v) == "table" then M.mask_secrets(v, sec, mask, _depth + 1) end
+  end
+  return t
+end
+
 ---------------------------------------------------------------------------
 -- OpenAPI
 ---------------------------------------------------------------------------

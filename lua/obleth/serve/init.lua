@@ -29,17 +29,32 @@ Serve.__index = Serve
 --- Build the process's parts.
 ---@param opts {store: table, admin_token: string, log: table|nil, modules: string[]|nil, now: function|nil,
 ---  clock: function|nil, router: table|nil, web_dir: string|nil, public_url: string|nil,
----  max_streams: integer|nil, http: table|nil}  router: more options for obleth.router.new (e.g.
----  transport); modules: the API's route modules; web_dir: the built dashboard
+---  max_streams: integer|nil, http: table|nil, load_share: table|false|nil}  router: more options for
+---  obleth.router.new (e.g. transport); modules: the API's route modules; web_dir: the built dashboard
 ---  (obleth.web.default_dir()); public_url: the origin the dashboard is reached at when a proxy in
----  front rewrites Host; the rest: obleth.serve.context.new
----@return table serve {context, api, router, web, routes} with :handler() and :drain()
+---  front rewrites Host; load_share: {interval, expiry} (seconds) of the window shared with the other
+---  instances (obleth.serve.load_share; default on a shared store: PostgreSQL), false for none; the
+---  rest: obleth.serve.context.new
+---@return table serve {context, api, router, web, routes, load_share} with :handler() and :drain();
+---  load_share: the shared window (nil when not shared), which the caller publishes every interval
 function M.new(opts)
   local ctx = context.new(opts)
   local ropts = { context = ctx, admin_token = opts.admin_token }
   for k, v in pairs(opts.router or {}) do ropts[k] = v end
-  -- the per-model load window: the router counts into it, the provisioner's snapshot reads it
-  ropts.load = ropts.load or require("obleth.router.load").new { now = ctx.now }
+  -- the per-model load window: the router counts into it, the provisioner's snapshot reads it; on a
+  -- database several obleth serve share (PostgreSQL), read as the sum over the live instances
+  -- (obleth.serve.load_share; the command publishes it every share.interval s)
+  local share
+  if not ropts.load then
+    local window = require("obleth.router.load").new { now = ctx.now }
+    local sopts = opts.load_share
+    if sopts == nil and ctx.store.shared then sopts = {} end
+    if sopts then
+      share = require("obleth.serve.load_share").new { window = window, store = ctx.store, now = ctx.now, log = ctx.log,
+        interval = sopts.interval, expiry = sopts.expiry }
+    end
+    ropts.load = share or window
+  end
   ctx.load = ropts.load
   -- the load and replicas minute by minute over the last hours (the deployment page's chart), read from
   -- the window: it counts nothing itself
@@ -51,6 +66,7 @@ function M.new(opts)
     api = api.new(ctx, { modules = opts.modules }),
     router = router.new(ropts),
     web = web.new { dir = opts.web_dir or web.default_dir() },
+    load_share = share,
   }, Serve)
   self.routes = self.api.routes
   local rt = self.router
@@ -60,12 +76,21 @@ function M.new(opts)
 end
 
 --- Sample every model's load and replicas into the history (obleth.deployment.load_history; the
---- command's timer calls it every load_history.SAMPLE seconds). Errors are logged, never raised.
+--- command's timer calls it every load_history.SAMPLE seconds). It runs on its own coroutine and yields
+--- to the event loop between pages of models, so thousands of models never hold the loop for more than
+--- a page's work; a sample still running when the next is due makes that one a no-op. Errors are logged,
+--- never raised.
 function Serve:sample_load()
   local ctx = self.context
-  local ok, err = pcall(ctx.load_history.sample_all, ctx.load_history, ctx.store, ctx.load,
-    require("obleth.policy").get("scale"))
-  if not ok then ctx.log.warn("load_history_failed", { error = tostring(err) }) end
+  if self.sampling then return end
+  self.sampling = true
+  local loop = require "obleth.loop"
+  loop.spawn(function()
+    local ok, err = pcall(ctx.load_history.sample_all, ctx.load_history, ctx.store, ctx.load,
+      require("obleth.policy").get("scale"), function() loop.sleep(0) end)
+    self.sampling = false
+    if not ok then ctx.log.warn("load_history_failed", { error = tostring(err) }) end
+  end)
 end
 
 --- Start shutting down: new requests get 503 shutting_down; event streams end.

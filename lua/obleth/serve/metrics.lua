@@ -61,6 +61,13 @@ function M.register(ctx, http)
       .. "or a renewal that fails", { "source" }, function(set)
       if tok and tok.source then set({ tok.source }, tok.warning and 1 or 0) end
     end)
+  -- several obleth serve on one PostgreSQL: how many instances' load this one adds up
+  local share = ctx.load
+  if share and share.instances then
+    reg:gauge("obleth_load_share_instances", "obleth serve instances whose router load this one adds up for the "
+      .. "scale policy, itself included (those that published within the expiry)", nil,
+      function(set) set({}, share:instances()) end)
+  end
   -- the HTTP server's own connections (host/http_frame.c: cap, header and idle deadlines)
   http = http or require("obleth.http")
   if http.server_stats then

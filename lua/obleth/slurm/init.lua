@@ -131,7 +131,7 @@ end
 --- Every job the controller knows, in one request (callers filter).
 ---@param opts {keep: (fun(raw: table): boolean)|nil, cache: table|nil, prefilter: (fun(text: string): boolean)|nil}|nil
 ---  keep: only the raw records it keeps are normalized (obleth.slurm.normalize.jobs); cache: a table
----  the caller keeps between calls: the listing is then split into one JSON text per job and a job
+---  the caller keeps between calls: the listing is then split into one keyed hash per job and a job
 ---  whose text did not change is not decoded again (obleth.slurm.normalize.jobs_cached: keep reads
 ---  only name and job_id then, prefilter skips a job without decoding it; the records are shared
 ---  between calls, read-only)
@@ -143,11 +143,12 @@ function Conn:jobs(opts)
     local status, doc, raw = self._c:call_raw("GET", "/slurm/{v}/jobs")
     if not status then return nil, doc end
     if status ~= 200 then return _bad(status, doc, "jobs") end
-    local ok, texts = jsonscan.elements(raw, "jobs")
+    local ok, hashes, firsts, lasts = jsonscan.element_hashes(raw, "jobs")
     if not ok then
-      return nil, { code = "bad_response", message = "jobs: slurmrestd answered with invalid JSON: " .. tostring(texts) }
+      return nil, { code = "bad_response", message = "jobs: slurmrestd answered with invalid JSON: " .. tostring(hashes) }
     end
-    local nok, res = pcall(normalize.jobs_cached, texts or {}, self._c:version(), keep, opts.prefilter, opts.cache)
+    local nok, res = pcall(normalize.jobs_cached, { text = raw, hashes = hashes or {}, firsts = firsts, lasts = lasts },
+      self._c:version(), keep, opts.prefilter, opts.cache)
     if not nok then
       return nil, { code = "bad_response", message = "jobs: unexpected response shape: " .. tostring(res) }
     end

@@ -538,25 +538,28 @@ function M.jobs(doc, version, keep)
   return out
 end
 
---- The jobs of a listing read as one JSON text per job (obleth.jsonscan.elements), with a cache of
---- normalized jobs by their text: a job whose text is the same as in the last call costs a table
---- lookup, no decode and no normalization (docs/performance.md). Only the jobs `keep` keeps are
---- decoded and cached; `prefilter(text)` false skips a job without decoding it.
+--- The jobs of a listing read as one keyed hash and span per job (obleth.jsonscan.element_hashes),
+--- with a cache of normalized jobs by that hash: a job whose text is the same as in the last call
+--- costs a table lookup, no string, no decode and no normalization (docs/performance.md). The cache
+--- keeps a 16-byte hash per job, not its text (about 2 KB a job in a real listing). Only the jobs
+--- `keep` keeps are decoded and cached; `prefilter(text)` false skips a job without decoding it.
 --- The records are shared between calls: callers must not write into them.
----@param texts string[] one JSON text per job
+---@param listing {text: string, hashes: string[], firsts: integer[], lasts: integer[]} the listing's
+---  JSON text and, per job, its hash and where its text is (text:sub(firsts[i], lasts[i]))
 ---@param version string
 ---@param keep (fun(raw: table): boolean, boolean|nil)|nil true to normalize the job; its second value
 ---  true when that answer depends on the job's text alone (only then is the record cached)
 ---@param prefilter (fun(text: string): boolean)|nil false: `keep` would refuse the job
 ---@param cache table the caller's, the same table each call ({version, map}, filled here)
 ---@return table[] jobs as M.jobs
-function M.jobs_cached(texts, version, keep, prefilter, cache)
+function M.jobs_cached(listing, version, keep, prefilter, cache)
   local old = cache.version == version and cache.map or {}
   local new = {}
   local out = tables.array()
   local budget = { left = hostlist.ANSWER_HOSTS }
-  for _, text in ipairs(texts) do
-    local rec = old[text] or new[text]
+  local raw, firsts, lasts = listing.text, listing.firsts, listing.lasts
+  for i, h in ipairs(listing.hashes) do
+    local rec = old[h] or new[h]
     if rec then
       -- the same text: the same record, while the answer's budget of host names allows it
       local n = rec.node_list and #rec.node_list or 0
@@ -564,18 +567,21 @@ function M.jobs_cached(texts, version, keep, prefilter, cache)
         rec = nil
       else
         budget.left = budget.left - n
-        out[#out + 1], new[text] = rec, rec
+        out[#out + 1], new[h] = rec, rec
       end
     end
-    if not rec and (not prefilter or prefilter(text)) then
-      local j = cjson.decode(text)
-      local kept, fixed = true, true
-      if keep and type(j) == "table" then kept, fixed = keep(j) end
-      if type(j) == "table" and kept then
-        rec = M.job_record(j, version, budget)
-        out[#out + 1] = rec
-        -- cached only when keeping it depends on its text alone (not on what the store records)
-        if fixed then new[text] = rec end
+    if not rec then
+      local text = raw:sub(firsts[i], lasts[i])
+      if not prefilter or prefilter(text) then
+        local j = cjson.decode(text)
+        local kept, fixed = true, true
+        if keep and type(j) == "table" then kept, fixed = keep(j) end
+        if type(j) == "table" and kept then
+          rec = M.job_record(j, version, budget)
+          out[#out + 1] = rec
+          -- cached only when keeping it depends on its text alone (not on what the store records)
+          if fixed then new[h] = rec end
+        end
       end
     end
   end

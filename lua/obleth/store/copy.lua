@@ -15,6 +15,9 @@ local SINGLETONS = { provisioner_status = true, installation = true }
 --- Kept by the destination's own triggers as the rows arrive (the snapshot versions, migration 11): not
 --- copied. A provisioner's version from the source's obleth serve is no base there (a full resync).
 M.DERIVED = { sync_version = true, model_versions = true }
+--- Each obleth serve's load window of the last seconds (obleth.store.load_shares, migration 15): not
+--- copied. The instances on the destination publish their own.
+M.TRANSIENT = { load_shares = true }
 local IDENTITIES = { "models", "launches", "replicas", "job_outcomes", "api_keys", "audit", "personal_tokens" }
 
 local function _err(code, fmt, ...) return { code = code, message = fmt:format(...) } end
@@ -32,7 +35,9 @@ function M.copy(src, dst)
   local known = {}
   for _, t in ipairs(M.TABLES) do known[t] = true end
   for _, t in ipairs(src:tables()) do
-    if not known[t] and not M.DERIVED[t] then return nil, _err("invalid", "table %s is not in obleth.store.copy's list", t) end
+    if not known[t] and not M.DERIVED[t] and not M.TRANSIENT[t] then
+      return nil, _err("invalid", "table %s is not in obleth.store.copy's list", t)
+    end
   end
   for _, t in ipairs(M.TABLES) do
     if not SINGLETONS[t] then

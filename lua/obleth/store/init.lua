@@ -16,7 +16,7 @@
 local M = {}
 
 for _, group in ipairs({ "models", "specs", "replicas", "settings", "provisioner", "launches", "recipes", "keys",
-  "sessions", "audit", "tokens" }) do
+  "sessions", "audit", "tokens", "load_shares" }) do
   require("obleth.store." .. group)
 end
 

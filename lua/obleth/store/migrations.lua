@@ -281,6 +281,19 @@ local MIGRATIONS = {
     ALTER TABLE dashboard_sessions ADD COLUMN username TEXT;
     ALTER TABLE dashboard_sessions ADD COLUMN groups TEXT;
   ]],
+  -- 15: each obleth serve's router load window, published every few seconds for the others on the same
+  -- database (obleth.store.load_shares; used on PostgreSQL, where several instances share one database;
+  -- not copied by obleth.store.copy)
+  [15] = [[
+    CREATE TABLE load_shares (
+      instance TEXT PRIMARY KEY,
+      host TEXT,
+      pid {INT},
+      started_at {REAL} NOT NULL,
+      updated_at {REAL} NOT NULL,
+      doc TEXT NOT NULL
+    );
+  ]],
 }
 
 

@@ -43,6 +43,30 @@ function Store:list_replicas(opts)
   return out
 end
 
+--- How many replicas of each model are in one of `states` and succeed no other replica (a rollover's
+--- successor takes its predecessor's place), counted by the database: {[model_id] = n}, models with none
+--- left out. For obleth.deployment.scaling, which owns the list of states.
+---@param states string[] replica states (e.g. {"pending", "healthy"})
+---@param first integer|nil only models with an id from `first` ...
+---@param last integer|nil ... to `last` (both given or neither)
+---@return table<integer, integer>
+function Store:replica_counts(states, first, last)
+  local marks = {}
+  for i = 1, #states do marks[i] = "?" end
+  local args = { table.unpack(states) }
+  local range = ""
+  if first then
+    range = " AND model_id BETWEEN ? AND ?"
+    args[#args + 1], args[#args + 2] = first, last
+  end
+  local out = {}
+  for _, r in ipairs(self:_q("SELECT model_id, count(*) AS n FROM replicas WHERE successor_of IS NULL AND state IN ("
+      .. table.concat(marks, ", ") .. ")" .. range .. " GROUP BY model_id", table.unpack(args))) do
+    out[r.model_id] = r.n
+  end
+  return out
+end
+
 function Store:get_replica(id)
   return _replica_out(self:_one("SELECT * FROM replicas WHERE id = ?", id))
 end

@@ -52,6 +52,19 @@ function Store:list_specs()
   return out
 end
 
+--- The managed specs' model ids, generations and model names, without reading the specs themselves:
+--- a caller that keeps decoded specs re-reads (get_spec) only those whose generation moved (a spec's
+--- generation changes with every change of its text, and never goes back).
+---@param after integer|nil only model ids above this one (keyset paging)
+---@param limit integer|nil at most this many
+---@return {model_id: integer, generation: integer, model_name: string}[] by model id
+function Store:spec_generations(after, limit)
+  local sql = [[SELECT s.model_id, s.generation, m.name AS model_name FROM managed_specs s
+    JOIN models m ON m.id = s.model_id WHERE s.model_id > ? ORDER BY s.model_id]]
+  if limit then return self:_q(sql .. " LIMIT ?", after or 0, limit) end
+  return self:_q(sql, after or 0)
+end
+
 --- Create or replace a model's managed spec (validated by obleth.deployment.input).
 --- The generation is bumped when the spec changes (it never goes back, even
 --- across a DELETE and a new PUT).
