@@ -33,6 +33,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "host.h"
+#include "util.h"
 #include "buf.h"
 
 #include <ctype.h>
@@ -512,11 +513,8 @@ static int l_request(lua_State *L) {
     if (mc != CURLM_OK) {
         release(L, r);
         lua_pushnil(L);
-        lua_createtable(L, 0, 2);
-        lua_pushliteral(L, "error");
-        lua_setfield(L, -2, "code");
-        lua_pushstring(L, curl_multi_strerror(mc));
-        lua_setfield(L, -2, "message");
+        const char *why = curl_multi_strerror(mc);
+        obleth_error_push(L, NULL, "error", why, strlen(why), NULL);
         return 2;
     }
     r->in_multi = 1;

@@ -446,6 +446,23 @@ static int literal(scan *s, const char *word) {
     return 0;
 }
 
+/* An object member's name and its ':' at s->p (after white space): checked, added to o (a name given
+   twice fails), and skipped; *name_at is where it starts, *raw / *rawlen its text between the quotes.
+   Returns 0, or -1 (s's error set). */
+static int member_name(scan *s, obj_names *o, const unsigned char **name_at, const unsigned char **raw,
+                       size_t *rawlen) {
+    ws(s);
+    if (s->p >= s->end || *s->p != '"') return fail(s, "an object member without a string name");
+    *name_at = s->p;
+    *raw = NULL;
+    *rawlen = 0;
+    if (string(s, NULL, raw, rawlen) < 0 || obj_add(s, o, *name_at, *raw, *rawlen) < 0) return -1;
+    ws(s);
+    if (s->p >= s->end || *s->p != ':') return fail(s, "a ':' is missing after a member name");
+    s->p++;
+    return 0;
+}
+
 /* Check the value at s->p and skip it. */
 static int skip(scan *s, int depth) {
     if (depth > MAX_DEPTH) return fail(s, "nesting deeper than 1000 levels");
@@ -466,14 +483,9 @@ static int skip(scan *s, int depth) {
         int rc;
         for (;;) {
             if (close == '}') {
-                ws(s);
-                if (s->p >= s->end || *s->p != '"') { rc = fail(s, "an object member without a string name"); break; }
-                const unsigned char *name_at = s->p, *raw = NULL;
-                size_t nl = 0;
-                if (string(s, NULL, &raw, &nl) < 0 || obj_add(s, &o, name_at, raw, nl) < 0) { rc = -1; break; }
-                ws(s);
-                if (s->p >= s->end || *s->p != ':') { rc = fail(s, "a ':' is missing after a member name"); break; }
-                s->p++;
+                const unsigned char *name_at, *raw;
+                size_t nl;
+                if (member_name(s, &o, &name_at, &raw, &nl) < 0) { rc = -1; break; }
             }
             if (skip(s, depth + 1) < 0) { rc = -1; break; }
             ws(s);
@@ -514,14 +526,9 @@ static int walk_object(scan *s, member_fn on_member, void *ctx) {
         obj_open(s, &o);
         int rc;
         for (;;) {
-            ws(s);
-            if (s->p >= s->end || *s->p != '"') { rc = fail(s, "an object member without a string name"); break; }
-            const unsigned char *name_at = s->p, *raw = NULL;
-            size_t nl = 0;
-            if (string(s, NULL, &raw, &nl) < 0 || obj_add(s, &o, name_at, raw, nl) < 0) { rc = -1; break; }
-            ws(s);
-            if (s->p >= s->end || *s->p != ':') { rc = fail(s, "a ':' is missing after a member name"); break; }
-            s->p++;
+            const unsigned char *name_at, *raw;
+            size_t nl;
+            if (member_name(s, &o, &name_at, &raw, &nl) < 0) { rc = -1; break; }
             ws(s);
             if (s->p >= s->end) { rc = fail(s, "the text ends where a value should be"); break; }
             int took = on_member(s, name_at, (const char *)raw, nl, ctx);

@@ -36,6 +36,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "host.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,11 +94,7 @@ static conn *check_conn(lua_State *L, int i) {
 
 static void push_err(lua_State *L, const char *code, const char *msg, int http_status) {
     lua_pushnil(L);
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, code);
-    lua_setfield(L, -2, "code");
-    lua_pushstring(L, msg);
-    lua_setfield(L, -2, "message");
+    obleth_error_push(L, NULL, code, msg, msg ? strlen(msg) : 0, NULL);
     if (http_status) {
         lua_pushinteger(L, http_status);
         lua_setfield(L, -2, "http_status");
@@ -336,6 +333,16 @@ static int is_auth_text(lua_State *L, int status, int raw_idx) {
     return raw && strstr(raw, "Authentication does not apply to request") != NULL;
 }
 
+/* A refusal of the credentials (by status, or by the text slurmrestd answers a request without them
+   with): the stack is cut to its first `keep` slots and the error {code = "auth"} pushed above them
+   (the caller returns nil, err); returns 1. Else 0, the stack as it was. */
+static int refused_auth(lua_State *L, int status, int raw, int keep) {
+    if (!is_auth_status(status) && !is_auth_text(L, status, raw)) return 0;
+    lua_settop(L, keep);
+    push_err(L, "auth", "slurmrestd refused the credentials (check the user name and JWT)", status);
+    return 1;
+}
+
 /* Keep the release slurmrestd reports in a ping answer (meta.slurm.release;
    meta.Slurm.release on v0.0.38) in the connection's uservalue as "release". */
 static void record_release(lua_State *L, int conn_idx, int doc_idx) {
@@ -514,11 +521,7 @@ static int discover_k(lua_State *L, int st, lua_KContext ctx) {
     int status = transport_result(L);
     if (status < 0) return 2;
     int raw = lua_gettop(L);
-    if (is_auth_status(status) || is_auth_text(L, status, raw)) {
-        lua_settop(L, 1);
-        push_err(L, "auth", "slurmrestd refused the credentials (check the user name and JWT)", status);
-        return 2;
-    }
+    if (refused_auth(L, status, raw, 1)) return 2;
     if (phase == D_CACHED) {
         if (status == 200) {
             push_json(L, raw);
@@ -754,11 +757,7 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
     int status = transport_result(L);
     if (status < 0) return 2;
     int raw = lua_gettop(L);
-    if (is_auth_status(status) || is_auth_text(L, status, raw)) {
-        lua_settop(L, 4);
-        push_err(L, "auth", "slurmrestd refused the credentials (check the user name and JWT)", status);
-        return 2;
-    }
+    if (refused_auth(L, status, raw, 4)) return 2;
     if (status == 404 && phase == C_FIRST && strstr(lua_tostring(L, 3), "{v}")) {
         /* a 404 with Slurm's JSON errors is an answer (job not found); a bare
            404 means the versioned path itself is gone */
@@ -811,27 +810,22 @@ static int call_k(lua_State *L, int st, lua_KContext ctx) {
     return 3;
 }
 
-static int conn_call(lua_State *L) {
+/* conn, method, path [, body]: checked, then sent (flags: C_FIRST and the variant's). */
+static int call_start(lua_State *L, int flags) {
     check_conn(L, 1);
     luaL_checkstring(L, 2);
     luaL_checkstring(L, 3);
     if (!lua_isnoneornil(L, 4)) luaL_checkstring(L, 4);
     lua_settop(L, 4);
     if (push_if_expired(L, 1)) return 2;
-    return call_send(L, C_FIRST);
+    return call_send(L, flags);
 }
+
+static int conn_call(lua_State *L) { return call_start(L, C_FIRST); }
 
 /* conn:call_raw(method, path, body?): as call, but a 2xx answer's body is not decoded:
    status, nil, raw_body (the caller reads it, e.g. obleth.jsonscan.elements). */
-static int conn_call_raw(lua_State *L) {
-    check_conn(L, 1);
-    luaL_checkstring(L, 2);
-    luaL_checkstring(L, 3);
-    if (!lua_isnoneornil(L, 4)) luaL_checkstring(L, 4);
-    lua_settop(L, 4);
-    if (push_if_expired(L, 1)) return 2;
-    return call_send(L, C_FIRST | C_RAW);
-}
+static int conn_call_raw(lua_State *L) { return call_start(L, C_FIRST | C_RAW); }
 
 static int conn_version(lua_State *L) {
     conn *c = check_conn(L, 1);

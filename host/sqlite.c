@@ -96,6 +96,7 @@
  */
 #include "sqlite.h"
 #include "host.h"
+#include "util.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -185,18 +186,13 @@ static const char *constraint_name(int rc)
 static void push_err(lua_State *L, sqlite3 *db, int rc, const char *msg)
 {
     if (!msg) msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    lua_createtable(L, 0, 4);
-    lua_pushstring(L, code_name(rc));
-    lua_setfield(L, -2, "code");
-    lua_pushstring(L, msg);
-    lua_setfield(L, -2, "message");
+    obleth_error_push(L, ERROR_MT, code_name(rc), msg, msg ? strlen(msg) : 0, NULL);
     lua_pushinteger(L, rc);
     lua_setfield(L, -2, "sqlite_code");
     if ((rc & 0xff) == SQLITE_CONSTRAINT) {
         lua_pushstring(L, constraint_name(rc));
         lua_setfield(L, -2, "constraint");
     }
-    luaL_setmetatable(L, ERROR_MT);
 }
 
 /* Pushes nil, err; returns 2 (for `return fail(...)`). */
@@ -205,15 +201,6 @@ static int fail(lua_State *L, sqlite3 *db, int rc, const char *msg)
     lua_pushnil(L);
     push_err(L, db, rc, msg);
     return 2;
-}
-
-/* __tostring for the error table: "code: message" */
-static int error_tostring(lua_State *L)
-{
-    lua_getfield(L, 1, "code");
-    lua_getfield(L, 1, "message");
-    lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "error"), luaL_optstring(L, -1, "?"));
-    return 1;
 }
 
 /* ---- statements: prepare, bind, rows ------------------------------------- */
@@ -922,7 +909,7 @@ int luaopen_obleth_sqlite(lua_State *L)
     obleth_newclass(L, DB_MT, &(obleth_class){.methods = db_methods, .gc = db_close, .close = db_close});
     obleth_newclass(L, STMT_MT, &(obleth_class){.methods = stmt_methods, .gc = stmt_close, .close = stmt_close});
     obleth_newclass(L, ROWS_MT, &(obleth_class){.close = rows_close});
-    obleth_newclass(L, ERROR_MT, &(obleth_class){.tostring = error_tostring});
+    obleth_error_class(L, ERROR_MT);
     luaL_newlib(L, funcs);
     lua_pushstring(L, sqlite3_libversion());
     lua_setfield(L, -2, "version");

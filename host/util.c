@@ -47,7 +47,7 @@ void obleth_error_push(lua_State *L, const char *mt, const char *code, const cha
     lua_createtable(L, 0, 4);
     lua_pushstring(L, code);
     lua_setfield(L, -2, "code");
-    if (msg && len > 0) lua_pushlstring(L, msg, len);
+    if (msg && (len > 0 || !fallback)) lua_pushlstring(L, msg, len);
     else lua_pushstring(L, fallback); /* NULL: nil, no message */
     lua_setfield(L, -2, "message");
     if (mt) luaL_setmetatable(L, mt);

@@ -35,9 +35,9 @@ void obleth_fd_wait_stop(struct event *ev, int wake, event_callback_fn cb, void 
 
 /*
  * Push a new error object {code = code, message = ...} with the metatable `mt` (registered by
- * obleth_error_class; NULL: a plain table). The message is the first `len` bytes of msg, or `fallback`
- * when len is 0 (NULL: no message). The object is left at the top of the stack: the caller may add
- * fields to it (sqlstate, ldap_code, ...).
+ * obleth_error_class; NULL: a plain table). The message is the first `len` bytes of msg; `fallback`
+ * instead when msg is NULL, or empty and a fallback is given; none when both are NULL. The object is
+ * left at the top of the stack: the caller may add fields to it (sqlstate, ldap_code, ...).
  */
 void obleth_error_push(lua_State *L, const char *mt, const char *code, const char *msg, size_t len,
                        const char *fallback);

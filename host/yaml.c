@@ -443,21 +443,32 @@ static int scalar_value(dctx *c)
 
 static int build(dctx *c, int depth);
 
+/* Pushes a new table for a sequence or a mapping and returns its index; with positions asked for
+   (c->pos), also pushes its position table (its index in *ptab, 0 without), kept under the node in
+   c->pos. */
+static int open_node(dctx *c, int *ptab)
+{
+    lua_State *L = c->L;
+    int t;
+    lua_newtable(L);
+    t = lua_gettop(L);
+    *ptab = 0;
+    if (c->pos) {
+        lua_newtable(L);
+        *ptab = lua_gettop(L);
+        lua_pushvalue(L, t);
+        lua_pushvalue(L, *ptab);
+        lua_rawset(L, c->pos);
+    }
+    return t;
+}
+
 /* Current event: SEQUENCE_START. Pushes the array. */
 static int build_sequence(dctx *c, int depth)
 {
     lua_State *L = c->L;
-    int t, ptab = 0;
+    int ptab, t = open_node(c, &ptab);
     lua_Integer i;
-    lua_newtable(L);
-    t = lua_gettop(L);
-    if (c->pos) {
-        lua_newtable(L);
-        ptab = lua_gettop(L);
-        lua_pushvalue(L, t);
-        lua_pushvalue(L, ptab);
-        lua_rawset(L, c->pos);
-    }
     for (i = 1;; i++) {
         yaml_mark_t mark;
         if (next_event(c)) return -1;
@@ -479,16 +490,7 @@ static int build_sequence(dctx *c, int depth)
 static int build_mapping(dctx *c, int depth)
 {
     lua_State *L = c->L;
-    int t, ptab = 0;
-    lua_newtable(L);
-    t = lua_gettop(L);
-    if (c->pos) {
-        lua_newtable(L);
-        ptab = lua_gettop(L);
-        lua_pushvalue(L, t);
-        lua_pushvalue(L, ptab);
-        lua_rawset(L, c->pos);
-    }
+    int ptab, t = open_node(c, &ptab);
     for (;;) {
         yaml_event_t *ev = &c->d->event;
         yaml_mark_t mark;

@@ -5,19 +5,17 @@
 -- their groups, and the session carries them; over real HTTP with the session cookie.
 -- Runs on PostgreSQL too (OBLETH_TEST_STORE=postgresql: the session is kept in the store).
 local has_host = pcall(require, "obleth.http")
-local slapd_bin = "/usr/sbin/slapd"
 
 describe("access: LDAP sign-in against slapd", function()
   if not has_host then
     it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
     return
   end
-  local fh = io.open(slapd_bin)
-  if not fh then
-    it("needs slapd", function() pending("no " .. slapd_bin .. " (scripts/deps.sh all installs it)") end)
+  local slapd = require "spec.support.slapd"
+  if not slapd.available() then
+    it("needs slapd", function() pending("no " .. slapd.BIN .. " (scripts/deps.sh all installs it)") end)
     return
   end
-  fh:close()
   local http = require "obleth.http"
   local cjson = require "cjson"
   local util = require "spec.support.util"
@@ -25,8 +23,8 @@ describe("access: LDAP sign-in against slapd", function()
 
   local PORT = tonumber(os.getenv("OBLETH_TEST_SLAPD_PORT") or "") or util.free_port()
   local URL = "ldap://127.0.0.1:" .. PORT
-  local SUFFIX = "dc=example,dc=org"
-  local prefix, srv
+  local SUFFIX = slapd.SUFFIX
+  local dir, prefix, srv
 
   local function write(path, text)
     local f = assert(io.open(path, "w"))
@@ -53,48 +51,9 @@ describe("access: LDAP sign-in against slapd", function()
   end
 
   setup(function()
-    prefix = os.tmpname()
-    os.remove(prefix)
-    assert(os.execute("mkdir -p " .. util.shq(prefix .. "/db") .. " " .. util.shq(prefix .. "/policy.d")))
-    write(prefix .. "/slapd.conf", ([[
-include /etc/ldap/schema/core.schema
-include /etc/ldap/schema/cosine.schema
-include /etc/ldap/schema/nis.schema
-include /etc/ldap/schema/inetorgperson.schema
-pidfile PREFIX/slapd.pid
-modulepath /usr/lib/ldap
-moduleload back_mdb
-database mdb
-maxsize 10485760
-suffix "SUFFIX"
-rootdn "cn=admin,SUFFIX"
-rootpw admin-secret
-directory PREFIX/db
-access to attrs=userPassword by anonymous auth by self read by * none
-access to * by * read
-]]):gsub("PREFIX", prefix):gsub("SUFFIX", SUFFIX))
-    write(prefix .. "/data.ldif", ([[
-dn: SUFFIX
-objectClass: dcObject
-objectClass: organization
-dc: example
-o: Example
-
-dn: ou=people,SUFFIX
-objectClass: organizationalUnit
-ou: people
-
-dn: ou=groups,SUFFIX
-objectClass: organizationalUnit
-ou: groups
-
-dn: uid=alice,ou=people,SUFFIX
-objectClass: inetOrgPerson
-uid: alice
-cn: Alice
-sn: A
-userPassword: alice-pw
-
+    dir = slapd.new()
+    prefix = dir.prefix
+    dir:start { urls = { URL }, ldif = ([[
 dn: uid=bob,ou=people,SUFFIX
 objectClass: inetOrgPerson
 uid: bob
@@ -102,43 +61,19 @@ cn: Bob
 sn: B
 userPassword: bob-pw
 
-dn: cn=hpc-ops,ou=groups,SUFFIX
-objectClass: groupOfNames
-cn: hpc-ops
-member: uid=alice,ou=people,SUFFIX
-
 dn: cn=gpu-users,ou=groups,SUFFIX
 objectClass: posixGroup
 cn: gpu-users
 gidNumber: 5000
 memberUid: alice
-]]):gsub("SUFFIX", SUFFIX))
-    local code, out = util.sh(("/usr/sbin/slapadd -q -f %s -l %s 2>&1"):format(util.shq(prefix .. "/slapd.conf"),
-      util.shq(prefix .. "/data.ldif")))
-    assert(code == 0, "slapadd: " .. tostring(out))
-    code, out = util.sh(("%s -f %s -h %s 2>&1"):format(slapd_bin, util.shq(prefix .. "/slapd.conf"), util.shq(URL .. "/")))
-    assert(code == 0, "slapd did not start: " .. tostring(out))
-    util.wait_until(function()
-      return util.sh(("ldapsearch -x -H %s -b %s -s base dn >/dev/null 2>&1"):format(URL, SUFFIX)) == 0
-    end, 20, "slapd to answer")
-    write(prefix .. "/policy.d/access.lua", 'return { DEFAULTS = { group_roles = { ["hpc-ops"] = "operator" } } }\n')
+]]) }
     srv = server.start { env = { OBLETH_LDAP_URL = URL, OBLETH_LDAP_USER_BASE = "ou=people," .. SUFFIX,
       OBLETH_LDAP_GROUP_BASE = "ou=groups," .. SUFFIX, OBLETH_POLICY_DIR = prefix .. "/policy.d" } }
   end)
 
   teardown(function()
     if srv then srv:cleanup() end
-    if prefix then
-      local f = io.open(prefix .. "/slapd.pid")
-      local pid = f and f:read("l")
-      if f then f:close() end
-      if pid and pid:match("^%d+$") then
-        os.execute("kill " .. pid)
-        pcall(util.wait_until, function() return os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= true end, 10,
-          "slapd to stop")
-      end
-      os.execute("rm -rf " .. util.shq(prefix))
-    end
+    if dir then dir:stop() end
   end)
 
   it("says it signs in with the directory", function()

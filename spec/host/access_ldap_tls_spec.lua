@@ -6,14 +6,14 @@
 -- obleth serve signs alice in over ldaps:// and over StartTLS, and refuses a server whose
 -- certificate chains to another CA, or whose certificate names another address, saying why.
 local has_host = pcall(require, "obleth.http")
-local slapd_bin = "/usr/sbin/slapd"
 
 describe("access: LDAP over TLS against slapd", function()
   if not has_host then
     it("needs the obleth runtime", function() pending("obleth.http is missing: run under build/obleth lua") end)
     return
   end
-  for _, f in ipairs { slapd_bin, "/usr/bin/openssl" } do
+  local slapd = require "spec.support.slapd"
+  for _, f in ipairs { slapd.BIN, "/usr/bin/openssl" } do
     local fh = io.open(f)
     if not fh then
       it("needs slapd and openssl", function() pending("no " .. f .. " (scripts/deps.sh all installs it)") end)
@@ -28,8 +28,8 @@ describe("access: LDAP over TLS against slapd", function()
   local ldap = require "obleth.ldap"
   local loop = require "obleth.loop"
 
-  local SUFFIX = "dc=example,dc=org"
-  local prefix, PORT, TLS_PORT, URL, LDAPS
+  local SUFFIX = slapd.SUFFIX
+  local dir, prefix, PORT, TLS_PORT, URL, LDAPS
   local srvs = {}
 
   local function write(path, text)
@@ -74,9 +74,8 @@ describe("access: LDAP over TLS against slapd", function()
   end
 
   setup(function()
-    prefix = os.tmpname()
-    os.remove(prefix)
-    assert(os.execute("mkdir -p " .. util.shq(prefix .. "/db") .. " " .. util.shq(prefix .. "/policy.d")))
+    dir = slapd.new()
+    prefix = dir.prefix
     PORT, TLS_PORT = free_port(), free_port()
     URL, LDAPS = "ldap://127.0.0.1:" .. PORT, "ldaps://127.0.0.1:" .. TLS_PORT
     local p = util.shq(prefix)
@@ -89,83 +88,25 @@ describe("access: LDAP over TLS against slapd", function()
     sh(("cd %s && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=ldap-spec "
       .. "-keyout server.key -out server.csr && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
       .. "-CAcreateserial -days 2 -extfile san.ext -out server.pem && chmod 644 server.key"):format(p))
-    write(prefix .. "/slapd.conf", ([[
-include /etc/ldap/schema/core.schema
-include /etc/ldap/schema/cosine.schema
-include /etc/ldap/schema/nis.schema
-include /etc/ldap/schema/inetorgperson.schema
-pidfile PREFIX/slapd.pid
-modulepath /usr/lib/ldap
-moduleload back_mdb
+    dir:start { urls = { URL, LDAPS, "ldaps://127.0.0.2:" .. TLS_PORT }, conf = ([[
 TLSCACertificateFile PREFIX/ca.pem
 TLSCertificateFile PREFIX/server.pem
 TLSCertificateKeyFile PREFIX/server.key
-database mdb
-maxsize 10485760
-suffix "SUFFIX"
-rootdn "cn=admin,SUFFIX"
-rootpw admin-secret
-directory PREFIX/db
-access to attrs=userPassword by anonymous auth by self read by * none
+]]):gsub("PREFIX", prefix), acl = ([[
 access to dn.subtree="ou=groups,SUFFIX" by dn.exact="cn=reader,SUFFIX" read by * none
-access to * by * read
-]]):gsub("PREFIX", prefix):gsub("SUFFIX", SUFFIX))
-    write(prefix .. "/data.ldif", ([[
-dn: SUFFIX
-objectClass: dcObject
-objectClass: organization
-dc: example
-o: Example
-
+]]):gsub("SUFFIX", SUFFIX), ldif = ([[
 dn: cn=reader,SUFFIX
 objectClass: organizationalRole
 objectClass: simpleSecurityObject
 cn: reader
 userPassword: reader-secret
-
-dn: ou=people,SUFFIX
-objectClass: organizationalUnit
-ou: people
-
-dn: ou=groups,SUFFIX
-objectClass: organizationalUnit
-ou: groups
-
-dn: uid=alice,ou=people,SUFFIX
-objectClass: inetOrgPerson
-uid: alice
-cn: Alice
-sn: A
-userPassword: alice-pw
-
-dn: cn=hpc-ops,ou=groups,SUFFIX
-objectClass: groupOfNames
-cn: hpc-ops
-member: uid=alice,ou=people,SUFFIX
-]]):gsub("SUFFIX", SUFFIX))
-    sh(("/usr/sbin/slapadd -q -f %s -l %s"):format(util.shq(prefix .. "/slapd.conf"), util.shq(prefix .. "/data.ldif")))
-    sh(("%s -f %s -h %s"):format(slapd_bin, util.shq(prefix .. "/slapd.conf"),
-      util.shq(URL .. "/ " .. LDAPS .. "/ ldaps://127.0.0.2:" .. TLS_PORT .. "/")))
-    util.wait_until(function()
-      return util.sh(("ldapsearch -x -H %s -b %s -s base dn >/dev/null 2>&1"):format(URL, SUFFIX)) == 0
-    end, 20, "slapd to answer")
-    write(prefix .. "/policy.d/access.lua", 'return { DEFAULTS = { group_roles = { ["hpc-ops"] = "operator" } } }\n')
+]]) }
     write(prefix .. "/reader-password", "reader-secret\n")
   end)
 
   teardown(function()
     for _, s in ipairs(srvs) do s:cleanup() end
-    if prefix then
-      local f = io.open(prefix .. "/slapd.pid")
-      local pid = f and f:read("l")
-      if f then f:close() end
-      if pid and pid:match("^%d+$") then
-        os.execute("kill " .. pid)
-        pcall(util.wait_until, function() return os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= true end, 10,
-          "slapd to stop")
-      end
-      os.execute("rm -rf " .. util.shq(prefix))
-    end
+    if dir then dir:stop() end
   end)
 
   local function service_bind(env)
