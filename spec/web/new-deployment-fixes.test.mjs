@@ -95,6 +95,11 @@ test('field errors in the labels\' words, the YAML\'s problems in the header, a 
   const del = page.getByRole('dialog', { name: 'Delete the saved recipe Smoke, renamed?' });
   await del.getByRole('button', { name: 'Delete' }).click();
   await page.getByText('Deleted the saved recipe Smoke, renamed.').waitFor();
+  // the list reloads without it, and the Saved tab stays open with its note (the last saved recipe gone,
+  // the page once switched to Library here and hid the note)
+  await saved.getByRole('listitem').filter({ hasText: 'Smoke, renamed' }).waitFor({ state: 'detached' });
+  await saved.getByText('None yet.', { exact: false }).waitFor();
+  assert.ok(await page.getByText('Deleted the saved recipe Smoke, renamed.').isVisible(), 'the note stays after the list reloads');
   assert.equal((await stack.api('GET', '/api/v1/recipes/fix-smoke')).status, 404);
   await shot('saved-deleted');
   assertClean(rec);

@@ -146,6 +146,9 @@ function Pick({ onPick, tab, setTab }) {
   useEffect(() => { loadRecipes(); }, []); // eslint-disable-line
   const saved = (recipes || []).filter((r) => r.source === 'saved');
   const library = (recipes || []).filter((r) => r.source !== 'saved');
+  // the opening tab is chosen once, when the list first arrives: deleting the last saved recipe must
+  // not switch to Library under the user (and hide the Saved tab's "Deleted ..." note with it)
+  useEffect(() => { if (recipes && !tab) setTab(saved.length ? 'saved' : 'library'); }, [recipes]); // eslint-disable-line
   const p = 'pick-';
   // the opening tab depends on whether recipes are saved: choose it once the list is here, so it
   // does not switch from Library to Saved under the user (or a keyboard) a moment after the page opens
