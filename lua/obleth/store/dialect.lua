@@ -22,7 +22,7 @@ local M = {}
 M.sqlite = {
   name = "sqlite",
   types = {
-    ID = "INTEGER PRIMARY KEY", -- the rowid: a deleted row's id can come back only after the largest
+    ID = "INTEGER PRIMARY KEY", -- the rowid: a deleted row's id can come back only after the largest (models: insert_model)
     INT = "INTEGER",
     REAL = "REAL",
     -- the provisioner's clock (fractional seconds): SQLite keeps a REAL in the INTEGER column
@@ -39,6 +39,12 @@ M.sqlite = {
     route_model = [[SELECT m.id, m.status, (SELECT group_concat(url, char(10)) FROM
       (SELECT url FROM endpoints e WHERE e.model_id = m.id ORDER BY position, url)) AS urls
     FROM models m WHERE m.name = ?]],
+    -- a new model (Store:create_model). Its id is above every id a model ever had: the rowid alone
+    -- would give the newest model's id again once it is deleted, and the audit trail and the
+    -- provisioner's deltas (model_versions keeps a deleted model's id) would take the new model for it
+    insert_model = [[INSERT INTO models (id, name, description, created_at, updated_at) VALUES ((SELECT 1 + max(n) FROM
+      (SELECT coalesce(max(id), 0) AS n FROM models UNION ALL SELECT coalesce(max(model_id), 0) FROM model_versions
+       UNION ALL SELECT coalesce(max(model_id), 0) FROM audit)), ?, ?, ?, ?)]],
     -- the schema's tables, by name (Store:tables)
     tables = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
     -- a table's columns in order (Store:columns)
@@ -86,6 +92,8 @@ M.postgresql = {
     route_model = [[SELECT m.id, m.status, (SELECT string_agg(url, chr(10) ORDER BY position, url) FROM endpoints e
       WHERE e.model_id = m.id) AS urls
     FROM models m WHERE m.name = ?]],
+    -- a new model (Store:create_model): the identity column never gives an id twice
+    insert_model = "INSERT INTO models (name, description, created_at, updated_at) VALUES (?, ?, ?, ?)",
     -- without obleth_schema, where the backend keeps the schema version
     tables = [[SELECT table_name AS name FROM information_schema.tables
       WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> 'obleth_schema'

@@ -61,8 +61,7 @@ function Store:create_model(m)
     local now = _now()
     local desc = m.description
     if desc == NULL then desc = nil end
-    local id = self:_insert("INSERT INTO models (name, description, created_at, updated_at) VALUES (?, ?, ?, ?)",
-      m.name, desc, now, now)
+    local id = self:_insert(self.db.sql.insert_model, m.name, desc, now, now)
     return self:get_model(id)
   end)
 end
