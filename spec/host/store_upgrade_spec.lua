@@ -42,6 +42,28 @@ describe("obleth.store on a SQLite database an earlier obleth made", function()
     return sqlite_schema(path)
   end
 
+  it("migration 16 gives back a predecessor's nonce SQLite's integer affinity had turned into a number", function()
+    local path = restore("sqlite-v14")
+    local db = assert(sqlite.open(path))
+    -- as obleth at schema 14 stored a rollover whose predecessor's nonce is all decimal digits
+    assert(db:exec([[INSERT INTO replicas (id, model_id, slot, nonce, state, check_failures, created_at, updated_at)
+        VALUES (10, 2, 2, '0000000000000042', 'healthy', 0, 3001.5, 3001.5);
+      INSERT INTO replicas (id, model_id, slot, nonce, state, check_failures, successor_of, created_at, updated_at)
+        VALUES (11, 2, 2, 'abc0000000000011', 'starting', 0, '0000000000000042', 3001.5, 3001.5);]]))
+    -- the affinity this migration undoes
+    assert.equal("integer", assert(db:first("SELECT typeof(successor_of) AS t FROM replicas WHERE id = 11")).t)
+    db:close()
+    local s = assert(store_mod.open(path))
+    assert.equal("0000000000000042", s:replica_by_nonce("abc0000000000011").successor_of)
+    assert.equal("n1", s:replica_by_nonce("n2").successor_of)
+    -- and from now on a nonce of digits is kept as written
+    assert(s:apply_report({ pass = { started_at = os.time(), duration = 0.1 }, replicas = { { nonce = "0000000000000077",
+      model_id = 2, slot = 3, state = "starting", job_id = 77, check_failures = 0, successor_of = "0000000000000042" } },
+      outcomes = {}, endpoints = {}, provision_errors = {}, acknowledged = { restart = {}, clear_lost = {} } }, os.time()))
+    assert.equal("0000000000000042", s:replica_by_nonce("0000000000000077").successor_of)
+    s:close()
+  end)
+
   it("at schema 14 opens with every row, migrates to the last (15: load_shares), and takes new writes", function()
     local path = restore("sqlite-v14")
     local s = assert(store_mod.open(path))

@@ -30,7 +30,7 @@ M.sqlite = {
     -- a number or a name (a signal): no declared type, so each value keeps its own
     ANY = "",
     -- a nonce in a column migration 1 declared INTEGER (its affinity keeps a nonce with a letter as text)
-    NONCE_INT = "INTEGER",
+    NONCE_INT = "INTEGER", -- migration 1 only: 16 makes replicas.successor_of TEXT
     -- eight random hex digits
     RANDOM_HEX8 = "lower(hex(randomblob(4)))",
   },

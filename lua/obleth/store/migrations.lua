@@ -294,6 +294,24 @@ local MIGRATIONS = {
       doc TEXT NOT NULL
     );
   ]],
+  -- 16: replicas.successor_of as TEXT on SQLite. Migration 1 declared it INTEGER there, and SQLite's
+  -- integer affinity turned a predecessor's nonce of decimal digits (about 1 in 2,000 of the 16 hex
+  -- digits) into a number: "0042..." read back as 42..., never equal to the nonce, so that rollover's
+  -- successor was never matched to its predecessor. A value already turned into a number is matched
+  -- back to the model's replica whose nonce reads as that number. PostgreSQL's column is TEXT already.
+  [16] = function(d)
+    if d.name ~= "sqlite" then return "SELECT 1;" end
+    return [[
+    ALTER TABLE replicas RENAME COLUMN successor_of TO successor_of_v15;
+    ALTER TABLE replicas ADD COLUMN successor_of TEXT;
+    UPDATE replicas SET successor_of = CASE WHEN typeof(successor_of_v15) = 'text' THEN successor_of_v15
+      ELSE coalesce((SELECT p.nonce FROM replicas p WHERE p.model_id = replicas.model_id AND p.id <> replicas.id
+        AND CAST(p.nonce AS NUMERIC) = replicas.successor_of_v15 ORDER BY p.id DESC LIMIT 1),
+        CAST(successor_of_v15 AS TEXT)) END
+    WHERE successor_of_v15 IS NOT NULL;
+    ALTER TABLE replicas DROP COLUMN successor_of_v15;
+  ]]
+  end,
 }
 
 
