@@ -157,10 +157,10 @@ deploy-check: all
 helm-check: all
 	@scripts/helm-check.sh
 
-# the in-suite lease, outage and renewal specs at their issue's length (10 minutes each; the
+# the in-suite lease, outage and renewal specs at soak length (10 minutes each; the
 # outages spec stops slurmrestd, slurmctld and obleth serve that long, one after the other)
 SOAK_SECONDS ?= 600
-# and the connection specs (issue 26) with 10,000 slowloris connections, five rounds
+# and the connection specs (spec/host/http_connections_spec.lua) with 10,000 slowloris connections, five rounds
 SOAK_SLOWLORIS ?= 10000
 SOAK_SLOWLORIS_ROUNDS ?= 5
 soak: all
@@ -172,12 +172,12 @@ soak: all
 	@OBLETH_SLOWLORIS_CONNECTIONS=$(SOAK_SLOWLORIS) OBLETH_SLOWLORIS_ROUNDS=$(SOAK_SLOWLORIS_ROUNDS) build/obleth lua \
 	  /usr/bin/busted -o spec/support/obleth_output.lua --lpath='./?.lua' spec/host/http_connections_spec.lua
 
-# issue 18 item 1: crash at any point (spec/chaos/run.lua; a 10-kill run is part of make check)
+# crash at any point (spec/chaos/run.lua; a 10-kill run is part of make check)
 CHAOS_KILLS ?= 100
 chaos: build/obleth build/obleth-provisioner
 	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/chaos/run.sh $(CHAOS_KILLS)
 
-# issue 29 item 4: several obleth serve on PostgreSQL behind HAProxy (spec/chaos/ha.lua; not part of make check)
+# several obleth serve on PostgreSQL behind HAProxy (spec/chaos/ha.lua; not part of make check)
 chaos-ha: build/obleth build/obleth-provisioner
 	@OBLETH_CLUSTER_RELEASE=$(SLURM) spec/chaos/ha.sh
 

@@ -115,7 +115,7 @@ describe("obleth.deployment.preview: autoscale from the form", function()
     assert.is_table(err(res, "autoscale.max_replicas"))
   end)
 
-  -- issue #30: a recipe saved from an autoscaled launch kept only the fixed `replicas` of the recipe it came
+  -- a recipe saved from an autoscaled launch once kept only the fixed `replicas` of the recipe it came
   -- from (smoke-test's 2), so a launch from it had a fixed count again
   it("a recipe saved from an autoscaled launch keeps autoscale and no fixed count; a launch from it restores it",
     function()

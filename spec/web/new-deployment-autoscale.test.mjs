@@ -1,4 +1,4 @@
-// New deployment with autoscale (issue #30): the form's Autoscaling settings with their provenance and the
+// New deployment with autoscale (docs/autoscaling.md): the form's Autoscaling settings with their provenance and the
 // managed schema's hints, the YAML view carrying them, Review and Launch with autoscale min 0 (no fixed
 // count), and the deployment page saying the model is scaled to zero.
 import { test, before, after } from 'node:test';
