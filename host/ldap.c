@@ -650,6 +650,7 @@ static int l_open(lua_State *L) {
         lua_pushnil(L);
         lua_pushfstring(L, "cannot resolve the LDAP server %s: %s", host, gai_strerror(gerr));
         push_err(L, "connection", lua_tostring(L, -1), -1);
+        lua_remove(L, -2); /* the message: nil, err */
         return 2;
     }
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
@@ -661,6 +662,7 @@ static int l_open(lua_State *L) {
         lua_pushnil(L);
         lua_pushfstring(L, "cannot connect to the LDAP server %s:%s: %s", host, port, strerror(cerr));
         push_err(L, "connection", lua_tostring(L, -1), -1);
+        lua_remove(L, -2); /* the message: nil, err */
         return 2;
     }
     lua_settop(L, 1);

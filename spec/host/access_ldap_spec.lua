@@ -215,6 +215,12 @@ memberUid: alice
       assert.equal("connection", err.code)
       local _, uerr = ldap.open("ldapi:///")
       assert.equal("invalid", uerr.code)
+      -- a name that does not resolve, and a connect refused at once: nil and the error, as any other
+      for _, u in ipairs { "ldap://ldap.nonexistent.invalid", "ldap://255.255.255.255:389" } do
+        local c, e = ldap.open(u, { timeout = 2 })
+        assert.is_nil(c, u)
+        assert.equal("connection", e.code, u)
+      end
       -- a listener that accepts (the kernel does) and never reads
       local sink = assert(require("obleth.http").server { host = "127.0.0.1", port = 0, handler = function() end,
         header_timeout = 60 })
