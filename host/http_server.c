@@ -29,7 +29,9 @@
  *                           accept_errors=}: every server of the process, since it started
  *
  *   req = {method=, target= (raw request target), path= (raw, before '?'),
- *          query = {name = value} (decoded), headers = {["lower-name"] = v}
+ *          query = {name = value} (decoded; a piece without '=' has the value ""),
+ *          query_error = why the query string could not be read (a name given twice or empty, a
+ *          NUL byte): then query is {} (nothing of it is used), headers = {["lower-name"] = v}
  *          (a header sent more than once: its values joined with ", ", and
  *          repeated = {["lower-name"] = times} says so),
  *          body = "bytes", remote_addr = "127.0.0.1", remote_port = n}
@@ -60,6 +62,7 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -317,6 +320,55 @@ static const char trampoline_src[] =
     "    '{\"error\":{\"code\":\"internal\",\"message\":\"handler returned no response\"}}')\n"
     "end\n";
 
+/* One piece of a query string, percent-decoded ('+' is a space): a new string the caller frees, its
+ * length in *n; NULL when it does not decode. */
+static char *query_piece(const char *s, size_t len, size_t *n) {
+    char *raw = malloc(len + 1);
+    if (!raw) return NULL;
+    memcpy(raw, s, len);
+    raw[len] = '\0';
+    char *out = evhttp_uridecode(raw, 1, n);
+    free(raw);
+    return out;
+}
+
+/* Sets the pieces of query string qs ("a=1&b=&c") into the table on top: each name once, its value a
+ * string ("" for a piece without '='; empty pieces are skipped). Returns NULL, or why the query cannot
+ * be read (a name given twice, an empty name, a NUL byte): the caller answers 400 rather than act on a
+ * part of it. */
+static const char *push_query(lua_State *L, const char *qs) {
+    for (const char *s = qs; *s;) {
+        const char *amp = strchr(s, '&');
+        size_t len = amp ? (size_t)(amp - s) : strlen(s);
+        if (len > 0) {
+            const char *eq = memchr(s, '=', len);
+            size_t kl = eq ? (size_t)(eq - s) : len, kn = 0, vn = 0;
+            char *k = query_piece(s, kl, &kn);
+            char *v = query_piece(eq ? eq + 1 : "", eq ? len - kl - 1 : 0, &vn);
+            const char *why = NULL;
+            if (!k || !v) why = "the query string could not be decoded";
+            else if (kn == 0) why = "a query parameter has no name";
+            else if (memchr(k, '\0', kn) || memchr(v, '\0', vn)) why = "a query parameter holds a NUL byte (%00)";
+            else {
+                lua_pushlstring(L, k, kn);
+                if (lua_rawget(L, -2) != LUA_TNIL) why = "a query parameter is given more than once";
+                lua_pop(L, 1);
+            }
+            if (!why) {
+                lua_pushlstring(L, k, kn);
+                lua_pushlstring(L, v, vn);
+                lua_rawset(L, -3);
+            }
+            free(k);
+            free(v);
+            if (why) return why;
+        }
+        if (!amp) break;
+        s = amp + 1;
+    }
+    return NULL;
+}
+
 static void push_request(lua_State *L, struct evhttp_request *req) {
     lua_createtable(L, 0, 9);
     lua_pushstring(L, method_name(evhttp_request_get_command(req)));
@@ -330,14 +382,13 @@ static void push_request(lua_State *L, struct evhttp_request *req) {
     lua_setfield(L, -2, "path");
     lua_newtable(L);
     if (q) {
-        struct evkeyvalq params;
-        if (evhttp_parse_query_str(q + 1, &params) == 0) {
-            for (struct evkeyval *kv = params.tqh_first; kv; kv = kv->next.tqe_next) {
-                lua_pushstring(L, kv->value);
-                lua_setfield(L, -2, kv->key);
-            }
+        const char *bad = push_query(L, q + 1);
+        if (bad) {
+            lua_pushstring(L, bad);
+            lua_setfield(L, -3, "query_error");
+            lua_pop(L, 1);
+            lua_newtable(L); /* nothing of a query that could not be read is used */
         }
-        evhttp_clear_headers(&params);
     }
     lua_setfield(L, -2, "query");
     lua_newtable(L); /* repeated: {["lower-name"] = times it came} for a header that came more than once */

@@ -59,6 +59,28 @@ describe("obleth.http", function()
     assert.equal('{"a":1}', seen.body)
   end)
 
+  it("reads the query string whole or not at all: a name twice or empty, or a NUL byte, is a query_error", function()
+    local seen
+    local srv, base = serve(function(req)
+      seen = req
+      return { status = 200 }
+    end)
+    local function query(qs)
+      assert(http.request { url = base .. "/q?" .. qs })
+      return seen.query, seen.query_error
+    end
+    assert.same({ { a = "1", b = "", c = "x y+" }, nil }, { query("a=1&b&&c=x+y%2B") })
+    assert.same({ { hours = "7", x = "" }, nil }, { query("hours=7&x") })
+    for qs, why in pairs {
+      ["hours=1&hours=7"] = "more than once", ["hours=6%00evil"] = "NUL", ["=1"] = "no name", ["a=1&=2"] = "no name",
+    } do
+      local q, err = query(qs)
+      assert.same({}, q, qs)
+      assert.matches(why, err, 1, true)
+    end
+    srv:close()
+  end)
+
   it("answers 413 to a body over the limit without calling the handler", function()
     local called = false
     local srv, base = serve(function() called = true; return { status = 200 } end, { body_limit = 1000 })

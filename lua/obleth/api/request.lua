@@ -66,6 +66,8 @@ end
 ---@return integer|nil status a failure's status (nil: the request may go to the handler)
 ---@return table|nil body the failure's answer
 function M.check(route, ctx)
+  -- a query string the host could not read whole (a name twice or empty, a NUL byte: host/http_server.c)
+  if ctx.req and ctx.req.query_error then return errors.fail(400, "invalid", ctx.req.query_error) end
   if route.query then
     local st, body = _check_query(route, ctx.query or {})
     if st then return st, body end
