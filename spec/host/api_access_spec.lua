@@ -240,6 +240,13 @@ describe("access: roles and a trusted proxy", function()
     local st3, e = call("POST", "/api/v1/tokens", { role = "admin" }, alice)
     assert.equal(403, st3)
     assert.equal("role", e.error.field)
+    -- a field the body does not take is refused by name (an expiry would be believed and ignored)
+    local st4, u = call("POST", "/api/v1/tokens", { name = "x", expires_at = 99999999999 }, alice)
+    assert.same({ 400, "expires_at" }, { st4, u.error.field })
+    -- a token cannot make another, which would outlive its revocation
+    local st5, m = call("POST", "/api/v1/tokens", { name = "child" }, bearer)
+    assert.equal(403, st5)
+    assert.matches("cannot make another", m.error.message, 1, true)
     -- only its hash is kept; the list never holds a token
     local _, list = call("GET", "/api/v1/tokens", nil, alice)
     assert.equal(2, #list.tokens)

@@ -53,7 +53,20 @@ local function create(ctx)
   if not ident.user then
     return errors.fail(409, "conflict", "the admin token is no user: sign in as yourself to make a personal token")
   end
+  if ident.via == "pat" then
+    -- a token that could make tokens would outlive its own revocation through the ones it made
+    return errors.fail(403, "forbidden", "a personal access token cannot make another: sign in as yourself to make one")
+  end
   local b = ctx.json or {}
+  local fields = M.schemas.PersonalTokenInput.properties
+  for k in pairs(b) do
+    if not fields[k] then
+      local names = {}
+      for n in pairs(fields) do names[#names + 1] = n end
+      table.sort(names)
+      return errors.fail(400, "invalid", ("unknown field: %s (%s)"):format(k, table.concat(names, ", ")), k)
+    end
+  end
   local name = b.name
   if name == nil or name == require("cjson").null then name = "" end
   if type(name) ~= "string" or #name > 128 or name:find("%c") then
