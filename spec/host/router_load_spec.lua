@@ -54,4 +54,38 @@ describe("router load window in the snapshot", function()
     assert.equal(1, fx.finished)
     assert.same({}, fx.samples, "a model that is not autoscaled gets the counts only")
   end)
+
+  -- the load chart and the window never pass a model's load to the next model of its name
+  it("a model deleted and made again by its name, or renamed, starts with no load", function()
+    local auth = { Authorization = "Bearer " .. ADMIN }
+    local _, u = rig:engine("load-3", { model = "ghost" })
+    local function arrivals(id)
+      local r = rig:req("GET", ("/api/v1/models/%d/load?hours=1"):format(id), nil, auth)
+      assert.equal(200, r.status, r.body)
+      local n = 0
+      for _, p in ipairs(cjson.decode(r.body).points) do n = n + p.arrivals end
+      return n
+    end
+    local g = assert(store:create_model { name = "ghost" })
+    assert(store:add_endpoint(g.id, u))
+    for _ = 1, 4 do
+      assert.equal(200, rig:req("POST", "/v1/chat/completions", { model = "ghost", messages = { { role = "user",
+        content = "x" } } }).status)
+    end
+    assert.equal(4, arrivals(g.id))
+    assert.equal(204, rig:req("DELETE", ("/api/v1/models/%d"):format(g.id), nil, auth).status)
+    local again = assert(store:create_model { name = "ghost" })
+    assert.equal(0, arrivals(again.id))
+    -- renamed to a name that had load: none of it comes along, and the old name's is forgotten
+    local other = assert(store:create_model { name = "other" })
+    assert(store:add_endpoint(again.id, u))
+    assert.equal(200, rig:req("POST", "/v1/chat/completions", { model = "ghost", messages = { { role = "user",
+      content = "x" } } }).status)
+    assert.equal(1, arrivals(again.id))
+    assert.equal(204, rig:req("DELETE", ("/api/v1/models/%d"):format(again.id), nil, auth).status)
+    local r = rig:req("PATCH", ("/api/v1/models/%d"):format(other.id), { name = "ghost" },
+      { Authorization = "Bearer " .. ADMIN, ["Content-Type"] = "application/json" })
+    assert.equal(200, r.status, r.body)
+    assert.equal(0, arrivals(other.id))
+  end)
 end)

@@ -90,12 +90,12 @@ for _, backend in ipairs(stores.backends()) do
 
     it("sample_all pauses between pages and samples every managed model", function()
       if not store then return pending(why) end
-      fill(2 * history.PAGE + 1, 1)
+      local ids = fill(2 * history.PAGE + 1, 1)
       local h = history.new {}
       local pauses = 0
       assert.equal(2 * history.PAGE + 1, h:sample_all(store, load.new {}, scale, function() pauses = pauses + 1 end))
       assert.equal(2, pauses)
-      local last = ("m%d"):format(2 * history.PAGE + 1)
+      local last = ids[2 * history.PAGE + 1]
       assert.same({ 1, 2 * history.PAGE + 1 }, { h:points(last)[1].current, h:points(last)[1].desired })
     end)
   end)

@@ -68,7 +68,9 @@ describe("obleth.deployment.load_history", function()
     t = t + 60 * 10
     w:begin("m"); w:begin("m"); w:begin("m"); w:finish("m", 2)
     sample("m", { current = 1, desired = 1.0 }) -- a spec's replicas as the store may give it
-    local a = h:answer("m", 1, { current = 1, desired = 1.0 }, { target_inflight = 4, min_replicas = 0, max_replicas = 3 })
+    local a = h:answer("m", "m", 1, { current = 1, desired = 1.0 }, { target_inflight = 4, min_replicas = 0,
+      max_replicas = 3 })
+    assert.equal("m", a.model)
     assert.equal(60, a.step)
     assert.equal(t - t % 60 + 60 - 3600, a.from)
     assert.equal(1800000000, a.observed_since) -- the history started then
@@ -81,7 +83,7 @@ describe("obleth.deployment.load_history", function()
     for _, s in ipairs(a.series) do keys[#keys + 1] = s.key end
     assert.same({ "inflight", "queued", "finished", "capacity", "current", "desired" }, keys)
     -- a model with no spec and no load: no replicas series, and says so
-    local b = h:answer("other", 6, nil, nil)
+    local b = h:answer("other", "other", 6, nil, nil)
     assert.equal(0, #b.points)
     assert.equal("No request in the last 11 min.", b.summary)
     keys = {}
@@ -89,17 +91,20 @@ describe("obleth.deployment.load_history", function()
     assert.same({ "inflight", "queued", "finished" }, keys)
   end)
 
-  it("sample_all samples every managed model with its scaling row, and models with load only", function()
+  it("sample_all samples every managed model with its scaling row, and models with load only, by model id", function()
     local store = {
       spec_generations = function() return { { model_id = 1, generation = 1, model_name = "a" } } end,
       get_spec = function() return { model_id = 1, generation = 1, model_name = "a", replicas = 3, enabled = true } end,
       replica_counts = function() return { [1] = 2 } end,
       list_replicas = function() error("a fixed spec's replicas are counted, not read") end,
+      route_model = function(_, name) return ({ b = { id = 2, name = "b" } })[name] end,
     }
     t = t + 1
     w:begin("b")
+    w:begin("gone") -- load for a name no model has (deleted meanwhile): not kept
     assert.equal(2, h:sample_all(store, w, require("obleth.policy.scale")))
-    assert.same({ 2, 3 }, { h:points("a")[1].current, h:points("a")[1].desired })
-    assert.same({ 1, nil }, { h:points("b")[1].inflight, h:points("b")[1].current })
+    assert.same({ 2, 3 }, { h:points(1)[1].current, h:points(1)[1].desired })
+    assert.same({ 1, nil }, { h:points(2)[1].inflight, h:points(2)[1].current })
+    assert.equal(0, #h:points("b"))
   end)
 end)

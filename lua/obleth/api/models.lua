@@ -33,22 +33,34 @@ local function get(ctx)
   return 200, m
 end
 
+-- the router's load window is by name: a deleted or renamed model's load must not pass to the next
+-- model of that name (obleth.router.load's forget; the load history is by id)
+local function _forget_load(ctx, ...)
+  local load = ctx.app.load
+  if not load then return end
+  for _, name in ipairs({ ... }) do load:forget(name) end
+end
+
 local function update(ctx)
   local id, s, e = _id(ctx)
   if not id then return s, e end
   local b = ctx.json -- a JSON object: the route declares its body (obleth.api.request)
   local m, err = validate.model(b, true)
   if not m then return errors.invalid(err) end
+  local before = ctx.app.store:get_model(id)
   local model, serr = ctx.app.store:update_model(id, m)
   if not model then return errors.store(serr) end
+  if before and before.name ~= model.name then _forget_load(ctx, before.name, model.name) end
   return 200, model
 end
 
 local function delete(ctx)
   local id, s, e = _id(ctx)
   if not id then return s, e end
+  local before = ctx.app.store:get_model(id)
   local ok, err = ctx.app.store:delete_model(id)
   if not ok then return errors.store(err) end
+  if before then _forget_load(ctx, before.name) end
   return 204, "", {}
 end
 

@@ -1,7 +1,8 @@
 --- obleth.deployment.load_history — each model's load and replicas minute by minute over the last
 -- hours, for the deployment page's chart (GET /api/v1/models/{id}/load, docs/autoscaling.md#load-history).
 --
--- A point per model and minute (`at`: the minute's start, epoch seconds; STEP = 60 s):
+-- A point per model and minute, kept by the model's id (a model deleted and another made with its name,
+-- or a model renamed, never shows another's points) (`at`: the minute's start, epoch seconds; STEP = 60 s):
 --   inflight, queued   the most requests in flight / held (queued) in the router at once during the minute
 --   arrivals, finished requests that arrived / finished during the minute
 --   current, desired   replicas holding or waiting for a job, and the count wanted (a fixed spec's
@@ -18,8 +19,8 @@
 -- every SAMPLE seconds and before each answer. No I/O; the clock is given.
 --
 --   local h = history.new{now = loop.now}
---   h:sample("m", window:view("m", h:minute()), {current = 1, desired = 2})
---   h:points("m", since)   -- the points from `since` on, oldest first
+--   h:sample(model_id, window:view(name, h:minute()), {current = 1, desired = 2})
+--   h:points(model_id, since)   -- the points from `since` on, oldest first
 local json = require "obleth.util.json"
 
 local M = {}
@@ -64,17 +65,17 @@ local function _trim(pts, t)
 end
 
 --- Record what the window and the scaling row say now, in the current minute's point.
----@param name string the model's name
+---@param key integer|string the model's id (any key: a spec may use names)
 ---@param view table obleth.router.load's view(name, since) with `since` at or before this minute's start:
 ---  {inflight, queued, samples = {{at, span, inflight, queued, arrivals, finished}}}
 ---@param row {current: integer, desired: integer}|nil the model's scaling row (nil: not managed)
-function History:sample(name, view, row)
+function History:sample(key, view, row)
   local t = self.now()
   local m = self:minute(t)
-  local pts = self.models[name]
+  local pts = self.models[key]
   if not pts then
     pts = {}
-    self.models[name] = pts
+    self.models[key] = pts
   end
   local p = pts[#pts]
   if not p or p.at ~= m then
@@ -101,12 +102,12 @@ function History:sample(name, view, row)
 end
 
 --- A model's points from `since` on, oldest first (copies).
----@param name string
+---@param key integer|string the model's id
 ---@param since number|nil epoch seconds (default: all kept)
 ---@return table[] points {at, inflight, queued, arrivals, finished, current|nil, desired|nil}
-function History:points(name, since)
+function History:points(key, since)
   local out = json.array()
-  for _, p in ipairs(self.models[name] or {}) do
+  for _, p in ipairs(self.models[key] or {}) do
     if not since or p.at >= since then
       out[#out + 1] = { at = p.at, inflight = p.inflight, queued = p.queued, arrivals = p.arrivals,
         finished = p.finished, current = p.current, desired = p.desired }
@@ -147,16 +148,18 @@ function History:sample_all(store, window, scale, pause)
   repeat
     local rows, next_after = scaling.rows(store, window, scale, t, self.specs, { after = after, limit = M.PAGE })
     for _, row in ipairs(rows) do
-      seen[row.model] = true
-      self:sample(row.model, window:view(row.model, m), row)
+      seen[row.model_id] = true
+      self:sample(row.model_id, window:view(row.model, m), row)
     end
     after = next_after
     if after and pause then pause() end
   until not after
+  -- the models with load and no spec: the window knows them by name
   for _, name in ipairs(window:names()) do
-    if not seen[name] then
-      seen[name] = true
-      self:sample(name, window:view(name, m), nil)
+    local model = store:route_model(name)
+    if model and not seen[model.id] then
+      seen[model.id] = true
+      self:sample(model.id, window:view(name, m), nil)
     end
   end
   self:forget(seen)
@@ -170,18 +173,19 @@ local function _n(n, word) return ("%d %s%s"):format(n, word, n == 1 and "" or "
 
 --- The answer of GET /api/v1/models/{id}/load: the points of the last `hours`, what the chart draws
 --- them against, and the words that say it (the page renders them; it decides nothing).
----@param name string the model's name
+---@param key integer|string the model's id
+---@param name string the model's name (the answer's `model`)
 ---@param hours integer 1..HOURS
 ---@param scaling table|nil the model's scaling row (nil: not managed)
 ---@param settings table|nil the scale policy's settings in force (autoscaled: min_replicas,
 ---  max_replicas, target_inflight)
 ---@return table answer {model, step, hours, from, to, observed_since, points, target_inflight|nil,
 ---  min_replicas|nil, max_replicas|nil, series, summary}
-function History:answer(name, hours, scaling, settings)
+function History:answer(key, name, hours, scaling, settings)
   local t = self.now()
   local to = self:minute(t) + M.STEP
   local from = to - hours * 3600
-  local pts = self:points(name, from)
+  local pts = self:points(key, from)
   local observed = math.max(from, self:minute(self.started_at))
   local peak_in, peak_q, fin, max_fin, lo_cur, hi_cur, lo_des, hi_des = 0, 0, 0, 0, nil, nil, nil, nil
   for _, p in ipairs(pts) do

@@ -9,7 +9,7 @@ local LIVE = { pending = true, submitted = true, starting = true, healthy = true
 
 -- a fixed spec's row: it wants its replicas, none while paused
 local function fixed_row(spec, current)
-  return { model = spec.model_name, current = current, autoscaled = false,
+  return { model = spec.model_name, model_id = spec.model_id, current = current, autoscaled = false,
     desired = spec.enabled == false and 0 or (tonumber(spec.replicas) or 1) }
 end
 
@@ -19,7 +19,7 @@ end
 ---@param load table|nil obleth.router.load (nil: no window, a fresh one is assumed)
 ---@param scale table the scale policy module (decide)
 ---@param now number epoch seconds
----@return {model: string, current: integer, desired: integer, autoscaled: boolean, change: string|nil,
+---@return {model: string, model_id: integer|nil, current: integer, desired: integer, autoscaled: boolean, change: string|nil,
 ---  reason: string|nil, wake: table|nil}
 function M.row(spec, replicas, load, scale, now)
   local live = {}
@@ -31,13 +31,14 @@ function M.row(spec, replicas, load, scale, now)
   local name = spec.model_name
   if type(spec.autoscale) ~= "table" then return fixed_row(spec, #live) end
   if spec.enabled == false then
-    return { model = name, current = #live, desired = 0, autoscaled = true, change = "none",
+    return { model = name, model_id = spec.model_id, current = #live, desired = 0, autoscaled = true, change = "none",
       reason = "the deployment is paused" }
   end
   local view = load and load:view(name, now - (scale.settings(spec.autoscale).scale_down_after or 300)
     - (load.bucket or 10)) or { inflight = 0, queued = 0, observed_since = now, samples = {} }
   local d = scale.decide({ now = now, autoscale = spec.autoscale, replicas = live, load = view })
-  return { model = name, current = d.current, desired = d.desired, autoscaled = true, change = d.change,
+  return { model = name, model_id = spec.model_id, current = d.current, desired = d.desired, autoscaled = true,
+    change = d.change,
     reason = d.reason, wake = d.wake, evidence = d.evidence }
 end
 

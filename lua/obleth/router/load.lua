@@ -322,6 +322,16 @@ function M.combine(parts, name)
     Load)
 end
 
+--- Forget what the window saw of a name (its model was deleted or renamed: a new model of that name
+--- starts with no load). Requests still in flight or held under the name stay counted until they end.
+---@param name string
+function Load:forget(name)
+  local m = self.models[name]
+  if not m then return end
+  if m.inflight == 0 and m.queued == 0 then self.models[name] = nil
+  else m.buckets, m.finished = {}, 0 end
+end
+
 --- The names of the models with load seen in the window.
 ---@return string[]
 function Load:names()

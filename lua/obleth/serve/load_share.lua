@@ -59,6 +59,7 @@ function Share:begin(...) return self.window:begin(...) end
 function Share:hold(...) return self.window:hold(...) end
 function Share:release(...) return self.window:release(...) end
 function Share:finish(...) return self.window:finish(...) end
+function Share:forget(...) return self.window:forget(...) end -- this instance's counts (the others' expire)
 
 -- the parts to add: this process's window and the peers published within the expiry
 function Share:_parts()
