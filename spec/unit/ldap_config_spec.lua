@@ -41,12 +41,25 @@ describe("obleth.api.ldap.from_env", function()
       { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_BIND_DN = "cn=s",
         OBLETH_LDAP_BIND_PASSWORD_FILE = "/nonexistent/pw" }, "OBLETH_LDAP_BIND_PASSWORD_FILE" },
       { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_TIMEOUT = "0" }, "OBLETH_LDAP_TIMEOUT" },
+      -- a URL that names more than a host and a port (a password in it would reach the log)
+      { { OBLETH_LDAP_URL = "ldap://u:pw@127.0.0.1", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      { { OBLETH_LDAP_URL = "ldap://host name", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      { { OBLETH_LDAP_URL = "ldap://127.0.0.1,127.0.0.2", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      { { OBLETH_LDAP_URL = "ldaps://127.0.0.1:99999", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      { { OBLETH_LDAP_URL = "ldap://127.0.0.1:abc", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      { { OBLETH_LDAP_URL = "ldap://h?x", OBLETH_LDAP_USER_BASE = "b" }, "OBLETH_LDAP_URL" },
+      -- a password file that never ends
+      { { OBLETH_LDAP_URL = "ldap://h", OBLETH_LDAP_USER_BASE = "b", OBLETH_LDAP_BIND_DN = "cn=s",
+        OBLETH_LDAP_BIND_PASSWORD_FILE = "/dev/zero" }, "OBLETH_LDAP_BIND_PASSWORD_FILE" },
     }
     for _, c in ipairs(cases) do
       local cfg, err = ldap.from_env(env(c[1]))
-      assert.is_nil(cfg)
+      assert.is_nil(cfg, c[1].OBLETH_LDAP_URL)
       assert.same({ "invalid", c[2] }, { err.code, err.field })
+      assert.falsy(err.message:find("pw@", 1, true))
     end
+    assert.truthy(ldap.from_env(env { OBLETH_LDAP_URL = "ldap://[::1]:389", OBLETH_LDAP_USER_BASE = "b" }))
+    assert.truthy(ldap.from_env(env { OBLETH_LDAP_URL = "ldaps://ldap-1.example.org:636/", OBLETH_LDAP_USER_BASE = "b" }))
   end)
 
   it("reads the bind DN's password from its file, the line's end dropped", function()

@@ -26,6 +26,28 @@ M.MAX_USER = 256
 
 local function nonempty(v) return v ~= nil and v ~= "" and v or nil end
 
+--- The largest CA file (a site's bundle) and bind password file read, bytes.
+M.MAX_CA_FILE = 1024 * 1024
+M.MAX_PASSWORD_FILE = 4096
+
+-- A small file read whole: a regular file (never a FIFO or a device, which would hang or fill memory)
+-- of at most `max` bytes. Returns its text, or nil and why.
+local function read_small(path, max)
+  local ok, sys = pcall(require, "obleth.sys")
+  if ok and sys.stat then
+    local st = sys.stat(path)
+    if not st then return nil, ("%s does not exist, or this process cannot reach it"):format(path) end
+    if st.type ~= "file" then return nil, ("%s is not a regular file"):format(path) end
+    if st.size > max then return nil, ("%s is larger than %d bytes"):format(path, max) end
+  end
+  local f, ferr = io.open(path, "rb")
+  if not f then return nil, tostring(ferr) end
+  local text = f:read(max + 1) or ""
+  f:close()
+  if #text > max then return nil, ("%s is larger than %d bytes"):format(path, max) end
+  return text
+end
+
 --- The LDAP settings from the environment, or nil when OBLETH_LDAP_URL is not set.
 ---@param getenv function|nil default os.getenv
 ---@return table|nil cfg, table|nil err {code = "invalid", field, message}
@@ -34,8 +56,15 @@ function M.from_env(getenv)
   local url = nonempty(getenv("OBLETH_LDAP_URL"))
   if not url then return nil end
   local function bad(field, msg) return nil, { code = "invalid", field = field, message = field .. ": " .. msg } end
-  if not url:match("^ldaps?://[^/]+/?$") then
-    return bad("OBLETH_LDAP_URL", "expected ldap://HOST[:PORT] or ldaps://HOST[:PORT]")
+  -- the URL is logged at start: it names a host and a port, and nothing else (no user:password@)
+  local hostport = url:match("^ldaps?://([^/]+)/?$")
+  local host, port = (hostport or ""):match("^([%w%.%-]+)(.*)$")
+  if not host then host, port = (hostport or ""):match("^(%[[%x:%.]+%])(.*)$") end
+  local pn = port and port:match("^:(%d+)$")
+  local port_ok = port == "" or (pn ~= nil and tonumber(pn) >= 1 and tonumber(pn) <= 65535)
+  if not host or not port_ok then
+    return bad("OBLETH_LDAP_URL", "expected ldap://HOST[:PORT] or ldaps://HOST[:PORT] (a host name or address, a port "
+      .. "1..65535; no user or password in it)")
   end
   local cfg = {
     url = url, user_dn = nonempty(getenv("OBLETH_LDAP_USER_DN")), user_base = nonempty(getenv("OBLETH_LDAP_USER_BASE")),
@@ -50,7 +79,9 @@ function M.from_env(getenv)
   }
   local st = (nonempty(getenv("OBLETH_LDAP_STARTTLS")) or "0"):lower()
   if st == "1" or st == "true" or st == "yes" then cfg.starttls = true
-  elseif st ~= "0" and st ~= "false" and st ~= "no" then return bad("OBLETH_LDAP_STARTTLS", "1 or 0") end
+  elseif st ~= "0" and st ~= "false" and st ~= "no" then
+    return bad("OBLETH_LDAP_STARTTLS", "1 or 0 (or true / false, yes / no)")
+  end
   local ldaps = url:match("^ldaps://") ~= nil
   if cfg.starttls and ldaps then
     return bad("OBLETH_LDAP_STARTTLS", "is for an ldap:// URL (ldaps:// is TLS from the first byte)")
@@ -59,10 +90,8 @@ function M.from_env(getenv)
     if not ldaps and not cfg.starttls then
       return bad("OBLETH_LDAP_CA_FILE", "is for TLS: an ldaps:// URL or OBLETH_LDAP_STARTTLS=1")
     end
-    local f, ferr = io.open(cfg.ca_file, "r")
-    if not f then return bad("OBLETH_LDAP_CA_FILE", tostring(ferr)) end
-    local head = f:read(65536) or ""
-    f:close()
+    local head, ferr = read_small(cfg.ca_file, M.MAX_CA_FILE)
+    if not head then return bad("OBLETH_LDAP_CA_FILE", ferr) end
     if not head:find("-----BEGIN CERTIFICATE-----", 1, true) then
       return bad("OBLETH_LDAP_CA_FILE", "no PEM certificate in " .. cfg.ca_file)
     end
@@ -82,14 +111,15 @@ function M.from_env(getenv)
   if not cfg.user_dn and not cfg.user_filter:find("{user}", 1, true) then
     return bad("OBLETH_LDAP_USER_FILTER", "a filter naming {user}, e.g. (uid={user})")
   end
-  if not cfg.timeout or cfg.timeout <= 0 or cfg.timeout > 300 then return bad("OBLETH_LDAP_TIMEOUT", "seconds, 0..300") end
+  if not cfg.timeout or cfg.timeout <= 0 or cfg.timeout > 300 then
+    return bad("OBLETH_LDAP_TIMEOUT", "seconds, more than 0 and at most 300")
+  end
   local pwfile = nonempty(getenv("OBLETH_LDAP_BIND_PASSWORD_FILE"))
   if cfg.bind_dn then
     if not pwfile then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", "needed with OBLETH_LDAP_BIND_DN") end
-    local f, ferr = io.open(pwfile, "r")
-    if not f then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", tostring(ferr)) end
-    local pw = (f:read("a") or ""):gsub("[\r\n]+$", "")
-    f:close()
+    local text, ferr = read_small(pwfile, M.MAX_PASSWORD_FILE)
+    if not text then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", ferr) end
+    local pw = text:gsub("[\r\n]+$", "")
     if pw == "" then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", "the file is empty") end
     cfg.bind_password = pw
   end
