@@ -31,20 +31,21 @@ M.MAX_CA_FILE = 1024 * 1024
 M.MAX_PASSWORD_FILE = 4096
 
 -- A small file read whole: a regular file (never a FIFO or a device, which would hang or fill memory)
--- of at most `max` bytes. Returns its text, or nil and why.
+-- of at most `max` bytes. Returns its text, or nil and {code = "invalid", message}.
 local function read_small(path, max)
+  local function refused(fmt, ...) return nil, { code = "invalid", message = fmt:format(path, ...) } end
   local ok, sys = pcall(require, "obleth.sys")
   if ok and sys.stat then
     local st = sys.stat(path)
-    if not st then return nil, ("%s does not exist, or this process cannot reach it"):format(path) end
-    if st.type ~= "file" then return nil, ("%s is not a regular file"):format(path) end
-    if st.size > max then return nil, ("%s is larger than %d bytes"):format(path, max) end
+    if not st then return refused("%s does not exist, or this process cannot reach it") end
+    if st.type ~= "file" then return refused("%s is not a regular file") end
+    if st.size > max then return refused("%s is larger than %d bytes", max) end
   end
-  local f, ferr = io.open(path, "rb")
-  if not f then return nil, tostring(ferr) end
+  local f = io.open(path, "rb")
+  if not f then return refused("%s cannot be read by this process") end
   local text = f:read(max + 1) or ""
   f:close()
-  if #text > max then return nil, ("%s is larger than %d bytes"):format(path, max) end
+  if #text > max then return refused("%s is larger than %d bytes", max) end
   return text
 end
 
@@ -91,7 +92,7 @@ function M.from_env(getenv)
       return bad("OBLETH_LDAP_CA_FILE", "is for TLS: an ldaps:// URL or OBLETH_LDAP_STARTTLS=1")
     end
     local head, ferr = read_small(cfg.ca_file, M.MAX_CA_FILE)
-    if not head then return bad("OBLETH_LDAP_CA_FILE", ferr) end
+    if not head then return bad("OBLETH_LDAP_CA_FILE", ferr.message) end
     if not head:find("-----BEGIN CERTIFICATE-----", 1, true) then
       return bad("OBLETH_LDAP_CA_FILE", "no PEM certificate in " .. cfg.ca_file)
     end
@@ -118,7 +119,7 @@ function M.from_env(getenv)
   if cfg.bind_dn then
     if not pwfile then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", "needed with OBLETH_LDAP_BIND_DN") end
     local text, ferr = read_small(pwfile, M.MAX_PASSWORD_FILE)
-    if not text then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", ferr) end
+    if not text then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", ferr.message) end
     local pw = text:gsub("[\r\n]+$", "")
     if pw == "" then return bad("OBLETH_LDAP_BIND_PASSWORD_FILE", "the file is empty") end
     cfg.bind_password = pw
