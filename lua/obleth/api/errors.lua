@@ -11,6 +11,10 @@ local M = {}
 ---@param extra table|nil more keys for the error object (e.g. {running = 3})
 ---@return integer status, table body
 function M.fail(status, code, message, field, extra)
+  -- a message or field may quote what the client sent: valid UTF-8 (JSON's) and of bounded length
+  local text = require "obleth.util.text"
+  if type(message) == "string" then message = text.printable(message, 2048) end
+  if type(field) == "string" then field = text.printable(field, 256) end
   local e = { code = code, message = message, field = field }
   for k, v in pairs(extra or {}) do e[k] = v end
   -- the field's label, and the message in the label's words (obleth.deployment.labels)

@@ -17,4 +17,30 @@ function M.cut_utf8(s, max)
   return p, true
 end
 
+--- s with every byte that is not part of a valid UTF-8 character replaced by U+FFFD, cut to at most
+--- max bytes (then ending in "…"): a string a client sent, safe to put in an answer or a log line.
+---@param s string
+---@param max integer|nil bytes (default 1024)
+---@return string
+function M.printable(s, max)
+  max = max or 1024
+  if not utf8.len(s) then
+    local out, i = {}, 1
+    while i <= #s do
+      local ok, code = pcall(utf8.codepoint, s, i)
+      if ok and code then
+        local ch = utf8.char(code)
+        out[#out + 1] = ch
+        i = i + #ch
+      else
+        out[#out + 1] = "\u{FFFD}"
+        i = i + 1
+      end
+    end
+    s = table.concat(out)
+  end
+  local p, cut = M.cut_utf8(s, max)
+  return cut and (p .. "…") or p
+end
+
 return M
