@@ -12,7 +12,7 @@ describe("obleth.deployment.load_history", function()
     w = load.new { now = now }
     h = history.new { now = now }
   end)
-  local function sample(name, row) h:sample(name, w:view(name, h:minute()), row) end
+  local function sample(name, row) h:sample(name, w:view(name, h:since()), row) end
 
   it("a minute's point has its peaks in flight and queued, its arrivals and finished, and the replicas", function()
     t = t + 5
@@ -27,6 +27,27 @@ describe("obleth.deployment.load_history", function()
     assert.equal(1, #p)
     assert.same({ at = 1800000000, inflight = 2, queued = 1, arrivals = 3, finished = 1, current = 2, desired = 2 },
       p[1])
+  end)
+
+  it("requests in a minute's last seconds, after its last sample, are counted by the next minute's first", function()
+    t = t + 50
+    w:begin("m"); w:finish("m", 1)
+    sample("m", { current = 1, desired = 1 })  -- the minute's last sample: 1 so far
+    t = t + 5
+    for _ = 1, 4 do w:begin("m"); w:finish("m", 1) end -- 4 more at second 55, no sample sees them in this minute
+    t = t + 10                                  -- the next minute
+    sample("m", { current = 1, desired = 1 })
+    local p = h:points("m")
+    assert.equal(2, #p)
+    assert.same({ 1800000000, 5, 5 }, { p[1].at, p[1].arrivals, p[1].finished })
+    assert.same({ 1800000060, 0, 0 }, { p[2].at, p[2].arrivals, p[2].finished })
+    -- a minute with load and no sample at all gets its point from the next minute's sample
+    t = 1800000000 + 180 + 30
+    w:begin("m"); w:finish("m", 1)
+    t = t + 40
+    sample("m", nil)
+    p = h:points("m")
+    assert.same({ 1800000180, 1 }, { p[#p - 1].at, p[#p - 1].finished })
   end)
 
   it("sampling a minute again counts nothing twice", function()

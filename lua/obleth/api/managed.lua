@@ -139,7 +139,7 @@ local function load_history(ctx)
     if type(spec.autoscale) == "table" then settings = scale.settings(spec.autoscale) end
   end
   local h = app.load_history
-  if app.load then h:sample(id, app.load:view(model.name, h:minute()), row) end
+  if app.load then h:sample(id, app.load:view(model.name, h:since()), row) end
   local out = h:answer(id, model.name, hours, row, settings)
   out.model_id = id
   return 200, out

@@ -64,10 +64,37 @@ local function _trim(pts, t)
   if drop > 0 then table.move(pts, drop + 1, #pts + drop, 1) end
 end
 
---- Record what the window and the scaling row say now, in the current minute's point.
+--- Where a sample's window view starts: the previous minute's start. A sample also completes the
+--- previous minute's point from the window's buckets, so requests in a minute's last seconds (after its
+--- last sample) are not lost.
+---@return integer epoch seconds
+function History:since()
+  return self:minute() - M.STEP
+end
+
+-- the point of minute `at` in pts (points are in time order), made when `make`; nil when none
+local function _point(pts, at, make)
+  for i = #pts, math.max(1, #pts - 2), -1 do
+    if pts[i].at == at then return pts[i] end
+    if pts[i].at < at then
+      if not make then return nil end
+      local p = { at = at, inflight = 0, queued = 0, arrivals = 0, finished = 0 }
+      table.insert(pts, i + 1, p)
+      return p
+    end
+  end
+  if not make then return nil end
+  local p = { at = at, inflight = 0, queued = 0, arrivals = 0, finished = 0 }
+  table.insert(pts, 1, p)
+  return p
+end
+
+--- Record what the window and the scaling row say now: the current minute's point, and the previous
+--- minute's completed from the window's buckets.
 ---@param key integer|string the model's id (any key: a spec may use names)
----@param view table obleth.router.load's view(name, since) with `since` at or before this minute's start:
----  {inflight, queued, samples = {{at, span, inflight, queued, arrivals, finished}}}
+---@param view table obleth.router.load's view(name, since) with `since` at or before the previous
+---  minute's start (History:since): {inflight, queued, samples = {{at, span, inflight, queued, arrivals,
+---  finished}}}
 ---@param row {current: integer, desired: integer}|nil the model's scaling row (nil: not managed)
 function History:sample(key, view, row)
   local t = self.now()
@@ -77,26 +104,33 @@ function History:sample(key, view, row)
     pts = {}
     self.models[key] = pts
   end
-  local p = pts[#pts]
-  if not p or p.at ~= m then
-    p = { at = m, inflight = 0, queued = 0, arrivals = 0, finished = 0 }
-    pts[#pts + 1] = p
-    _trim(pts, t)
-  end
-  local arrivals, finished = 0, 0
-  local inflight, queued = view.inflight or 0, view.queued or 0
+  -- per minute (the previous one and this one): the peaks and the sums of the buckets in it (a sample of
+  -- span 0 is the level carried in at the window's start)
+  local per = {}
   for _, s in ipairs(view.samples or {}) do
-    -- a bucket of this minute, or the level carried into it (a sample of span 0 at its start)
-    if s.at >= m and s.at < m + M.STEP then
-      inflight = math.max(inflight, s.inflight or 0)
-      queued = math.max(queued, s.queued or 0)
+    local at = s.at - s.at % M.STEP
+    if at >= m - M.STEP and at <= m then
+      local x = per[at] or { inflight = 0, queued = 0, arrivals = 0, finished = 0, active = false }
+      per[at] = x
+      x.inflight, x.queued = math.max(x.inflight, s.inflight or 0), math.max(x.queued, s.queued or 0)
       if (s.span or 0) > 0 then
-        arrivals, finished = arrivals + (s.arrivals or 0), finished + (s.finished or 0)
+        x.arrivals, x.finished = x.arrivals + (s.arrivals or 0), x.finished + (s.finished or 0)
       end
+      x.active = x.active or x.inflight + x.queued + x.arrivals + x.finished > 0
     end
   end
-  p.inflight, p.queued = math.max(p.inflight, inflight), math.max(p.queued, queued)
-  p.arrivals, p.finished = math.max(p.arrivals, arrivals), math.max(p.finished, finished)
+  local prev = per[m - M.STEP]
+  if prev and prev.active then
+    local p = _point(pts, m - M.STEP, true)
+    p.inflight, p.queued = math.max(p.inflight, prev.inflight), math.max(p.queued, prev.queued)
+    p.arrivals, p.finished = math.max(p.arrivals, prev.arrivals), math.max(p.finished, prev.finished)
+  end
+  local p = _point(pts, m, true)
+  local now = per[m] or { inflight = 0, queued = 0, arrivals = 0, finished = 0 }
+  p.inflight = math.max(p.inflight, now.inflight, view.inflight or 0)
+  p.queued = math.max(p.queued, now.queued, view.queued or 0)
+  p.arrivals, p.finished = math.max(p.arrivals, now.arrivals), math.max(p.finished, now.finished)
+  _trim(pts, t)
   -- counts (a spec's replicas may read as a float from the store)
   if row then p.current, p.desired = math.tointeger(row.current) or row.current, math.tointeger(row.desired) or row.desired end
 end
@@ -141,7 +175,7 @@ M.PAGE = 100
 ---@return integer models sampled
 function History:sample_all(store, window, scale, pause)
   local t = self.now()
-  local m = self:minute(t)
+  local since = self:minute(t) - M.STEP -- History:since at t
   local scaling = require "obleth.deployment.scaling"
   local seen = {}
   local after
@@ -149,7 +183,7 @@ function History:sample_all(store, window, scale, pause)
     local rows, next_after = scaling.rows(store, window, scale, t, self.specs, { after = after, limit = M.PAGE })
     for _, row in ipairs(rows) do
       seen[row.model_id] = true
-      self:sample(row.model_id, window:view(row.model, m), row)
+      self:sample(row.model_id, window:view(row.model, since), row)
     end
     after = next_after
     if after and pause then pause() end
@@ -159,7 +193,7 @@ function History:sample_all(store, window, scale, pause)
     local model = store:route_model(name)
     if model and not seen[model.id] then
       seen[model.id] = true
-      self:sample(model.id, window:view(name, m), nil)
+      self:sample(model.id, window:view(name, since), nil)
     end
   end
   self:forget(seen)
