@@ -161,6 +161,12 @@ describe("access: roles and a trusted proxy", function()
     assert.is_true(#byu.entries >= 3) -- her model, its PATCH, the launch
     local _, bym = call("GET", "/api/v1/audit?model=" .. mid, nil, as("bob"))
     assert.equal(1, #bym.entries)
+    -- a model named with digits is found by its name, not taken for the id those digits spell
+    local st9, named = call("POST", "/api/v1/models", { name = tostring(mid) }, as("alice", "ml-ops"))
+    assert.equal(201, st9)
+    local _, byname = call("GET", "/api/v1/audit?model=" .. mid, nil, as("bob"))
+    assert.equal(1, #byname.entries)
+    assert.equal(named.id, byname.entries[1].model_id)
     local _, lim = call("GET", "/api/v1/audit?limit=1", nil, as("bob"))
     assert.equal(1, #lim.entries)
     local _, later = call("GET", "/api/v1/audit?since=" .. ("%d"):format(e.at + 3600), nil, as("bob"))

@@ -121,13 +121,12 @@ local function list(ctx)
   local q = ctx.query
   local f = { actor = q.user }
   if q.model then
-    local id = tonumber(q.model)
-    if id and math.tointeger(id) then f.model_id = math.tointeger(id)
-    else
-      local m = ctx.app.store:route_model(q.model)
-      if not m then return 200, { entries = require("obleth.util.json").array() } end
-      f.model_id = m.id
-    end
+    -- a model's name first (a model may be named "3"); decimal digits name an id otherwise (a deleted
+    -- model's entries keep its id)
+    local m = ctx.app.store:route_model(q.model)
+    if m then f.model_id = m.id
+    elseif q.model:match("^%d+$") and #q.model <= 18 then f.model_id = math.tointeger(tonumber(q.model))
+    else return 200, { entries = require("obleth.util.json").array() } end
   end
   if q.since then
     f.since = math.tointeger(tonumber(q.since))
