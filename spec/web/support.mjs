@@ -180,8 +180,33 @@ export async function browser() {
  * Slurm connection saved with extraDefaults, and a browser. {stack, b}, or {} when the harness cluster is
  * not up (the tests then skip). stopHarnessStack(stack, b) ends what it started.
  */
+/** Wait until no job obleth submitted is still on the harness (pending, running, configuring or
+ * completing), whichever test file's it was: a file starts on idle nodes, whatever the one before it
+ * left ending (its cancels are sent, not waited for). */
+export async function waitForNoJobs({ timeout = 120000 } = {}) {
+  const env = clusterEnv();
+  if (!env) return;
+  const v = env.OBLETH_SLURM_API_VERSION || 'v0.0.38';
+  const h = { 'X-SLURM-USER-NAME': env.OBLETH_SLURM_USER, 'X-SLURM-USER-TOKEN': env.OBLETH_SLURM_TOKEN };
+  const live = ['PENDING', 'RUNNING', 'CONFIGURING', 'COMPLETING', 'SUSPENDED'];
+  let left = [];
+  try {
+    await until(async () => {
+      const r = await fetch(`${env.OBLETH_SLURM_URL}/slurm/${v}/jobs`, { headers: h });
+      const jobs = (await r.json()).jobs || [];
+      left = jobs.filter((j) => String(j.name || '').startsWith('obleth-')
+        && [].concat(j.job_state).some((st) => live.includes(st)));
+      return left.length === 0;
+    }, { timeout, what: 'the jobs of earlier tests to end' });
+  } catch (e) {
+    // a job left behind on purpose by an earlier file (one Slurm keeps pending) must not stop this one
+    console.warn(`support: jobs still on the harness: ${left.map((j) => j.job_id).join(', ')} (${e.message})`);
+  }
+}
+
 export async function startHarnessStack(stackOpts, extraDefaults) {
   if (!clusterEnv()) return {};
+  await waitForNoJobs();
   const stack = await startStack(stackOpts);
   await saveHarnessSettings(stack, extraDefaults);
   return { stack, b: await browser() };
