@@ -6,6 +6,10 @@ local M = {}
 
 -- replica states that hold or wait for a job
 local LIVE = { pending = true, submitted = true, starting = true, healthy = true, unhealthy = true }
+-- the same, as the list Store:replica_counts takes (made once)
+local LIVE_LIST = {}
+for s in pairs(LIVE) do LIVE_LIST[#LIVE_LIST + 1] = s end
+table.sort(LIVE_LIST)
 
 -- a fixed spec's row: it wants its replicas, none while paused
 local function fixed_row(spec, current)
@@ -65,10 +69,7 @@ function M.rows(store, load, scale, now, cache, page)
   local gens = store:spec_generations(after, page and page.limit)
   local last = #gens > 0 and gens[#gens].model_id or nil
   local more = page ~= nil and last ~= nil and #gens >= page.limit
-  local states = {}
-  for s in pairs(LIVE) do states[#states + 1] = s end
-  table.sort(states)
-  local counts = last and store:replica_counts(states, after + 1, last) or {}
+  local counts = last and store:replica_counts(LIVE_LIST, after + 1, last) or {}
   local out, seen = {}, {}
   for _, g in ipairs(gens) do
     local id = g.model_id
