@@ -242,6 +242,16 @@ describe("obleth.jsonscan.usage", function()
   end)
 end)
 
+-- a listing member read from a text that is no whole JSON object with it once: nil, a message, a kind
+local function refuses_bad_texts(read)
+  for _, bad in ipairs({ '{"jobs": [1,]}', '{"jobs": [1], "jobs": [2]}', '[1]', '{"jobs": [1]} x', "" }) do
+    local ok, msg, kind = read(bad, "jobs")
+    assert.is_nil(ok, bad)
+    assert.is_string(msg)
+    assert.is_string(kind)
+  end
+end
+
 describe("obleth.jsonscan.elements", function()
   it("answers each element of the named top-level array as its own JSON text", function()
     local ok, t = jsonscan.elements('{"a": [9], "jobs" : [ {"x": [1, {}]} , 2,"s", null ], "b": {"jobs": 1}}', "jobs")
@@ -254,14 +264,7 @@ describe("obleth.jsonscan.elements", function()
     assert.same({ true }, { jsonscan.elements('{"x": {"jobs": [1]}}', "jobs") })
     assert.same({ true }, { jsonscan.elements('{"jobs": {"0": 1}}', "jobs") })
   end)
-  it("checks the whole text as fields does", function()
-    for _, bad in ipairs({ '{"jobs": [1,]}', '{"jobs": [1], "jobs": [2]}', '[1]', '{"jobs": [1]} x', "" }) do
-      local ok, msg, kind = jsonscan.elements(bad, "jobs")
-      assert.is_nil(ok, bad)
-      assert.is_string(msg)
-      assert.is_string(kind)
-    end
-  end)
+  it("checks the whole text as fields does", function() refuses_bad_texts(jsonscan.elements) end)
 end)
 
 describe("obleth.jsonscan.element_hashes", function()
@@ -285,11 +288,6 @@ describe("obleth.jsonscan.element_hashes", function()
   it("answers as elements does for an empty, missing or bad member", function()
     assert.same({ true, {}, {}, {} }, { jsonscan.element_hashes('{"jobs": []}', "jobs") })
     assert.same({ true }, { jsonscan.element_hashes('{"jobs": {"0": 1}}', "jobs") })
-    for _, bad in ipairs({ '{"jobs": [1,]}', '{"jobs": [1], "jobs": [2]}', '[1]', '{"jobs": [1]} x', "" }) do
-      local ok, msg, kind = jsonscan.element_hashes(bad, "jobs")
-      assert.is_nil(ok, bad)
-      assert.is_string(msg)
-      assert.is_string(kind)
-    end
+    refuses_bad_texts(jsonscan.element_hashes)
   end)
 end)
